@@ -1,0 +1,3 @@
+"""pykatalyst: Katalyst QoS colocation for vanilla Kubernetes."""
+
+__version__ = "0.1.0"

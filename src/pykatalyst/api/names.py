@@ -1,0 +1,252 @@
+"""Every Katalyst name the system speaks, spelled once, exactly as Katalyst spells it.
+
+Nothing else in the code base writes these strings out: import them from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+# --- QoS levels -------------------------------------------------------------------------
+
+ANNOTATION_PREFIX: Final = "katalyst.kubewharf.io/"
+
+QOS_LEVEL_ANNOTATION: Final = "katalyst.kubewharf.io/qos_level"
+
+QOS_DEDICATED_CORES: Final = "dedicated_cores"
+QOS_SHARED_CORES: Final = "shared_cores"
+QOS_RECLAIMED_CORES: Final = "reclaimed_cores"
+QOS_SYSTEM_CORES: Final = "system_cores"
+QOS_LEVELS: Final = (QOS_DEDICATED_CORES, QOS_SHARED_CORES, QOS_RECLAIMED_CORES, QOS_SYSTEM_CORES)
+DEFAULT_QOS_LEVEL: Final = QOS_SHARED_CORES
+
+# --- QoS enhancements -------------------------------------------------------------------
+
+CPU_ENHANCEMENT_ANNOTATION: Final = "katalyst.kubewharf.io/cpu_enhancement"
+MEMORY_ENHANCEMENT_ANNOTATION: Final = "katalyst.kubewharf.io/memory_enhancement"
+NETWORK_ENHANCEMENT_ANNOTATION: Final = "katalyst.kubewharf.io/network_enhancement"
+ENHANCEMENT_ANNOTATIONS: Final = (
+    CPU_ENHANCEMENT_ANNOTATION,
+    MEMORY_ENHANCEMENT_ANNOTATION,
+    NETWORK_ENHANCEMENT_ANNOTATION,
+)
+NUMA_NUMBER_ANNOTATION: Final = "katalyst.kubewharf.io/numa_number"
+NUMA_IDS_ANNOTATION: Final = "katalyst.kubewharf.io/numa_ids"
+
+# keys inside memory_enhancement
+ENH_NUMA_BINDING: Final = "numa_binding"
+ENH_NUMA_EXCLUSIVE: Final = "numa_exclusive"
+ENH_OOM_PRIORITY: Final = "oom_priority"
+ENH_RSS_OVERUSE_THRESHOLD: Final = "rss_overuse_threshold"
+# keys inside cpu_enhancement
+ENH_CPUSET_POOL: Final = "cpuset_pool"
+ENH_NUMA_SHARE: Final = "numa_share"
+ENH_SUPPRESSION_TOLERANCE_RATE: Final = "suppression_tolerance_rate"
+ENH_CPU_BURST_POLICY: Final = "cpu_burst_policy"
+ENH_CPU_BURST_PERCENT: Final = "cpu_burst_percent"
+ENH_ALIGN_BY_SOCKET: Final = "align_by_socket"
+ENH_DISTRIBUTE_EVENLY_ACROSS_NUMA: Final = "distribute_evenly_across_numa"
+ENH_FULL_PCPUS_PAIRING: Final = "full_pcpus_pairing"
+# keys inside network_enhancement
+ENH_NAMESPACE_TYPE: Final = "namespace_type"
+ENH_TOPOLOGY_AFFINITY_RESTRICTED: Final = "topology_affinity_restricted"
+# the NUMA hints, by the suffix of their own (non-JSON) annotations
+ENH_NUMA_NUMBER: Final = "numa_number"
+ENH_NUMA_IDS: Final = "numa_ids"
+
+CPU_BURST_POLICIES: Final = ("default", "closed", "static", "dynamic")
+CPU_BURST_POLICY_CLOSED: Final = "closed"
+NETWORK_NAMESPACE_TYPES: Final = (
+    "host_ns",
+    "host_ns_preferred",
+    "anti_host_ns",
+    "anti_host_ns_preferred",
+)
+
+# Pod annotations written by the system
+NUMA_BIND_RESULT_ANNOTATION: Final = "katalyst.kubewharf.io/numa_bind_result"
+POD_SOFT_EVICT_NOTIFY_ANNOTATION: Final = "katalyst.kubewharf.io/pod_soft_evict_notify"
+POD_EVICT_SCORE_ANNOTATION: Final = "katalyst.kubewharf.io/pod_evict_score"
+
+# Default shared pool and the reserve/reclaim pool names of the dynamic cpu policy
+POOL_SHARE: Final = "share"
+POOL_RECLAIM: Final = "reclaim"
+POOL_RESERVE: Final = "reserve"
+POOL_DEDICATED: Final = "dedicated"
+
+# --- resources --------------------------------------------------------------------------
+
+RESOURCE_CPU: Final = "cpu"
+RESOURCE_MEMORY: Final = "memory"
+RESOURCE_EPHEMERAL_STORAGE: Final = "ephemeral-storage"
+RESOURCE_PODS: Final = "pods"
+
+RESOURCE_GROUP: Final = "resource.katalyst.kubewharf.io"
+RECLAIMED_MILLICPU: Final = "resource.katalyst.kubewharf.io/reclaimed_millicpu"
+RECLAIMED_MEMORY: Final = "resource.katalyst.kubewharf.io/reclaimed_memory"
+RECLAIMED_RESOURCES: Final = (RECLAIMED_MILLICPU, RECLAIMED_MEMORY)
+
+# The spelling older Katalyst releases (and its example scheduler policies) still use.
+LEGACY_RESOURCE_GROUP: Final = "katalyst.kubewharf.io"
+LEGACY_RECLAIMED_MILLICPU: Final = "katalyst.kubewharf.io/reclaimed_millicpu"
+LEGACY_RECLAIMED_MEMORY: Final = "katalyst.kubewharf.io/reclaimed_memory"
+RESOURCE_ALIASES: Final = {
+    LEGACY_RECLAIMED_MILLICPU: RECLAIMED_MILLICPU,
+    LEGACY_RECLAIMED_MEMORY: RECLAIMED_MEMORY,
+}
+
+# --- node / CNR -------------------------------------------------------------------------
+
+TAINT_PREFIX: Final = "node.katalyst.kubewharf.io/"
+# The taint a node condition turns into: node.katalyst.kubewharf.io/<ConditionName>
+CONDITION_MEMORY_PRESSURE: Final = "MemoryPressure"
+CONDITION_CPU_PRESSURE: Final = "CPUPressure"
+CONDITION_NUMA_MEMORY_PRESSURE: Final = "NumaMemoryPressure"
+CONDITION_RECLAIMED_RESOURCE_PRESSURE: Final = "ReclaimedResourcePressure"
+# CNR taints carry a qosLevel; their effect is written "<qos>/<effect>".
+CNR_TAINT_EFFECT_RECLAIMED_NO_SCHEDULE: Final = "reclaimed_cores/NoSchedule"
+# The key the centralized backstop puts on a CNR whose agent stopped reporting.
+UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
+
+TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+CNR_CONDITION_AGENT_READY: Final = "AgentReady"
+CNR_CONDITION_AGENT_NOT_FOUND: Final = "AgentNotFound"
+
+# topology zones of a CNR
+ZONE_SOCKET: Final = "Socket"
+ZONE_NUMA: Final = "Numa"
+TOPOLOGY_POLICY_SINGLE_NUMA_CONTAINER: Final = "SingleNUMANodeContainerLevel"
+TOPOLOGY_POLICY_NUMERIC_CONTAINER: Final = "NumericContainerLevel"
+TOPOLOGY_POLICY_NONE: Final = "None"
+TOPOLOGY_POLICY_SINGLE_NUMA_POD: Final = "SingleNUMANodePodLevel"
+
+# --- overcommit -------------------------------------------------------------------------
+
+OVERCOMMIT_NODE_POOL_LABEL: Final = "katalyst.kubewharf.io/overcommit_node_pool"
+CPU_OVERCOMMIT_RATIO_ANNOTATION: Final = "katalyst.kubewharf.io/cpu_overcommit_ratio"
+MEMORY_OVERCOMMIT_RATIO_ANNOTATION: Final = "katalyst.kubewharf.io/memory_overcommit_ratio"
+REALTIME_CPU_OVERCOMMIT_RATIO_ANNOTATION: Final = "katalyst.kubewharf.io/realtime_cpu_overcommit_ratio"
+REALTIME_MEMORY_OVERCOMMIT_RATIO_ANNOTATION: Final = (
+    "katalyst.kubewharf.io/realtime_memory_overcommit_ratio"
+)
+ORIGINAL_CAPACITY_CPU_ANNOTATION: Final = "katalyst.kubewharf.io/original_capacity_cpu"
+ORIGINAL_CAPACITY_MEMORY_ANNOTATION: Final = "katalyst.kubewharf.io/original_capacity_memory"
+ORIGINAL_ALLOCATABLE_CPU_ANNOTATION: Final = "katalyst.kubewharf.io/original_allocatable_cpu"
+ORIGINAL_ALLOCATABLE_MEMORY_ANNOTATION: Final = "katalyst.kubewharf.io/original_allocatable_memory"
+OVERCOMMIT_CAPACITY_CPU_ANNOTATION: Final = "katalyst.kubewharf.io/overcommit_capacity_cpu"
+OVERCOMMIT_CAPACITY_MEMORY_ANNOTATION: Final = "katalyst.kubewharf.io/overcommit_capacity_memory"
+OVERCOMMIT_ALLOCATABLE_CPU_ANNOTATION: Final = "katalyst.kubewharf.io/overcommit_allocatable_cpu"
+OVERCOMMIT_ALLOCATABLE_MEMORY_ANNOTATION: Final = (
+    "katalyst.kubewharf.io/overcommit_allocatable_memory"
+)
+CNR_GUARANTEED_CPUS_ANNOTATION: Final = "katalyst.kubewharf.io/guaranteed_cpus"
+CNR_OVERCOMMIT_CPU_MANAGER_ANNOTATION: Final = "katalyst.kubewharf.io/overcommit_cpu_manager"
+CNR_OVERCOMMIT_MEMORY_MANAGER_ANNOTATION: Final = "katalyst.kubewharf.io/overcommit_memory_manager"
+
+# --- workload / VPA / SPD ---------------------------------------------------------------
+
+SPD_NAME_ANNOTATION: Final = "spd.katalyst.kubewharf.io/name"
+VPA_ENABLE_ANNOTATION: Final = "vpa.katalyst.kubewharf.io/enable"
+
+# --- CRDs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A Kubernetes kind with where it lives in the API."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+NODE_GROUP: Final = "node.katalyst.kubewharf.io"
+CONFIG_GROUP: Final = "config.katalyst.kubewharf.io"
+OVERCOMMIT_GROUP: Final = "overcommit.katalyst.kubewharf.io"
+WORKLOAD_GROUP: Final = "workload.katalyst.kubewharf.io"
+AUTOSCALING_GROUP: Final = "autoscaling.katalyst.kubewharf.io"
+
+CUSTOM_NODE_RESOURCE: Final = Kind(
+    NODE_GROUP, "v1alpha1", "CustomNodeResource", "customnoderesources", False, ("kcnr",)
+)
+CUSTOM_NODE_CONFIG: Final = Kind(
+    CONFIG_GROUP, "v1alpha1", "CustomNodeConfig", "customnodeconfigs", False, ("kcnc",)
+)
+KATALYST_CUSTOM_CONFIG: Final = Kind(
+    CONFIG_GROUP, "v1alpha1", "KatalystCustomConfig", "katalystcustomconfigs", True, ("kcc",)
+)
+ADMIN_QOS_CONFIGURATION: Final = Kind(
+    CONFIG_GROUP, "v1alpha1", "AdminQoSConfiguration", "adminqosconfigurations", True, ("aqc",)
+)
+NODE_OVERCOMMIT_CONFIG: Final = Kind(
+    OVERCOMMIT_GROUP, "v1alpha1", "NodeOvercommitConfig", "nodeovercommitconfigs", False, ("noc",)
+)
+SERVICE_PROFILE_DESCRIPTOR: Final = Kind(
+    WORKLOAD_GROUP,
+    "v1alpha1",
+    "ServiceProfileDescriptor",
+    "serviceprofiledescriptors",
+    True,
+    ("spd",),
+)
+KATALYST_VERTICAL_POD_AUTOSCALER: Final = Kind(
+    AUTOSCALING_GROUP,
+    "v1alpha1",
+    "KatalystVerticalPodAutoscaler",
+    "katalystverticalpodautoscalers",
+    True,
+    ("kvpa",),
+)
+KATALYST_KINDS: Final = (
+    CUSTOM_NODE_RESOURCE,
+    CUSTOM_NODE_CONFIG,
+    KATALYST_CUSTOM_CONFIG,
+    ADMIN_QOS_CONFIGURATION,
+    NODE_OVERCOMMIT_CONFIG,
+    SERVICE_PROFILE_DESCRIPTOR,
+    KATALYST_VERTICAL_POD_AUTOSCALER,
+)
+
+# Core Kubernetes kinds the system reads and writes.
+POD: Final = Kind("", "v1", "Pod", "pods", True, ("po",))
+NODE: Final = Kind("", "v1", "Node", "nodes", False, ("no",))
+EVENT: Final = Kind("", "v1", "Event", "events", True, ("ev",))
+NAMESPACE: Final = Kind("", "v1", "Namespace", "namespaces", False, ("ns",))
+CONFIG_MAP: Final = Kind("", "v1", "ConfigMap", "configmaps", True, ("cm",))
+LEASE: Final = Kind("coordination.k8s.io", "v1", "Lease", "leases", True)
+CRD: Final = Kind(
+    "apiextensions.k8s.io",
+    "v1",
+    "CustomResourceDefinition",
+    "customresourcedefinitions",
+    False,
+    ("crd", "crds"),
+)
+CORE_KINDS: Final = (POD, NODE, EVENT, NAMESPACE, CONFIG_MAP, LEASE, CRD)
+
+# --- scheduler --------------------------------------------------------------------------
+
+PLUGIN_QOS_AWARE_NODE_RESOURCES_FIT: Final = "QoSAwareNodeResourcesFit"
+PLUGIN_QOS_AWARE_NODE_RESOURCES_BALANCED_ALLOCATION: Final = (
+    "QoSAwareNodeResourcesBalancedAllocation"
+)
+PLUGIN_NODE_RESOURCE_TOPOLOGY: Final = "NodeResourceTopology"
+PLUGIN_NODE_OVERCOMMITMENT: Final = "NodeOvercommitment"
+DEFAULT_SCHEDULER_NAME: Final = "katalyst-scheduler"
+
+# --- agent ------------------------------------------------------------------------------
+
+AGENT_COMPONENT: Final = "katalyst-agent"
+SCHEDULER_COMPONENT: Final = "katalyst-scheduler"
+CONTROLLER_COMPONENT: Final = "katalyst-controller"
+# The agent explains each published reclaimed figure in this CNR annotation (JSON terms).
+RECLAIMED_TERMS_ANNOTATION: Final = "katalyst.kubewharf.io/reclaimed_terms"

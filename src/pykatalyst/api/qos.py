@@ -1,0 +1,787 @@
+"""A pod's QoS as Katalyst reads it, plus the Kubernetes QoS class as the kubelet computes it.
+
+Katalyst itself tolerates many mistakes silently (a malformed enhancement is ignored, an
+unknown key is dropped). Here every such mistake becomes a `QoSProblem` that names the field,
+the bad value and what would have been accepted, so a user learns about it before the pod
+lands on a node and behaves differently from what the manifest seems to say.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from pykatalyst.api import names
+from pykatalyst.api.quantity import Quantity, QuantityError, parse_quantity
+
+K8S_QOS_GUARANTEED: Final = "Guaranteed"
+K8S_QOS_BURSTABLE: Final = "Burstable"
+K8S_QOS_BEST_EFFORT: Final = "BestEffort"
+
+# OOM priority bands per level: [low, high). Two values outside every band are kept as
+# they are: the "ignore this pod" and the "never kill this pod" markers.
+OOM_PRIORITY_IGNORE: Final = -300
+OOM_PRIORITY_TOP: Final = 300
+OOM_PRIORITY_RANGES: Final[Mapping[str, tuple[int, int]]] = {
+    names.QOS_RECLAIMED_CORES: (-100, 0),
+    names.QOS_SHARED_CORES: (0, 100),
+    names.QOS_DEDICATED_CORES: (100, 200),
+    names.QOS_SYSTEM_CORES: (200, 300),
+}
+
+_TRUE_FALSE: Final = ("true", "false")
+
+# Which enhancement annotation each known key is read from.
+_KEY_HOME: Final[Mapping[str, str]] = {
+    names.ENH_NUMA_BINDING: names.MEMORY_ENHANCEMENT_ANNOTATION,
+    names.ENH_NUMA_EXCLUSIVE: names.MEMORY_ENHANCEMENT_ANNOTATION,
+    names.ENH_OOM_PRIORITY: names.MEMORY_ENHANCEMENT_ANNOTATION,
+    names.ENH_RSS_OVERUSE_THRESHOLD: names.MEMORY_ENHANCEMENT_ANNOTATION,
+    names.ENH_CPUSET_POOL: names.CPU_ENHANCEMENT_ANNOTATION,
+    names.ENH_NUMA_SHARE: names.CPU_ENHANCEMENT_ANNOTATION,
+    names.ENH_SUPPRESSION_TOLERANCE_RATE: names.CPU_ENHANCEMENT_ANNOTATION,
+    names.ENH_CPU_BURST_POLICY: names.CPU_ENHANCEMENT_ANNOTATION,
+    names.ENH_CPU_BURST_PERCENT: names.CPU_ENHANCEMENT_ANNOTATION,
+    names.ENH_ALIGN_BY_SOCKET: names.CPU_ENHANCEMENT_ANNOTATION,
+    names.ENH_DISTRIBUTE_EVENLY_ACROSS_NUMA: names.CPU_ENHANCEMENT_ANNOTATION,
+    names.ENH_FULL_PCPUS_PAIRING: names.CPU_ENHANCEMENT_ANNOTATION,
+    names.ENH_NAMESPACE_TYPE: names.NETWORK_ENHANCEMENT_ANNOTATION,
+    names.ENH_TOPOLOGY_AFFINITY_RESTRICTED: names.NETWORK_ENHANCEMENT_ANNOTATION,
+}
+_BOOL_KEYS: Final = frozenset(
+    {
+        names.ENH_NUMA_BINDING,
+        names.ENH_NUMA_EXCLUSIVE,
+        names.ENH_NUMA_SHARE,
+        names.ENH_ALIGN_BY_SOCKET,
+        names.ENH_DISTRIBUTE_EVENLY_ACROSS_NUMA,
+        names.ENH_FULL_PCPUS_PAIRING,
+        names.ENH_TOPOLOGY_AFFINITY_RESTRICTED,
+    }
+)
+_NUMA_BINDING_LEVELS: Final = (
+    names.QOS_DEDICATED_CORES,
+    names.QOS_SHARED_CORES,
+    names.QOS_RECLAIMED_CORES,
+)
+_CPUSET_POOL_LEVELS: Final = (names.QOS_SHARED_CORES, names.QOS_SYSTEM_CORES)
+_POOL_NAME_CHARS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
+)
+_QOS_RESOURCES: Final = (names.RESOURCE_CPU, names.RESOURCE_MEMORY)
+
+Severity = Literal["error", "warning"]
+
+
+def annotation_field(annotation: str, key: str | None = None) -> str:
+    """The path of an annotation (or a key inside a JSON annotation) in a pod."""
+    path = f"metadata.annotations[{annotation}]"
+    return f"{path}.{key}" if key is not None else path
+
+
+@dataclass(frozen=True, slots=True)
+class QoSProblem:
+    """One thing wrong with (or worth knowing about) a pod's QoS declaration."""
+
+    severity: Severity
+    field: str
+    value: str | None
+    accepted: str
+    message: str
+
+    def __str__(self) -> str:
+        return _format_problem(self.message, self.field, self.value, self.accepted, None)
+
+
+class QoSError(ValueError):
+    """A pod's QoS declaration is invalid. `object` is filled in by whoever knows the pod."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str,
+        value: str | None,
+        accepted: str,
+        object: str | None = None,
+    ) -> None:
+        self.reason = message
+        self.field = field
+        self.value = value
+        self.accepted = accepted
+        self.object = object
+        super().__init__(message)
+
+    @classmethod
+    def from_problem(cls, problem: QoSProblem, object: str | None = None) -> QoSError:
+        return cls(
+            problem.message,
+            field=problem.field,
+            value=problem.value,
+            accepted=problem.accepted,
+            object=object,
+        )
+
+    def __str__(self) -> str:
+        return _format_problem(self.reason, self.field, self.value, self.accepted, self.object)
+
+
+def _format_problem(
+    message: str, field_path: str, value: str | None, accepted: str, obj: str | None
+) -> str:
+    parts = [f"{obj}: " if obj else "", message, f" (field {field_path}"]
+    if value is not None:
+        parts.append(f", value {value!r}")
+    if accepted:
+        parts.append(f"; accepted: {accepted}")
+    parts.append(")")
+    return "".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Enhancements:
+    """The typed view of the three enhancement annotations and the NUMA hint annotations.
+
+    `raw` keeps every key as written (unknown ones included) so that a pod passed on keeps
+    what a newer Katalyst would read from it.
+    """
+
+    numa_binding: bool = False
+    numa_exclusive: bool = False
+    oom_priority: int | None = None
+    rss_overuse_threshold: float | None = None
+    cpuset_pool: str | None = None
+    numa_share: bool | None = None
+    suppression_tolerance_rate: float | None = None
+    cpu_burst_policy: str | None = None
+    cpu_burst_percent: int | None = None
+    align_by_socket: bool = False
+    distribute_evenly_across_numa: bool = False
+    full_pcpus_pairing: bool = False
+    namespace_type: str | None = None
+    topology_affinity_restricted: bool = False
+    numa_number: int | None = None
+    numa_ids: tuple[int, ...] | None = None
+    raw: Mapping[str, Mapping[str, str]] = field(default_factory=dict, hash=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The enhancements that are set, keyed by their Katalyst names."""
+        out: dict[str, Any] = {}
+        for key in _ENHANCEMENT_FIELDS:
+            value = getattr(self, key)
+            if value is None or value is False:
+                continue
+            out[key] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+_ENHANCEMENT_FIELDS: Final = (
+    names.ENH_NUMA_BINDING,
+    names.ENH_NUMA_EXCLUSIVE,
+    names.ENH_OOM_PRIORITY,
+    names.ENH_RSS_OVERUSE_THRESHOLD,
+    names.ENH_CPUSET_POOL,
+    names.ENH_NUMA_SHARE,
+    names.ENH_SUPPRESSION_TOLERANCE_RATE,
+    names.ENH_CPU_BURST_POLICY,
+    names.ENH_CPU_BURST_PERCENT,
+    names.ENH_ALIGN_BY_SOCKET,
+    names.ENH_DISTRIBUTE_EVENLY_ACROSS_NUMA,
+    names.ENH_FULL_PCPUS_PAIRING,
+    names.ENH_NAMESPACE_TYPE,
+    names.ENH_TOPOLOGY_AFFINITY_RESTRICTED,
+    names.ENH_NUMA_NUMBER,
+    names.ENH_NUMA_IDS,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PodQoS:
+    """A pod's Katalyst QoS level, its enhancements and its Kubernetes QoS class."""
+
+    level: str
+    enhancements: Enhancements
+    k8s_qos_class: str
+    warnings: tuple[QoSProblem, ...] = ()
+
+    @property
+    def is_dedicated(self) -> bool:
+        return self.level == names.QOS_DEDICATED_CORES
+
+    @property
+    def is_shared(self) -> bool:
+        return self.level == names.QOS_SHARED_CORES
+
+    @property
+    def is_reclaimed(self) -> bool:
+        return self.level == names.QOS_RECLAIMED_CORES
+
+    @property
+    def is_system(self) -> bool:
+        return self.level == names.QOS_SYSTEM_CORES
+
+    @property
+    def numa_binding(self) -> bool:
+        return self.enhancements.numa_binding
+
+    @property
+    def numa_exclusive(self) -> bool:
+        return self.enhancements.numa_exclusive
+
+    @property
+    def cpuset_pool(self) -> str:
+        """The cpu pool the pod runs in under the dynamic cpu policy."""
+        if self.level == names.QOS_DEDICATED_CORES:
+            return names.POOL_DEDICATED
+        if self.level == names.QOS_RECLAIMED_CORES:
+            return names.POOL_RECLAIM
+        if self.enhancements.cpuset_pool:
+            return self.enhancements.cpuset_pool
+        return names.POOL_SHARE if self.level == names.QOS_SHARED_CORES else ""
+
+    @property
+    def oom_priority(self) -> int:
+        """The effective OOM priority: the declared one (already clamped) or the level's floor."""
+        if self.enhancements.oom_priority is not None:
+            return self.enhancements.oom_priority
+        return OOM_PRIORITY_RANGES[self.level][0]
+
+
+# --- helpers over plain pod JSON --------------------------------------------------------
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping):
+        return {}
+    ann = meta.get("annotations")
+    return ann if isinstance(ann, Mapping) else {}
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = pod.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _containers(pod: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    items = _spec(pod).get(key)
+    if not isinstance(items, list):
+        return []
+    return [c for c in items if isinstance(c, Mapping)]
+
+
+def _to_quantity(value: Any) -> Quantity:
+    if not isinstance(value, str | int | float):
+        raise QuantityError(value, f"unsupported type {type(value).__name__}")
+    return parse_quantity(value)
+
+
+def container_resources(
+    container: Mapping[str, Any], field_path: str
+) -> tuple[dict[str, Quantity], dict[str, Quantity], list[QoSProblem]]:
+    """A container's (requests, limits), requests defaulted from limits as the API server does."""
+    problems: list[QoSProblem] = []
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        resources = {}
+    out: list[dict[str, Quantity]] = []
+    for part in ("requests", "limits"):
+        values = resources.get(part)
+        parsed: dict[str, Quantity] = {}
+        if isinstance(values, Mapping):
+            for name, raw in values.items():
+                try:
+                    parsed[str(name)] = _to_quantity(raw)
+                except (QuantityError, ValueError) as exc:
+                    problems.append(
+                        QoSProblem(
+                            "error",
+                            f"{field_path}.resources.{part}[{name}]",
+                            str(raw),
+                            "a Kubernetes quantity such as 500m, 2, 1Gi",
+                            f"invalid quantity: {exc}",
+                        )
+                    )
+        out.append(parsed)
+    requests, limits = out
+    for name, limit in limits.items():
+        requests.setdefault(name, limit)
+    return requests, limits, problems
+
+
+def _all_containers(pod: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for key in ("initContainers", "containers"):
+        for i, container in enumerate(_containers(pod, key)):
+            yield f"spec.{key}[{i}]", container
+
+
+def k8s_qos_class(pod: Mapping[str, Any]) -> str:
+    """The Kubernetes QoS class, computed the way the kubelet does.
+
+    Only cpu and memory count; a zero quantity counts as absent; init containers count too.
+    """
+    requests: dict[str, Quantity] = {}
+    limits: dict[str, Quantity] = {}
+    guaranteed = True
+    zero = Quantity.from_milli(0)
+    for path, container in _all_containers(pod):
+        reqs, lims, _ = container_resources(container, path)
+        for name in _QOS_RESOURCES:
+            if name in reqs and reqs[name] > zero:
+                requests[name] = requests[name] + reqs[name] if name in requests else reqs[name]
+        found: set[str] = set()
+        for name in _QOS_RESOURCES:
+            if name in lims and lims[name] > zero:
+                found.add(name)
+                limits[name] = limits[name] + lims[name] if name in limits else lims[name]
+        if found != set(_QOS_RESOURCES):
+            guaranteed = False
+    if not requests and not limits:
+        return K8S_QOS_BEST_EFFORT
+    if guaranteed:
+        for name, req in requests.items():
+            if name not in limits or limits[name] != req:
+                guaranteed = False
+                break
+    if guaranteed and len(requests) == len(limits):
+        return K8S_QOS_GUARANTEED
+    return K8S_QOS_BURSTABLE
+
+
+# --- parsing ----------------------------------------------------------------------------
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.problems: list[QoSProblem] = []
+
+    def error(self, field_path: str, value: str | None, accepted: str, message: str) -> None:
+        self.problems.append(QoSProblem("error", field_path, value, accepted, message))
+
+    def warn(self, field_path: str, value: str | None, accepted: str, message: str) -> None:
+        self.problems.append(QoSProblem("warning", field_path, value, accepted, message))
+
+
+def _level(ann: Mapping[str, Any], out: _Collector) -> str:
+    if names.QOS_LEVEL_ANNOTATION not in ann:
+        return names.DEFAULT_QOS_LEVEL
+    value = ann[names.QOS_LEVEL_ANNOTATION]
+    if isinstance(value, str) and value in names.QOS_LEVELS:
+        return value
+    out.error(
+        annotation_field(names.QOS_LEVEL_ANNOTATION),
+        str(value),
+        ", ".join(names.QOS_LEVELS),
+        f"can't get valid qos level from annotation {names.QOS_LEVEL_ANNOTATION}",
+    )
+    return names.DEFAULT_QOS_LEVEL
+
+
+def _enhancement_maps(ann: Mapping[str, Any], out: _Collector) -> dict[str, dict[str, str]]:
+    maps: dict[str, dict[str, str]] = {}
+    for annotation in names.ENHANCEMENT_ANNOTATIONS:
+        if annotation not in ann:
+            continue
+        text = ann[annotation]
+        path = annotation_field(annotation)
+        if not isinstance(text, str):
+            out.error(path, str(text), "a JSON object string", "annotation value must be a string")
+            continue
+        try:
+            decoded = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            out.error(
+                path,
+                text,
+                f'a JSON object of string values, e.g. {{"{names.ENH_NUMA_BINDING}": "true"}}',
+                f"malformed JSON in annotation {annotation}: {detail}",
+            )
+            continue
+        if not isinstance(decoded, dict):
+            out.error(
+                path,
+                text,
+                f'a JSON object of string values, e.g. {{"{names.ENH_NUMA_BINDING}": "true"}}',
+                f"annotation {annotation} must hold a JSON object, "
+                f"not a JSON {_json_type(decoded)}",
+            )
+            continue
+        values: dict[str, str] = {}
+        for key, value in decoded.items():
+            if isinstance(value, str):
+                values[key] = value
+                continue
+            out.error(
+                annotation_field(annotation, key),
+                json.dumps(value),
+                f'a JSON string, e.g. "{_stringify(value)}"',
+                "enhancement values must be JSON strings (Katalyst reads a string-to-string map)",
+            )
+        maps[annotation] = values
+    return maps
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if value is None:
+        return "null"
+    return "string"
+
+
+def _stringify(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return "..."
+
+
+def _parse_int(text: str) -> int | None:
+    stripped = text.strip()
+    if not stripped or stripped != text:
+        return None
+    body = stripped[1:] if stripped[0] in "+-" else stripped
+    if not body.isascii() or not body.isdigit():
+        return None
+    return int(stripped)
+
+
+def _parse_float(text: str) -> float | None:
+    # Python's float() also takes non-ASCII digits, underscores and spaces; Go's does not.
+    if not text.isascii() or "_" in text or text.strip() != text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def parse_numa_ids(text: str) -> tuple[int, ...] | None:
+    """Read a NUMA id list such as "0,2-3"; None when it is not one."""
+    ids: set[int] = set()
+    for part in text.split(","):
+        bounds = part.split("-")
+        if len(bounds) > 2:
+            return None
+        nums = [_parse_int(b) for b in bounds]
+        if any(n is None or n < 0 for n in nums):
+            return None
+        lo, hi = nums[0], nums[-1]
+        assert lo is not None and hi is not None
+        if hi < lo or hi - lo > 4096:
+            return None
+        ids.update(range(lo, hi + 1))
+    return tuple(sorted(ids))
+
+
+def _typed_enhancements(
+    level: str, maps: Mapping[str, Mapping[str, str]], ann: Mapping[str, Any], out: _Collector
+) -> Enhancements:
+    known: dict[str, Any] = {}
+    for annotation, values in maps.items():
+        for key, text in values.items():
+            path = annotation_field(annotation, key)
+            home = _KEY_HOME.get(key)
+            if home is None:
+                out.warn(
+                    path,
+                    text,
+                    ", ".join(k for k, h in _KEY_HOME.items() if h == annotation),
+                    f"unknown key {key!r} in {annotation} is kept but has no effect here",
+                )
+                continue
+            if home != annotation:
+                out.warn(
+                    path,
+                    text,
+                    f"put {key} in {home}",
+                    f"{key} is read from {home}, so it has no effect in {annotation}",
+                )
+                continue
+            parsed = _parse_known(level, key, text, path, out)
+            if parsed is not None:
+                known[key] = parsed
+    for annotation, key in (
+        (names.NUMA_NUMBER_ANNOTATION, names.ENH_NUMA_NUMBER),
+        (names.NUMA_IDS_ANNOTATION, names.ENH_NUMA_IDS),
+    ):
+        if annotation not in ann:
+            continue
+        raw = ann[annotation]
+        text = raw if isinstance(raw, str) else str(raw)
+        path = annotation_field(annotation)
+        if key == names.ENH_NUMA_NUMBER:
+            number = _parse_int(text) if isinstance(raw, str) else None
+            if number is None or number <= 0:
+                out.error(path, text, "a positive integer", "invalid NUMA number")
+            else:
+                known[key] = number
+        else:
+            ids = parse_numa_ids(text) if isinstance(raw, str) else None
+            if ids is None:
+                out.error(path, text, 'a NUMA id list such as "0" or "0,2-3"', "invalid NUMA ids")
+            else:
+                known[key] = ids
+    raw_maps = {a: dict(v) for a, v in maps.items()}
+    return Enhancements(raw=raw_maps, **known)
+
+
+def _parse_known(level: str, key: str, text: str, path: str, out: _Collector) -> Any:
+    if key in _BOOL_KEYS:
+        if text not in _TRUE_FALSE:
+            out.error(path, text, '"true" or "false"', f"invalid value for {key}")
+            return None
+        return text == "true"
+    if key == names.ENH_OOM_PRIORITY:
+        number = _parse_int(text)
+        if number is None:
+            out.error(path, text, "an integer", f"invalid value for {key}")
+            return None
+        return _align_oom_priority(level, number, path, text, out)
+    if key in (names.ENH_RSS_OVERUSE_THRESHOLD, names.ENH_SUPPRESSION_TOLERANCE_RATE):
+        number_f = _parse_float(text)
+        if number_f is None or number_f <= 0:
+            out.error(path, text, "a number greater than 0", f"invalid value for {key}")
+            return None
+        return number_f
+    if key == names.ENH_CPUSET_POOL:
+        if not text or not set(text) <= _POOL_NAME_CHARS:
+            out.error(
+                path, text, "a pool name of letters, digits, '-', '_' or '.'", "invalid pool name"
+            )
+            return None
+        return text
+    if key == names.ENH_CPU_BURST_POLICY:
+        if text not in names.CPU_BURST_POLICIES:
+            out.error(path, text, ", ".join(names.CPU_BURST_POLICIES), "unknown cpu burst policy")
+            return None
+        return text
+    if key == names.ENH_CPU_BURST_PERCENT:
+        number = _parse_int(text)
+        if number is None or number < 0:
+            out.error(path, text, "an integer from 0 to 100", f"invalid value for {key}")
+            return None
+        if number > 100:
+            out.warn(path, text, "an integer from 0 to 100", "cpu burst percent is capped at 100")
+            return 100
+        return number
+    if key == names.ENH_NAMESPACE_TYPE:
+        if text not in names.NETWORK_NAMESPACE_TYPES:
+            out.error(
+                path, text, ", ".join(names.NETWORK_NAMESPACE_TYPES), "unknown namespace type"
+            )
+            return None
+        return text
+    raise AssertionError(f"no parser for {key}")  # pragma: no cover - table is exhaustive
+
+
+def _align_oom_priority(level: str, value: int, path: str, text: str, out: _Collector) -> int:
+    if value in (OOM_PRIORITY_IGNORE, OOM_PRIORITY_TOP):
+        return value
+    low, high = OOM_PRIORITY_RANGES[level]
+    aligned = min(max(value, low), high - 1)
+    if aligned != value:
+        out.warn(
+            path,
+            text,
+            f"{low}..{high - 1} for {level}, or {OOM_PRIORITY_IGNORE} / {OOM_PRIORITY_TOP}",
+            f"{names.ENH_OOM_PRIORITY} {value} is outside the range of {level}; using {aligned}",
+        )
+    return aligned
+
+
+def _level_rules(level: str, enh: Enhancements, pod: Mapping[str, Any], out: _Collector) -> None:
+    mem = names.MEMORY_ENHANCEMENT_ANNOTATION
+    cpu = names.CPU_ENHANCEMENT_ANNOTATION
+    if enh.numa_exclusive and not enh.numa_binding:
+        out.error(
+            annotation_field(mem, names.ENH_NUMA_EXCLUSIVE),
+            "true",
+            f'{names.ENH_NUMA_EXCLUSIVE} "true" only together with {names.ENH_NUMA_BINDING} "true"',
+            f"{names.ENH_NUMA_EXCLUSIVE} requires {names.ENH_NUMA_BINDING}",
+        )
+    if enh.numa_exclusive and level != names.QOS_DEDICATED_CORES:
+        out.error(
+            annotation_field(mem, names.ENH_NUMA_EXCLUSIVE),
+            "true",
+            f"{names.QOS_DEDICATED_CORES} pods",
+            f"{names.ENH_NUMA_EXCLUSIVE} is only allowed for {names.QOS_DEDICATED_CORES}, "
+            f"not {level}",
+        )
+    if enh.numa_binding and level not in _NUMA_BINDING_LEVELS:
+        out.error(
+            annotation_field(mem, names.ENH_NUMA_BINDING),
+            "true",
+            ", ".join(_NUMA_BINDING_LEVELS),
+            f"{names.ENH_NUMA_BINDING} is not allowed for {level}",
+        )
+    if enh.numa_exclusive:
+        for key in (names.ENH_DISTRIBUTE_EVENLY_ACROSS_NUMA, names.ENH_FULL_PCPUS_PAIRING):
+            if getattr(enh, key):
+                out.error(
+                    annotation_field(cpu, key),
+                    "true",
+                    f"{key} without {names.ENH_NUMA_EXCLUSIVE}",
+                    f"{key} cannot be combined with {names.ENH_NUMA_EXCLUSIVE}",
+                )
+    if enh.cpuset_pool is not None and level not in _CPUSET_POOL_LEVELS:
+        out.error(
+            annotation_field(cpu, names.ENH_CPUSET_POOL),
+            enh.cpuset_pool,
+            ", ".join(_CPUSET_POOL_LEVELS),
+            f"{names.ENH_CPUSET_POOL} is not allowed for {level}",
+        )
+    if enh.suppression_tolerance_rate is not None and level != names.QOS_RECLAIMED_CORES:
+        out.error(
+            annotation_field(cpu, names.ENH_SUPPRESSION_TOLERANCE_RATE),
+            str(enh.suppression_tolerance_rate),
+            f"{names.QOS_RECLAIMED_CORES} pods",
+            f"{names.ENH_SUPPRESSION_TOLERANCE_RATE} is only allowed for "
+            f"{names.QOS_RECLAIMED_CORES}",
+        )
+    if (
+        level == names.QOS_RECLAIMED_CORES
+        and enh.cpu_burst_policy is not None
+        and enh.cpu_burst_policy != names.CPU_BURST_POLICY_CLOSED
+    ):
+        out.warn(
+            annotation_field(cpu, names.ENH_CPU_BURST_POLICY),
+            enh.cpu_burst_policy,
+            names.CPU_BURST_POLICY_CLOSED,
+            f"cpu burst is always closed for {names.QOS_RECLAIMED_CORES}",
+        )
+    if (enh.numa_number is not None or enh.numa_ids is not None) and not enh.numa_binding:
+        annotation = (
+            names.NUMA_IDS_ANNOTATION if enh.numa_ids is not None else names.NUMA_NUMBER_ANNOTATION
+        )
+        out.warn(
+            annotation_field(annotation),
+            None,
+            f'{names.ENH_NUMA_BINDING} "true" in {mem}',
+            f"NUMA hints only apply to pods with {names.ENH_NUMA_BINDING}",
+        )
+    if level == names.QOS_DEDICATED_CORES:
+        if not enh.numa_binding:
+            out.error(
+                annotation_field(mem, names.ENH_NUMA_BINDING),
+                None,
+                f'{names.ENH_NUMA_BINDING} "true"',
+                f"{names.QOS_DEDICATED_CORES} requires {names.ENH_NUMA_BINDING}",
+            )
+        _dedicated_resources(pod, out)
+    if level == names.QOS_RECLAIMED_CORES:
+        _reclaimed_resources(pod, out)
+
+
+def _dedicated_resources(pod: Mapping[str, Any], out: _Collector) -> None:
+    for path, container in _all_containers(pod):
+        if path.startswith("spec.initContainers") and container.get("restartPolicy") != "Always":
+            continue
+        reqs, lims, _ = container_resources(container, path)
+        name = container.get("name", "")
+        cpu = reqs.get(names.RESOURCE_CPU)
+        if cpu is None or cpu.milli_value() % 1000 != 0 or cpu.milli_value() <= 0:
+            out.error(
+                f"{path}.resources.requests.cpu",
+                None if cpu is None else str(cpu),
+                "a whole number of cores (1, 2, ...)",
+                f"{names.QOS_DEDICATED_CORES} container {name!r} must request whole CPUs",
+            )
+        for resource in _QOS_RESOURCES:
+            req, lim = reqs.get(resource), lims.get(resource)
+            if req is None or lim is None or req != lim:
+                out.error(
+                    f"{path}.resources.limits.{resource}",
+                    None if lim is None else str(lim),
+                    f"equal to the {resource} request ({req})"
+                    if req is not None
+                    else f"a {resource} request and an equal limit",
+                    f"{names.QOS_DEDICATED_CORES} container {name!r} must be Guaranteed: "
+                    f"{resource} limit must equal its request",
+                )
+
+
+def _reclaimed_resources(pod: Mapping[str, Any], out: _Collector) -> None:
+    replacement = {
+        names.RESOURCE_CPU: names.RECLAIMED_MILLICPU,
+        names.RESOURCE_MEMORY: names.RECLAIMED_MEMORY,
+    }
+    zero = Quantity.from_milli(0)
+    for path, container in _all_containers(pod):
+        reqs, lims, _ = container_resources(container, path)
+        name = container.get("name", "")
+        for resource in _QOS_RESOURCES:
+            for part, values in (("requests", reqs), ("limits", lims)):
+                quantity = values.get(resource)
+                if quantity is None or not quantity > zero:
+                    continue
+                out.error(
+                    f"{path}.resources.{part}.{resource}",
+                    str(quantity),
+                    f"{replacement[resource]} instead of {resource}",
+                    f"{names.QOS_RECLAIMED_CORES} container {name!r} asks for native {resource}",
+                )
+                break
+
+
+def _check(pod: Mapping[str, Any]) -> tuple[PodQoS, list[QoSProblem]]:
+    out = _Collector()
+    if not isinstance(pod, Mapping):
+        out.error("", type(pod).__name__, "a pod or pod template object", "not an object")
+        return PodQoS(names.DEFAULT_QOS_LEVEL, Enhancements(), K8S_QOS_BEST_EFFORT), out.problems
+    ann = _annotations(pod)
+    level = _level(ann, out)
+    level_ok = not out.problems
+    maps = _enhancement_maps(ann, out)
+    enh = _typed_enhancements(level, maps, ann, out)
+    for path, container in _all_containers(pod):
+        out.problems.extend(container_resources(container, path)[2])
+    if level_ok:
+        _level_rules(level, enh, pod, out)
+    qos_class = k8s_qos_class(pod)
+    warnings = tuple(p for p in out.problems if p.severity == "warning")
+    return PodQoS(level, enh, qos_class, warnings), out.problems
+
+
+def inspect_pod_qos(pod: Mapping[str, Any]) -> tuple[PodQoS, list[QoSProblem]]:
+    """The QoS as far as it can be read, with every problem found (errors and warnings).
+
+    The QoS is only meaningful when no problem is an error.
+    """
+    return _check(pod)
+
+
+def validate_pod_qos(pod: Mapping[str, Any]) -> list[QoSProblem]:
+    """Every problem with a pod's QoS declaration: errors first, then warnings."""
+    problems = _check(pod)[1]
+    return [p for p in problems if p.severity == "error"] + [
+        p for p in problems if p.severity == "warning"
+    ]
+
+
+def parse_pod_qos(pod: Mapping[str, Any]) -> PodQoS:
+    """A pod's (or pod template's) QoS; raises `QoSError` for the first problem found."""
+    qos, problems = _check(pod)
+    for problem in problems:
+        if problem.severity == "error":
+            raise QoSError.from_problem(problem)
+    return qos
+
+
+def qos_level(pod: Mapping[str, Any]) -> str:
+    """Just the level, for hot paths that trust pods already admitted."""
+    out = _Collector()
+    level = _level(_annotations(pod), out)
+    if out.problems:
+        raise QoSError.from_problem(out.problems[0])
+    return level

@@ -1,0 +1,1 @@
+"""pykatalyst.cli"""

@@ -1,0 +1,271 @@
+"""`katalyst validate`: how Katalyst reads the pods in some manifests, and what is wrong."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from pykatalyst.api.manifests import (
+    Document,
+    ManifestError,
+    PodTemplate,
+    find_manifest_files,
+    load_documents,
+    pod_template,
+)
+from pykatalyst.api.objects import Pod
+from pykatalyst.api.qos import PodQoS, container_resources, inspect_pod_qos
+from pykatalyst.api.quantity import Quantity
+from pykatalyst.cli.output import OutputFormat, print_json, print_message, print_table
+
+
+@dataclass(slots=True)
+class Finding:
+    """A problem tied to the file and object it was found in."""
+
+    severity: str
+    file: str
+    object: str
+    field: str
+    value: str | None
+    accepted: str
+    message: str
+    line: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "severity": self.severity,
+            "file": self.file,
+            "line": self.line,
+            "object": self.object,
+            "field": self.field,
+            "value": self.value,
+            "accepted": self.accepted,
+            "message": self.message,
+        }
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        text = f"{where}: {self.object + ': ' if self.object else ''}{self.message}"
+        details = []
+        if self.field:
+            details.append(f"field {self.field}")
+        if self.value is not None:
+            details.append(f"value {self.value!r}")
+        if self.accepted:
+            details.append(f"accepted: {self.accepted}")
+        return f"{text} ({'; '.join(details)})" if details else text
+
+
+@dataclass(slots=True)
+class Report:
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    def errors(self, strict: bool) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error" or strict]
+
+    def to_json(self, strict: bool) -> dict[str, Any]:
+        return {
+            "valid": not self.errors(strict),
+            "pods": self.pods,
+            "skipped": self.skipped,
+            "problems": [f.to_json() for f in self.findings],
+        }
+
+
+def _resources_json(values: dict[str, Quantity]) -> dict[str, str]:
+    return {name: str(q) for name, q in sorted(values.items())}
+
+
+def _template_entry(template: PodTemplate, qos: PodQoS) -> dict[str, Any]:
+    doc = template.document
+    pod = template.pod
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    containers = []
+    for key in ("initContainers", "containers"):
+        items = spec.get(key)
+        for index, container in enumerate(items if isinstance(items, list) else []):
+            if not isinstance(container, dict):
+                continue
+            reqs, lims, _ = container_resources(container, f"spec.{key}[{index}]")
+            containers.append(
+                {
+                    "index": index,
+                    "init": key == "initContainers",
+                    "name": str(container.get("name", "")),
+                    "requests": _resources_json(reqs),
+                    "limits": _resources_json(lims),
+                }
+            )
+    view = Pod(pod)
+    requests, limits = view.requests(), view.limits()
+    return {
+        "file": str(doc.path),
+        "document": doc.index,
+        "kind": doc.kind,
+        "namespace": doc.namespace,
+        "name": doc.name,
+        "template": template.field_prefix,
+        "qosLevel": qos.level,
+        "enhancements": qos.enhancements.as_dict(),
+        "k8sQoSClass": qos.k8s_qos_class,
+        "requests": _resources_json(requests),
+        "limits": _resources_json(limits),
+        "containers": containers,
+        "warnings": [str(w) for w in qos.warnings],
+    }
+
+
+def _field(prefix: str, path: str) -> str:
+    return f"{prefix}.{path}" if prefix and path else prefix or path
+
+
+def _check_document(doc: Document, report: Report) -> None:
+    template = pod_template(doc)
+    if template is None:
+        report.skipped.append(
+            {
+                "file": str(doc.path),
+                "document": doc.index,
+                "kind": doc.kind,
+                "name": doc.name,
+                "reason": "holds no pod template",
+            }
+        )
+        return
+    if not template.pod or not isinstance(template.pod.get("spec"), dict):
+        report.findings.append(
+            Finding(
+                "error",
+                str(doc.path),
+                doc.label,
+                _field(template.field_prefix, "spec"),
+                None,
+                "a pod spec with containers",
+                "no pod spec found",
+            )
+        )
+        return
+    qos, problems = inspect_pod_qos(template.pod)
+    problems.sort(key=lambda p: p.severity != "error")
+    for problem in problems:
+        report.findings.append(
+            Finding(
+                problem.severity,
+                str(doc.path),
+                doc.label,
+                _field(template.field_prefix, problem.field),
+                problem.value,
+                problem.accepted,
+                problem.message,
+            )
+        )
+    if any(p.severity == "error" for p in problems):
+        return
+    report.pods.append(_template_entry(template, qos))
+
+
+def build_report(paths: list[Path]) -> Report:
+    report = Report()
+    try:
+        files = find_manifest_files(paths)
+    except ManifestError as exc:
+        report.findings.append(
+            Finding("error", str(exc.path), "", "", None, "a file or folder", exc.reason)
+        )
+        return report
+    for path in files:
+        try:
+            docs = load_documents(path)
+        except ManifestError as exc:
+            report.findings.append(
+                Finding("error", str(path), "", "", None, "", exc.reason, line=exc.line)
+            )
+            continue
+        for doc in docs:
+            _check_document(doc, report)
+    return report
+
+
+def _fmt_resources(values: dict[str, str]) -> str:
+    return "\n".join(f"{k}={v}" for k, v in values.items()) or "-"
+
+
+def _fmt_enhancements(values: dict[str, Any]) -> str:
+    parts = []
+    for key, value in values.items():
+        if value is True:
+            parts.append(key)
+        elif isinstance(value, list):
+            parts.append(f"{key}={','.join(str(v) for v in value)}")
+        else:
+            parts.append(f"{key}={value}")
+    return "\n".join(parts) or "-"
+
+
+def print_report(report: Report, strict: bool) -> None:
+    """The table of pod templates, then notes on skipped objects, then the problems."""
+    rows = [
+        (
+            f"{p['kind']} {p['namespace'] + '/' if p['namespace'] else ''}{p['name']}",
+            p["file"],
+            p["qosLevel"],
+            _fmt_enhancements(p["enhancements"]),
+            p["k8sQoSClass"],
+            _fmt_resources(p["requests"]),
+            _fmt_resources(p["limits"]),
+        )
+        for p in report.pods
+    ]
+    if rows:
+        print_table(
+            "Pod templates",
+            ("object", "file", "QoS level", "enhancements", "k8s QoS", "requests", "limits"),
+            rows,
+        )
+    for skipped in report.skipped:
+        print_message(
+            f"note: skipped {skipped['kind'] or '<no kind>'} {skipped['name']} in "
+            f"{skipped['file']}: {skipped['reason']}",
+            style="dim",
+        )
+    for finding in report.findings:
+        label = "error" if finding.severity == "error" or strict else "warning"
+        print_message(
+            f"{label}: {finding}", stderr=True, style="red" if label == "error" else "yellow"
+        )
+
+
+def validate(
+    files: list[Path] = typer.Option(  # noqa: B008 - typer reads options from defaults
+        ...,
+        "--filename",
+        "-f",
+        help="Manifest files or folders (searched for *.yaml/*.yml/*.json).",
+    ),
+    output: OutputFormat = typer.Option(  # noqa: B008
+        OutputFormat.TABLE, "--output", "-o", help="table or json."
+    ),
+    strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors."),
+) -> None:
+    """Show how Katalyst reads each pod template: QoS level, enhancements, QoS class, resources.
+
+    Exits 1 when any manifest is invalid (or, with --strict, raises a warning).
+    """
+    report = build_report(files)
+    if output is OutputFormat.JSON:
+        print_json(report.to_json(strict))
+    else:
+        print_report(report, strict)
+    if report.errors(strict):
+        raise typer.Exit(code=1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate)

@@ -1,0 +1,399 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pykatalyst.api import names
+from pykatalyst.api.qos import (
+    K8S_QOS_BEST_EFFORT,
+    K8S_QOS_BURSTABLE,
+    K8S_QOS_GUARANTEED,
+    QoSError,
+    k8s_qos_class,
+    parse_numa_ids,
+    parse_pod_qos,
+    validate_pod_qos,
+)
+
+MEM = names.MEMORY_ENHANCEMENT_ANNOTATION
+CPU = names.CPU_ENHANCEMENT_ANNOTATION
+NET = names.NETWORK_ENHANCEMENT_ANNOTATION
+LEVEL = names.QOS_LEVEL_ANNOTATION
+
+
+def container(
+    requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **extra: Any
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests is not None:
+        resources["requests"] = requests
+    if limits is not None:
+        resources["limits"] = limits
+    return {"name": extra.pop("name", "app"), "image": "busybox", "resources": resources, **extra}
+
+
+GUARANTEED = container({"cpu": "2", "memory": "1Gi"}, {"cpu": "2", "memory": "1Gi"})
+RECLAIMED = container(
+    {names.RECLAIMED_MILLICPU: "2k", names.RECLAIMED_MEMORY: "1Gi"},
+    {names.RECLAIMED_MILLICPU: "2k", names.RECLAIMED_MEMORY: "1Gi"},
+)
+
+
+def pod(
+    annotations: dict[str, Any] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    init: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": containers if containers is not None else [GUARANTEED]}
+    if init is not None:
+        spec["initContainers"] = init
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "annotations": annotations or {}},
+        "spec": spec,
+    }
+
+
+def dedicated(mem: dict[str, str], **more: str) -> dict[str, Any]:
+    return pod({LEVEL: names.QOS_DEDICATED_CORES, MEM: json.dumps(mem), **more})
+
+
+def errors(p: dict[str, Any]) -> list[str]:
+    return [x.field for x in validate_pod_qos(p) if x.severity == "error"]
+
+
+# --- levels -----------------------------------------------------------------------------
+
+
+def test_no_annotation_means_shared_cores() -> None:
+    assert parse_pod_qos(pod()).level == names.QOS_SHARED_CORES
+    assert parse_pod_qos({"metadata": {}, "spec": {"containers": []}}).level == "shared_cores"
+
+
+@pytest.mark.parametrize(
+    "level", [names.QOS_DEDICATED_CORES, names.QOS_SHARED_CORES, names.QOS_RECLAIMED_CORES]
+)
+def test_numa_binding_levels_are_read(level: str) -> None:
+    mem = json.dumps({"numa_binding": "true"})
+    containers = [RECLAIMED] if level == names.QOS_RECLAIMED_CORES else [GUARANTEED]
+    qos = parse_pod_qos(pod({LEVEL: level, MEM: mem}, containers))
+    assert qos.level == level
+    assert qos.numa_binding
+
+
+def test_system_cores_rejects_numa_binding() -> None:
+    with pytest.raises(QoSError, match="numa_binding is not allowed for system_cores"):
+        parse_pod_qos(pod({LEVEL: "system_cores", MEM: '{"numa_binding": "true"}'}))
+
+
+def test_system_cores_with_pool() -> None:
+    qos = parse_pod_qos(pod({LEVEL: "system_cores", CPU: '{"cpuset_pool": "sys-agents"}'}))
+    assert qos.level == names.QOS_SYSTEM_CORES
+    assert qos.cpuset_pool == "sys-agents"
+    assert qos.oom_priority == 200
+
+
+def test_unknown_level_names_annotation_value_and_choices() -> None:
+    with pytest.raises(QoSError) as info:
+        parse_pod_qos(pod({LEVEL: "premium_cores"}))
+    err = info.value
+    assert err.field == f"metadata.annotations[{LEVEL}]"
+    assert err.value == "premium_cores"
+    for level in names.QOS_LEVELS:
+        assert level in err.accepted
+    text = str(err)
+    assert "can't get valid qos level" in text and "premium_cores" in text and LEVEL in text
+
+
+def test_empty_level_is_rejected_like_katalyst() -> None:
+    with pytest.raises(QoSError):
+        parse_pod_qos(pod({LEVEL: ""}))
+
+
+# --- enhancement JSON -------------------------------------------------------------------
+
+
+def test_malformed_enhancement_json() -> None:
+    with pytest.raises(QoSError) as info:
+        parse_pod_qos(pod({MEM: '{"numa_binding": "true",}'}))
+    assert info.value.field == f"metadata.annotations[{MEM}]"
+    assert "malformed JSON" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["[]", '"x"', "1", "null"])
+def test_enhancement_must_be_an_object(text: str) -> None:
+    with pytest.raises(QoSError, match="must hold a JSON object"):
+        parse_pod_qos(pod({CPU: text}))
+
+
+def test_enhancement_values_must_be_strings() -> None:
+    with pytest.raises(QoSError) as info:
+        parse_pod_qos(pod({LEVEL: "dedicated_cores", MEM: '{"numa_binding": true}'}))
+    assert info.value.field == f"metadata.annotations[{MEM}].numa_binding"
+    assert "JSON strings" in str(info.value)
+    assert '"true"' in info.value.accepted
+
+
+def test_unknown_keys_are_kept_and_warned() -> None:
+    qos = parse_pod_qos(pod({CPU: '{"future_knob": "on", "cpu_burst_policy": "dynamic"}'}))
+    assert qos.enhancements.raw[CPU]["future_knob"] == "on"
+    assert qos.enhancements.cpu_burst_policy == "dynamic"
+    assert [w.field for w in qos.warnings] == [f"metadata.annotations[{CPU}].future_knob"]
+
+
+def test_key_in_the_wrong_annotation_is_warned_not_applied() -> None:
+    qos = parse_pod_qos(pod({CPU: '{"numa_binding": "true"}'}))
+    assert qos.enhancements.numa_binding is False
+    assert MEM in qos.warnings[0].accepted
+
+
+@pytest.mark.parametrize(
+    ("annotation", "key", "value"),
+    [
+        (MEM, "numa_binding", "yes"),
+        (MEM, "oom_priority", "high"),
+        (MEM, "rss_overuse_threshold", "0"),
+        (CPU, "cpu_burst_policy", "turbo"),
+        (CPU, "cpu_burst_percent", "-1"),
+        (CPU, "cpuset_pool", "bad pool"),
+        (CPU, "full_pcpus_pairing", "1"),
+        (NET, "namespace_type", "guest_ns"),
+    ],
+)
+def test_known_keys_are_validated(annotation: str, key: str, value: str) -> None:
+    with pytest.raises(QoSError) as info:
+        parse_pod_qos(pod({annotation: json.dumps({key: value})}))
+    assert info.value.field == f"metadata.annotations[{annotation}].{key}"
+    assert info.value.value == value
+    assert info.value.accepted
+
+
+def test_numa_hints() -> None:
+    qos = parse_pod_qos(
+        dedicated(
+            {"numa_binding": "true"},
+            **{names.NUMA_NUMBER_ANNOTATION: "2", names.NUMA_IDS_ANNOTATION: "0,2-3"},
+        )
+    )
+    assert qos.enhancements.numa_number == 2
+    assert qos.enhancements.numa_ids == (0, 2, 3)
+    with pytest.raises(QoSError, match="NUMA number"):
+        parse_pod_qos(pod({names.NUMA_NUMBER_ANNOTATION: "0"}))
+    with pytest.raises(QoSError, match="NUMA ids"):
+        parse_pod_qos(pod({names.NUMA_IDS_ANNOTATION: "3-1"}))
+
+
+@given(st.lists(st.integers(0, 64), min_size=1, max_size=10))
+def test_numa_ids_round_trip(ids: list[int]) -> None:
+    assert parse_numa_ids(",".join(str(i) for i in ids)) == tuple(sorted(set(ids)))
+
+
+# --- OOM priority -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("level", "declared", "effective"),
+    [
+        ("shared_cores", "50", 50),
+        ("shared_cores", "150", 99),
+        ("shared_cores", "-5", 0),
+        ("dedicated_cores", "10", 100),
+        ("dedicated_cores", "300", 300),
+        ("shared_cores", "-300", -300),
+    ],
+)
+def test_oom_priority_is_clamped_into_level_range(
+    level: str, declared: str, effective: int
+) -> None:
+    mem: dict[str, str] = {"oom_priority": declared}
+    if level == "dedicated_cores":
+        mem["numa_binding"] = "true"
+    qos = parse_pod_qos(pod({LEVEL: level, MEM: json.dumps(mem)}))
+    assert qos.oom_priority == effective
+    assert bool(qos.warnings) == (str(effective) != declared)
+
+
+def test_default_oom_priority_is_level_floor() -> None:
+    assert parse_pod_qos(pod({LEVEL: "reclaimed_cores"}, [RECLAIMED])).oom_priority == -100
+
+
+# --- level rules ------------------------------------------------------------------------
+
+
+def test_numa_exclusive_needs_numa_binding() -> None:
+    fields = errors(dedicated({"numa_exclusive": "true"}))
+    assert f"metadata.annotations[{MEM}].numa_exclusive" in fields
+
+
+def test_numa_exclusive_only_for_dedicated() -> None:
+    p = pod({MEM: json.dumps({"numa_binding": "true", "numa_exclusive": "true"})})
+    with pytest.raises(QoSError, match="only allowed for dedicated_cores"):
+        parse_pod_qos(p)
+
+
+def test_dedicated_requires_numa_binding() -> None:
+    with pytest.raises(QoSError, match="requires numa_binding"):
+        parse_pod_qos(pod({LEVEL: "dedicated_cores"}))
+
+
+def test_dedicated_numa_exclusive_is_valid() -> None:
+    qos = parse_pod_qos(dedicated({"numa_binding": "true", "numa_exclusive": "true"}))
+    assert qos.is_dedicated and qos.numa_binding and qos.numa_exclusive
+    assert qos.k8s_qos_class == K8S_QOS_GUARANTEED
+
+
+@pytest.mark.parametrize("key", ["distribute_evenly_across_numa", "full_pcpus_pairing"])
+def test_numa_exclusive_conflicts(key: str) -> None:
+    p = dedicated(
+        {"numa_binding": "true", "numa_exclusive": "true"}, **{CPU: f'{{"{key}":"true"}}'}
+    )
+    assert f"metadata.annotations[{CPU}].{key}" in errors(p)
+
+
+def test_dedicated_needs_whole_cpus_and_guaranteed() -> None:
+    half = container({"cpu": "1500m", "memory": "1Gi"}, {"cpu": "1500m", "memory": "1Gi"})
+    p = pod({LEVEL: "dedicated_cores", MEM: '{"numa_binding":"true"}'}, [half])
+    with pytest.raises(QoSError) as info:
+        parse_pod_qos(p)
+    assert info.value.field == "spec.containers[0].resources.requests.cpu"
+    assert info.value.value == "1500m"
+    burstable = container({"cpu": "2", "memory": "1Gi"}, {"cpu": "4", "memory": "1Gi"})
+    p = pod({LEVEL: "dedicated_cores", MEM: '{"numa_binding":"true"}'}, [burstable])
+    assert errors(p) == ["spec.containers[0].resources.limits.cpu"]
+
+
+def test_reclaimed_must_not_ask_native_resources() -> None:
+    native = container({"cpu": "1"}, name="worker")
+    with pytest.raises(QoSError) as info:
+        parse_pod_qos(pod({LEVEL: "reclaimed_cores"}, [RECLAIMED, native]))
+    assert info.value.field == "spec.containers[1].resources.requests.cpu"
+    assert "'worker'" in str(info.value) and names.RECLAIMED_MILLICPU in info.value.accepted
+
+
+def test_suppression_tolerance_only_for_reclaimed() -> None:
+    ok = parse_pod_qos(
+        pod({LEVEL: "reclaimed_cores", CPU: '{"suppression_tolerance_rate": "2.5"}'}, [RECLAIMED])
+    )
+    assert ok.enhancements.suppression_tolerance_rate == 2.5
+    with pytest.raises(QoSError, match="only allowed for reclaimed_cores"):
+        parse_pod_qos(pod({CPU: '{"suppression_tolerance_rate": "2.5"}'}))
+
+
+def test_cpuset_pool_only_for_shared_and_system() -> None:
+    assert parse_pod_qos(pod({CPU: '{"cpuset_pool": "flink"}'})).cpuset_pool == "flink"
+    with pytest.raises(QoSError, match="cpuset_pool is not allowed"):
+        parse_pod_qos(pod({LEVEL: "reclaimed_cores", CPU: '{"cpuset_pool": "x"}'}, [RECLAIMED]))
+
+
+def test_validate_collects_every_problem() -> None:
+    p = pod(
+        {
+            LEVEL: "dedicated_cores",
+            MEM: '{"numa_exclusive": "true", "mystery": "1"}',
+            CPU: '{"cpu_burst_policy": "turbo"}',
+        },
+        [container({"cpu": "500m"})],
+    )
+    problems = validate_pod_qos(p)
+    severities = [x.severity for x in problems]
+    assert severities.count("error") >= 3 and "warning" in severities
+    assert severities == sorted(severities)  # errors first
+
+
+# --- Kubernetes QoS class ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("containers", "init", "expected"),
+    [
+        ([container()], None, K8S_QOS_BEST_EFFORT),
+        ([container({"cpu": "0"})], None, K8S_QOS_BEST_EFFORT),
+        ([container({names.RECLAIMED_MILLICPU: "1k"})], None, K8S_QOS_BEST_EFFORT),
+        ([GUARANTEED], None, K8S_QOS_GUARANTEED),
+        # limits alone: requests default to them
+        ([container(None, {"cpu": "1", "memory": "1Gi"})], None, K8S_QOS_GUARANTEED),
+        ([container({"cpu": "1"}, {"cpu": "1"})], None, K8S_QOS_BURSTABLE),
+        ([container({"cpu": "1", "memory": "1Gi"})], None, K8S_QOS_BURSTABLE),
+        ([container({"cpu": "1000m", "memory": "1Gi"}, {"cpu": "1", "memory": "1024Mi"})],
+         None, K8S_QOS_GUARANTEED),
+        ([GUARANTEED], [container({"cpu": "1"})], K8S_QOS_BURSTABLE),
+        ([GUARANTEED, container()], None, K8S_QOS_BURSTABLE),
+    ],
+)  # fmt: skip
+def test_k8s_qos_class_like_kubelet(
+    containers: list[dict[str, Any]], init: list[dict[str, Any]] | None, expected: str
+) -> None:
+    assert k8s_qos_class(pod(None, containers, init)) == expected
+
+
+# --- robustness -------------------------------------------------------------------------
+
+_text = st.text(alphabet=st.characters(codec="utf-8"), max_size=30)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=6,
+)
+_known = st.sampled_from(
+    [
+        "numa_binding",
+        "numa_exclusive",
+        "oom_priority",
+        "cpuset_pool",
+        "cpu_burst_policy",
+        "cpu_burst_percent",
+        "suppression_tolerance_rate",
+        "rss_overuse_threshold",
+        "namespace_type",
+        "distribute_evenly_across_numa",
+    ]
+)
+_enh_value = st.one_of(
+    _text,
+    st.dictionaries(_known | _text, _text | st.sampled_from(["true", "false", "50", "-300"])).map(
+        json.dumps
+    ),
+    _json_values.map(json.dumps),
+)
+_annotations = st.dictionaries(
+    st.sampled_from(
+        [
+            LEVEL,
+            MEM,
+            CPU,
+            NET,
+            names.NUMA_NUMBER_ANNOTATION,
+            names.NUMA_IDS_ANNOTATION,
+            "other/annotation",
+        ]
+    ),
+    st.one_of(st.sampled_from([*names.QOS_LEVELS, "", "x"]), _enh_value, st.integers()),
+)
+_quantities = st.sampled_from(["1", "500m", "2Gi", "0", "bogus", "1.5", 3, 0.25])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _annotations,
+    st.lists(
+        st.dictionaries(st.sampled_from(["cpu", "memory", names.RECLAIMED_MILLICPU]), _quantities),
+        max_size=2,
+    ),
+)
+def test_any_annotations_parse_or_raise_qos_error(
+    annotations: dict[str, Any], requests: list[dict[str, Any]]
+) -> None:
+    p = pod(annotations, [container(r, r) for r in requests])
+    try:
+        qos = parse_pod_qos(p)
+    except QoSError as err:
+        assert err.field
+        assert any(x.severity == "error" for x in validate_pod_qos(p))
+    else:
+        assert qos.level in names.QOS_LEVELS
+        assert not any(x.severity == "error" for x in validate_pod_qos(p))
