@@ -127,7 +127,9 @@ TOPOLOGY_POLICY_SINGLE_NUMA_POD: Final = "SingleNUMANodePodLevel"
 OVERCOMMIT_NODE_POOL_LABEL: Final = "katalyst.kubewharf.io/overcommit_node_pool"
 CPU_OVERCOMMIT_RATIO_ANNOTATION: Final = "katalyst.kubewharf.io/cpu_overcommit_ratio"
 MEMORY_OVERCOMMIT_RATIO_ANNOTATION: Final = "katalyst.kubewharf.io/memory_overcommit_ratio"
-REALTIME_CPU_OVERCOMMIT_RATIO_ANNOTATION: Final = "katalyst.kubewharf.io/realtime_cpu_overcommit_ratio"
+REALTIME_CPU_OVERCOMMIT_RATIO_ANNOTATION: Final = (
+    "katalyst.kubewharf.io/realtime_cpu_overcommit_ratio"
+)
 REALTIME_MEMORY_OVERCOMMIT_RATIO_ANNOTATION: Final = (
     "katalyst.kubewharf.io/realtime_memory_overcommit_ratio"
 )
