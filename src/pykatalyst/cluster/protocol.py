@@ -189,8 +189,6 @@ class Cluster(Protocol):
         """`pods/binding`: set spec.nodeName of an unbound pod (409 if already bound)."""
         ...
 
-    def evict(
-        self, namespace: str, name: str, grace_period_seconds: int | None = None
-    ) -> None:
+    def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
         """`pods/eviction` (policy/v1 Eviction)."""
         ...
