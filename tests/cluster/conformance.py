@@ -1,0 +1,985 @@
+"""API-server conformance tests for any `Cluster` implementation.
+
+This module holds tests only; a test module imports them (`from tests.cluster.conformance
+import *`) and provides these fixtures:
+
+- `cluster`: a fresh `Cluster` per test in which the namespaces "default" and
+  "kube-system" exist and the core and Katalyst kinds are served.
+- `clock`: the `VirtualClock` that stamps `cluster`'s timestamps, or None when the
+  implementation's time cannot be controlled (tests that need it skip).
+- `backend`: the `MemoryCluster` that holds `cluster`'s state (the same object when
+  `cluster` is a MemoryCluster, the store behind the server for a remote run), or None.
+  Tests that install admission plugins, an eviction guard or trigger bookmarks use it and
+  skip without it; they still act through `cluster`, so a remote run checks the wire.
+- `small_history_cluster`: a fresh `Cluster` whose watch history keeps only
+  `SMALL_HISTORY` events.
+
+Watches are read with a short wait so that events travelling over a network arrive; the
+in-memory implementation delivers them at once. resourceVersions are compared as integers,
+which MemoryCluster (and anything serving it) guarantees and a real API server does not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pykatalyst.api.names import CONFIG_MAP, CUSTOM_NODE_RESOURCE, NODE, POD, Kind
+from pykatalyst.cluster.clock import VirtualClock
+from pykatalyst.cluster.memory import AdmissionRequest, AdmissionResponse, MemoryCluster, rfc3339
+from pykatalyst.cluster.protocol import (
+    JSON,
+    AlreadyExists,
+    ApiError,
+    BadRequest,
+    Cluster,
+    Conflict,
+    Forbidden,
+    Gone,
+    Invalid,
+    NotFound,
+    TooManyRequests,
+    Watch,
+    WatchEvent,
+)
+
+SMALL_HISTORY = 5
+WAIT = 2.0  # seconds to wait for an expected event (remote runs)
+QUIET = 0.2  # seconds to wait before concluding no event is coming
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def pod(
+    name: str,
+    namespace: str = "default",
+    labels: dict[str, str] | None = None,
+    node: str | None = None,
+    grace: int | None = None,
+) -> JSON:
+    spec: JSON = {
+        "containers": [
+            {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}
+        ]
+    }
+    if node:
+        spec["nodeName"] = node
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    meta: JSON = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def node(name: str, labels: dict[str, str] | None = None) -> JSON:
+    meta: JSON = {"name": name}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": {}}
+
+
+def config_map(name: str, data: dict[str, str] | None = None, **meta: Any) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default", **meta},
+        "data": data or {},
+    }
+
+
+def cnr(name: str) -> JSON:
+    return {
+        "apiVersion": CUSTOM_NODE_RESOURCE.api_version,
+        "kind": CUSTOM_NODE_RESOURCE.kind,
+        "metadata": {"name": name},
+        "spec": {"nodeResourceProperties": []},
+    }
+
+
+def rv(obj: JSON) -> int:
+    return int(obj["metadata"]["resourceVersion"])
+
+
+def names(items: list[JSON]) -> list[str]:
+    return [o["metadata"]["name"] for o in items]
+
+
+def collect(w: Watch, n: int, wait: float = WAIT, bookmarks: bool = False) -> list[WatchEvent]:
+    """Read until `n` events arrived (BOOKMARKs are skipped unless asked for)."""
+    out: list[WatchEvent] = []
+    deadline = time.monotonic() + wait
+    while len(out) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        for ev in w.next_events(timeout=min(left, 0.1)):
+            if ev.type != "BOOKMARK" or bookmarks:
+                out.append(ev)
+    return out
+
+
+def quiet(w: Watch) -> list[WatchEvent]:
+    """Events (other than BOOKMARKs) that show up within a short wait."""
+    return [e for e in collect(w, 1_000_000, wait=QUIET) if e.type != "BOOKMARK"]
+
+
+def summary(events: list[WatchEvent]) -> list[tuple[str, str]]:
+    return [(e.type, e.object["metadata"]["name"]) for e in events]
+
+
+def need(value: Any, what: str) -> Any:
+    if value is None:
+        pytest.skip(f"this implementation provides no {what}")
+    return value
+
+
+@pytest.fixture
+def watches() -> Iterator[list[Watch]]:
+    opened: list[Watch] = []
+    yield opened
+    for w in opened:
+        w.close()
+
+
+# --- create / get / list ------------------------------------------------------------------
+
+
+def test_implements_the_protocol(cluster: Cluster) -> None:
+    assert isinstance(cluster, Cluster)
+
+
+def test_create_sets_server_fields(cluster: Cluster) -> None:
+    created = cluster.create(POD, pod("p1"))
+    meta = created["metadata"]
+    assert meta["uid"] and meta["creationTimestamp"] and meta["resourceVersion"]
+    assert meta["generation"] == 1
+    assert created["kind"] == "Pod" and created["apiVersion"] == "v1"
+    assert cluster.get(POD, "p1", "default") == created
+
+
+def test_creation_timestamp_follows_the_clock(cluster: Cluster, clock: VirtualClock | None) -> None:
+    clock = need(clock, "controllable clock")
+    clock.advance(3600)
+    created = cluster.create(NODE, node("n1"))
+    assert created["metadata"]["creationTimestamp"] == rfc3339(clock.now())
+
+
+def test_uids_are_unique(cluster: Cluster) -> None:
+    uids = {cluster.create(POD, pod(f"p{i}"))["metadata"]["uid"] for i in range(5)}
+    assert len(uids) == 5
+
+
+def test_returned_objects_are_copies(cluster: Cluster) -> None:
+    manifest = pod("p1", labels={"app": "a"})
+    created = cluster.create(POD, manifest)
+    manifest["metadata"]["labels"]["app"] = "changed-input"
+    created["metadata"]["labels"]["app"] = "changed-output"
+    fetched = cluster.get(POD, "p1", "default")
+    assert fetched["metadata"]["labels"] == {"app": "a"}
+    fetched["spec"]["containers"].clear()
+    listed = cluster.list(POD, "default").items
+    assert listed[0]["spec"]["containers"][0]["name"] == "main"
+
+
+def test_list_is_ordered_by_namespace_then_name(cluster: Cluster) -> None:
+    for ns, name in [
+        ("kube-system", "b"),
+        ("default", "c"),
+        ("default", "a"),
+        ("kube-system", "a"),
+    ]:
+        cluster.create(POD, pod(name, ns))
+    items = cluster.list(POD).items
+    assert [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in items] == [
+        ("default", "a"),
+        ("default", "c"),
+        ("kube-system", "a"),
+        ("kube-system", "b"),
+    ]
+    assert names(cluster.list(POD, "kube-system").items) == ["a", "b"]
+
+
+def test_list_version_covers_its_items(cluster: Cluster) -> None:
+    for i in range(3):
+        cluster.create(POD, pod(f"p{i}"))
+    result = cluster.list(POD, "default")
+    assert int(result.resource_version) >= max(rv(o) for o in result.items)
+
+
+def test_resource_version_increases_across_kinds(cluster: Cluster) -> None:
+    a = cluster.create(POD, pod("p1"))
+    b = cluster.create(NODE, node("n1"))
+    c = cluster.create(CONFIG_MAP, config_map("c1"))
+    d = cluster.patch(POD, "p1", {"metadata": {"labels": {"x": "y"}}}, "default")
+    assert rv(a) < rv(b) < rv(c) < rv(d)
+
+
+def test_create_existing_is_already_exists(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1"))
+    with pytest.raises(AlreadyExists) as err:
+        cluster.create(POD, pod("p1"))
+    assert err.value.code == 409 and err.value.reason == "AlreadyExists"
+    assert '"p1"' in err.value.message and "already exists" in err.value.message
+
+
+def test_same_name_in_other_namespace_is_fine(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", "default"))
+    cluster.create(POD, pod("p1", "kube-system"))
+    assert len(cluster.list(POD).items) == 2
+
+
+def test_get_missing_is_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFound) as err:
+        cluster.get(POD, "nope", "default")
+    assert err.value.code == 404
+    assert err.value.message == 'pods "nope" not found'
+
+
+def test_create_in_missing_namespace_is_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFound) as err:
+        cluster.create(POD, pod("p1", "no-such-ns"))
+    assert "no-such-ns" in err.value.message
+
+
+def test_invalid_name_is_rejected_naming_the_field(cluster: Cluster) -> None:
+    with pytest.raises(Invalid) as err:
+        cluster.create(POD, pod("Not_Valid"))
+    assert err.value.code == 422 and "metadata.name" in err.value.message
+    assert cluster.list(POD).items == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "field"),
+    [({"app": "has space"}, "metadata.labels"), ({"bad key!": "x"}, "metadata.labels")],
+)
+def test_invalid_labels_are_rejected(cluster: Cluster, labels: dict[str, str], field: str) -> None:
+    with pytest.raises(Invalid) as err:
+        cluster.create(POD, pod("p1", labels=labels))
+    assert field in err.value.message
+
+
+def test_generate_name(cluster: Cluster) -> None:
+    manifest = pod("x")
+    del manifest["metadata"]["name"]
+    manifest["metadata"]["generateName"] = "web-"
+    a = cluster.create(POD, manifest)
+    b = cluster.create(POD, manifest)
+    assert a["metadata"]["name"].startswith("web-") and b["metadata"]["name"].startswith("web-")
+    assert a["metadata"]["name"] != b["metadata"]["name"]
+    assert len(a["metadata"]["name"]) > len("web-")
+
+
+def test_cluster_scoped_kind_has_no_namespace(cluster: Cluster) -> None:
+    created = cluster.create(NODE, node("n1"))
+    assert "namespace" not in created["metadata"]
+    assert cluster.get(NODE, "n1")["metadata"]["name"] == "n1"
+
+
+def test_custom_resources_are_served(cluster: Cluster) -> None:
+    created = cluster.create(CUSTOM_NODE_RESOURCE, cnr("n1"))
+    assert created["apiVersion"] == CUSTOM_NODE_RESOURCE.api_version
+    assert names(cluster.list(CUSTOM_NODE_RESOURCE).items) == ["n1"]
+
+
+def test_unknown_kind_is_not_found(cluster: Cluster) -> None:
+    gadget = Kind("example.com", "v1", "Gadget", "gadgets", True)
+    with pytest.raises(NotFound):
+        cluster.list(gadget)
+
+
+def test_creating_a_crd_serves_its_kind(cluster: Cluster) -> None:
+    widget = Kind("example.com", "v1", "Widget", "widgets", True)
+    crd_kind = Kind(
+        "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False
+    )
+    cluster.create(
+        crd_kind,
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Namespaced",
+                "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            }
+                        },
+                        "subresources": {"status": {}},
+                    }
+                ],
+            },
+        },
+    )
+    made = cluster.create(
+        widget,
+        {
+            "apiVersion": "example.com/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w1", "namespace": "default"},
+            "spec": {"size": 3},
+        },
+    )
+    assert made["spec"] == {"size": 3}
+    assert names(cluster.list(widget, "default").items) == ["w1"]
+
+
+# --- update and optimistic concurrency ----------------------------------------------------
+
+
+def test_stale_update_conflicts(cluster: Cluster) -> None:
+    first = cluster.create(POD, pod("p1"))
+    current = cluster.patch(POD, "p1", {"metadata": {"labels": {"v": "2"}}}, "default")
+    first["metadata"]["labels"] = {"v": "stale"}
+    with pytest.raises(Conflict) as err:
+        cluster.update(POD, first)
+    assert err.value.code == 409
+    assert "the object has been modified" in err.value.message
+    assert cluster.get(POD, "p1", "default") == current
+
+
+def test_update_with_current_version_succeeds(cluster: Cluster) -> None:
+    obj = cluster.create(POD, pod("p1"))
+    obj["metadata"]["labels"] = {"a": "b"}
+    updated = cluster.update(POD, obj)
+    assert updated["metadata"]["labels"] == {"a": "b"}
+    assert rv(updated) > rv(obj)
+    assert updated["metadata"]["uid"] == obj["metadata"]["uid"]
+
+
+def test_update_without_version_is_unconditional_for_core_kinds(cluster: Cluster) -> None:
+    obj = cluster.create(CONFIG_MAP, config_map("c1", {"k": "1"}))
+    cluster.patch(CONFIG_MAP, "c1", {"data": {"k": "2"}}, "default")
+    del obj["metadata"]["resourceVersion"]
+    obj["data"] = {"k": "3"}
+    assert cluster.update(CONFIG_MAP, obj)["data"] == {"k": "3"}
+
+
+def test_update_of_custom_resource_needs_a_version(cluster: Cluster) -> None:
+    obj = cluster.create(CUSTOM_NODE_RESOURCE, cnr("n1"))
+    del obj["metadata"]["resourceVersion"]
+    with pytest.raises(Invalid) as err:
+        cluster.update(CUSTOM_NODE_RESOURCE, obj)
+    assert "resourceVersion" in err.value.message
+
+
+def test_update_missing_is_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFound):
+        cluster.update(POD, pod("ghost"))
+
+
+def test_pod_spec_is_immutable_but_for_a_few_fields(cluster: Cluster) -> None:
+    created = cluster.create(POD, pod("p1"))
+    created["spec"]["nodeName"] = "n1"
+    with pytest.raises(Invalid) as err:
+        cluster.update(POD, created)
+    assert err.value.code == 422 and "spec" in err.value.message
+    with pytest.raises(Invalid):
+        cluster.patch(
+            POD,
+            "p1",
+            {"spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]}},
+            "default",
+            patch_type="strategic",
+        )
+    image = cluster.patch(
+        POD,
+        "p1",
+        {"spec": {"containers": [{"name": "main", "image": "busybox:2"}]}},
+        "default",
+        patch_type="strategic",
+    )
+    assert image["spec"]["containers"][0]["image"] == "busybox:2"
+    assert image["spec"].get("nodeName") is None
+
+
+def test_generation_counts_spec_changes_only(cluster: Cluster) -> None:
+    obj = cluster.create(NODE, node("n1"))
+    labelled = cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "b"}}})
+    assert labelled["metadata"]["generation"] == 1
+    with_status = cluster.patch(NODE, "n1", {"status": {"phase": "Running"}}, subresource="status")
+    assert with_status["metadata"]["generation"] == 1
+    respecced = cluster.patch(NODE, "n1", {"spec": {"unschedulable": True}})
+    assert respecced["metadata"]["generation"] == 2
+    assert obj["metadata"]["uid"] == respecced["metadata"]["uid"]
+
+
+def test_noop_update_changes_nothing(cluster: Cluster) -> None:
+    obj = cluster.create(CONFIG_MAP, config_map("c1", {"k": "v"}))
+    again = cluster.update(CONFIG_MAP, obj)
+    assert rv(again) == rv(obj)
+
+
+# --- selectors ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def labelled_pods(cluster: Cluster) -> Cluster:
+    cluster.create(POD, pod("a", labels={"app": "web", "tier": "front"}))
+    cluster.create(POD, pod("b", labels={"app": "web", "tier": "back"}))
+    cluster.create(POD, pod("c", labels={"app": "db"}))
+    cluster.create(POD, pod("d"))
+    return cluster
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("app=web", ["a", "b"]),
+        ("app==web", ["a", "b"]),
+        ("app!=web", ["c", "d"]),
+        ("app in (web,db)", ["a", "b", "c"]),
+        ("app notin (web)", ["c", "d"]),
+        ("tier", ["a", "b"]),
+        ("!tier", ["c", "d"]),
+        ("app=web,tier=back", ["b"]),
+        ("app=web,!tier", []),
+        ("app in (db), app notin (db)", []),
+        ("", ["a", "b", "c", "d"]),
+    ],
+)
+def test_label_selectors(labelled_pods: Cluster, selector: str, expected: list[str]) -> None:
+    assert names(labelled_pods.list(POD, "default", label_selector=selector).items) == expected
+
+
+def test_malformed_label_selector_is_bad_request(cluster: Cluster) -> None:
+    with pytest.raises(BadRequest):
+        cluster.list(POD, label_selector="app in web")
+
+
+def test_field_selectors(cluster: Cluster) -> None:
+    cluster.create(POD, pod("a", node="n1"))
+    cluster.create(POD, pod("b", node="n2"))
+    cluster.create(POD, pod("c"))
+    cluster.create(POD, pod("a", "kube-system", node="n1"))
+
+    def sel(s: str) -> list[str]:
+        return [
+            f"{o['metadata']['namespace']}/{o['metadata']['name']}"
+            for o in cluster.list(POD, field_selector=s).items
+        ]
+
+    assert sel("spec.nodeName=n1") == ["default/a", "kube-system/a"]
+    assert sel("spec.nodeName==n2") == ["default/b"]
+    assert sel("spec.nodeName=") == ["default/c"]
+    assert sel("spec.nodeName!=n1") == ["default/b", "default/c"]
+    assert sel("metadata.name=a,metadata.namespace=kube-system") == ["kube-system/a"]
+    assert sel("status.phase=Pending,spec.nodeName=n2") == ["default/b"]
+    assert sel("status.phase=Running") == []
+
+
+def test_unsupported_field_selector_is_bad_request(cluster: Cluster) -> None:
+    with pytest.raises(BadRequest) as err:
+        cluster.list(POD, field_selector="spec.hostname=x")
+    assert err.value.code == 400 and "spec.hostname" in err.value.message
+
+
+# --- watch --------------------------------------------------------------------------------
+
+
+def test_watch_from_version_sees_changes_in_order(cluster: Cluster, watches: list[Watch]) -> None:
+    start = cluster.list(POD, "default").resource_version
+    w = cluster.watch(POD, "default", resource_version=start)
+    watches.append(w)
+    cluster.create(POD, pod("p1"))
+    cluster.patch(POD, "p1", {"metadata": {"labels": {"a": "b"}}}, "default")
+    cluster.create(POD, pod("p2"))
+    assert cluster.delete(POD, "p1", "default") is None
+    events = collect(w, 4)
+    assert summary(events) == [
+        ("ADDED", "p1"),
+        ("MODIFIED", "p1"),
+        ("ADDED", "p2"),
+        ("DELETED", "p1"),
+    ]
+    versions = [rv(e.object) for e in events]
+    assert versions == sorted(versions) and len(set(versions)) == 4
+    assert events[1].object["metadata"]["labels"] == {"a": "b"}
+    assert quiet(w) == []
+
+
+def test_watch_replays_from_an_older_version(cluster: Cluster, watches: list[Watch]) -> None:
+    first = cluster.create(POD, pod("p1"))
+    cluster.create(POD, pod("p2"))
+    cluster.create(POD, pod("p3"))
+    w = cluster.watch(POD, "default", resource_version=first["metadata"]["resourceVersion"])
+    watches.append(w)
+    assert summary(collect(w, 2)) == [("ADDED", "p2"), ("ADDED", "p3")]
+
+
+def test_watch_without_version_starts_with_current_objects(
+    cluster: Cluster, watches: list[Watch]
+) -> None:
+    cluster.create(POD, pod("b"))
+    cluster.create(POD, pod("a"))
+    w = cluster.watch(POD, "default")
+    watches.append(w)
+    initial = collect(w, 2)
+    assert sorted(summary(initial)) == [("ADDED", "a"), ("ADDED", "b")]
+    cluster.create(POD, pod("c"))
+    assert summary(collect(w, 1)) == [("ADDED", "c")]
+
+
+def test_watch_filters_by_namespace(cluster: Cluster, watches: list[Watch]) -> None:
+    start = cluster.list(POD).resource_version
+    w = cluster.watch(POD, "kube-system", resource_version=start)
+    watches.append(w)
+    cluster.create(POD, pod("x", "default"))
+    cluster.create(POD, pod("y", "kube-system"))
+    assert summary(collect(w, 1)) == [("ADDED", "y")]
+    assert quiet(w) == []
+
+
+def test_watch_filters_by_kind(cluster: Cluster, watches: list[Watch]) -> None:
+    start = cluster.list(NODE).resource_version
+    w = cluster.watch(NODE, resource_version=start)
+    watches.append(w)
+    cluster.create(POD, pod("p1"))
+    cluster.create(NODE, node("n1"))
+    assert summary(collect(w, 1)) == [("ADDED", "n1")]
+
+
+def test_label_selected_watch_sees_objects_enter_and_leave(
+    cluster: Cluster, watches: list[Watch]
+) -> None:
+    cluster.create(POD, pod("p1", labels={"app": "web"}))
+    start = cluster.list(POD).resource_version
+    w = cluster.watch(POD, "default", resource_version=start, label_selector="app=web")
+    watches.append(w)
+    cluster.patch(POD, "p1", {"metadata": {"labels": {"app": "db"}}}, "default")
+    cluster.patch(POD, "p1", {"metadata": {"labels": {"extra": "1"}}}, "default")
+    cluster.patch(POD, "p1", {"metadata": {"labels": {"app": "web"}}}, "default")
+    cluster.patch(POD, "p1", {"metadata": {"labels": {"extra": "2"}}}, "default")
+    events = collect(w, 3)
+    assert summary(events) == [("DELETED", "p1"), ("ADDED", "p1"), ("MODIFIED", "p1")]
+    # The leaving event carries the last matching content at the new version.
+    assert events[0].object["metadata"]["labels"] == {"app": "web"}
+    assert rv(events[0].object) > int(start)
+    assert quiet(w) == []
+
+
+def test_field_selected_watch_sees_a_pod_bound_to_its_node(
+    cluster: Cluster, watches: list[Watch]
+) -> None:
+    cluster.create(POD, pod("p1"))
+    start = cluster.list(POD).resource_version
+    w = cluster.watch(POD, resource_version=start, field_selector="spec.nodeName=n1")
+    watches.append(w)
+    cluster.bind("default", "p1", "n1")
+    events = collect(w, 1)
+    assert summary(events) == [("ADDED", "p1")]
+    assert events[0].object["spec"]["nodeName"] == "n1"
+    cluster.delete(POD, "p1", "default", grace_period_seconds=0)
+    assert summary(collect(w, 1)) == [("DELETED", "p1")]
+
+
+def test_bookmarks_carry_the_current_version(
+    cluster: Cluster, backend: MemoryCluster | None, watches: list[Watch]
+) -> None:
+    store = need(backend, "backend store")
+    start = cluster.list(POD).resource_version
+    w = cluster.watch(POD, resource_version=start, allow_bookmarks=True)
+    plain = cluster.watch(POD, resource_version=start)
+    watches.extend([w, plain])
+    cluster.create(NODE, node("n1"))
+    version = store.bookmark()
+    events = collect(w, 1, bookmarks=True)
+    assert [e.type for e in events] == ["BOOKMARK"]
+    assert events[0].object["metadata"]["resourceVersion"] == version
+    assert quiet(plain) == []
+
+
+def test_watch_from_a_version_past_the_window_is_gone(small_history_cluster: Cluster) -> None:
+    c = small_history_cluster
+    first = c.create(CONFIG_MAP, config_map("c0"))
+    for i in range(1, SMALL_HISTORY + 3):
+        c.create(CONFIG_MAP, config_map(f"c{i}"))
+    with pytest.raises(Gone) as err:
+        w = c.watch(CONFIG_MAP, "default", resource_version=first["metadata"]["resourceVersion"])
+        collect(w, 1)
+    assert err.value.code == 410 and err.value.reason == "Expired"
+
+
+def test_watch_inside_the_window_is_not_gone(small_history_cluster: Cluster) -> None:
+    c = small_history_cluster
+    for i in range(SMALL_HISTORY + 3):
+        c.create(CONFIG_MAP, config_map(f"c{i}"))
+    recent = c.list(CONFIG_MAP, "default").resource_version
+    c.create(CONFIG_MAP, config_map("late"))
+    w = c.watch(CONFIG_MAP, "default", resource_version=recent)
+    assert summary(collect(w, 1)) == [("ADDED", "late")]
+    w.close()
+
+
+# --- patch --------------------------------------------------------------------------------
+
+
+def test_merge_patch(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", labels={"keep": "1", "drop": "2"}))
+    patched = cluster.patch(
+        POD, "p1", {"metadata": {"labels": {"drop": None, "new": "3"}}}, "default"
+    )
+    assert patched["metadata"]["labels"] == {"keep": "1", "new": "3"}
+    assert patched["spec"]["containers"][0]["name"] == "main"
+
+
+def test_json_patch(cluster: Cluster) -> None:
+    cluster.create(CONFIG_MAP, config_map("c1", {"a": "1", "b": "2"}))
+    patched = cluster.patch(
+        CONFIG_MAP,
+        "c1",
+        [
+            {"op": "test", "path": "/data/a", "value": "1"},
+            {"op": "replace", "path": "/data/a", "value": "10"},
+            {"op": "remove", "path": "/data/b"},
+            {"op": "add", "path": "/data/c", "value": "3"},
+            {"op": "copy", "from": "/data/c", "path": "/data/d"},
+            {"op": "move", "from": "/data/d", "path": "/data/e"},
+        ],
+        "default",
+        patch_type="json",
+    )
+    assert patched["data"] == {"a": "10", "c": "3", "e": "3"}
+
+
+def test_failed_json_patch_test_changes_nothing(cluster: Cluster) -> None:
+    before = cluster.create(CONFIG_MAP, config_map("c1", {"a": "1"}))
+    with pytest.raises(ApiError) as err:
+        cluster.patch(
+            CONFIG_MAP,
+            "c1",
+            [
+                {"op": "replace", "path": "/data/a", "value": "2"},
+                {"op": "test", "path": "/data/a", "value": "1"},
+            ],
+            "default",
+            patch_type="json",
+        )
+    assert err.value.code == 422
+    assert cluster.get(CONFIG_MAP, "c1", "default") == before
+
+
+def test_strategic_patch_merges_containers_by_name(cluster: Cluster) -> None:
+    manifest = pod("p1")
+    manifest["spec"]["containers"].append({"name": "side", "image": "envoy"})
+    cluster.create(POD, manifest)
+    patched = cluster.patch(
+        POD,
+        "p1",
+        {"spec": {"containers": [{"name": "side", "image": "envoy:2"}]}},
+        "default",
+        patch_type="strategic",
+    )
+    images = {c["name"]: c["image"] for c in patched["spec"]["containers"]}
+    assert images == {"main": "busybox", "side": "envoy:2"}
+
+
+def test_patch_with_stale_version_conflicts(cluster: Cluster) -> None:
+    old = cluster.create(POD, pod("p1"))
+    cluster.patch(POD, "p1", {"metadata": {"labels": {"a": "1"}}}, "default")
+    with pytest.raises(Conflict):
+        cluster.patch(
+            POD,
+            "p1",
+            {
+                "metadata": {
+                    "labels": {"a": "2"},
+                    "resourceVersion": old["metadata"]["resourceVersion"],
+                }
+            },
+            "default",
+        )
+    assert cluster.get(POD, "p1", "default")["metadata"]["labels"] == {"a": "1"}
+
+
+def test_patch_missing_is_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFound):
+        cluster.patch(POD, "ghost", {"metadata": {"labels": {"a": "1"}}}, "default")
+
+
+# --- status subresource -------------------------------------------------------------------
+
+
+def test_update_ignores_status_and_update_status_ignores_the_rest(cluster: Cluster) -> None:
+    obj = cluster.create(NODE, node("n1"))
+    obj["status"] = {"capacity": {"cpu": "8"}}
+    obj["metadata"]["labels"] = {"zone": "a"}
+    updated = cluster.update(NODE, obj)
+    assert updated["metadata"]["labels"] == {"zone": "a"}
+    assert updated.get("status", {}).get("capacity") is None
+
+    updated["status"] = {"capacity": {"cpu": "16"}}
+    updated["metadata"]["labels"] = {"zone": "b"}
+    updated["spec"] = {"unschedulable": True}
+    after = cluster.update_status(NODE, updated)
+    assert after["status"]["capacity"] == {"cpu": "16"}
+    assert after["metadata"]["labels"] == {"zone": "a"}
+    assert after["spec"].get("unschedulable") is None
+
+
+def test_status_patch_touches_only_status(cluster: Cluster) -> None:
+    cluster.create(CUSTOM_NODE_RESOURCE, cnr("n1"))
+    patched = cluster.patch(
+        CUSTOM_NODE_RESOURCE,
+        "n1",
+        {"metadata": {"labels": {"ignored": "yes"}}, "status": {"resources": {"allocatable": {}}}},
+        subresource="status",
+    )
+    assert patched["status"] == {"resources": {"allocatable": {}}}
+    assert "ignored" not in (patched["metadata"].get("labels") or {})
+    plain = cluster.patch(CUSTOM_NODE_RESOURCE, "n1", {"status": {"resources": None}})
+    assert plain["status"] == {"resources": {"allocatable": {}}}
+
+
+def test_status_stale_version_conflicts(cluster: Cluster) -> None:
+    old = cluster.create(POD, pod("p1"))
+    cluster.patch(POD, "p1", {"status": {"phase": "Running"}}, "default", subresource="status")
+    old["status"] = {"phase": "Failed"}
+    with pytest.raises(Conflict):
+        cluster.update_status(POD, old)
+
+
+def test_new_pods_start_pending(cluster: Cluster) -> None:
+    manifest = pod("p1")
+    manifest["status"] = {"phase": "Running"}
+    assert cluster.create(POD, manifest)["status"]["phase"] == "Pending"
+
+
+# --- binding ------------------------------------------------------------------------------
+
+
+def test_bind_sets_node_and_scheduled_condition(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1"))
+    cluster.bind("default", "p1", "n1")
+    bound = cluster.get(POD, "p1", "default")
+    assert bound["spec"]["nodeName"] == "n1"
+    conditions = {c["type"]: c["status"] for c in bound["status"].get("conditions", [])}
+    assert conditions.get("PodScheduled") == "True"
+
+
+def test_double_bind_conflicts(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1"))
+    cluster.bind("default", "p1", "n1")
+    with pytest.raises(Conflict) as err:
+        cluster.bind("default", "p1", "n2")
+    assert err.value.code == 409 and "already assigned" in err.value.message
+    assert cluster.get(POD, "p1", "default")["spec"]["nodeName"] == "n1"
+
+
+def test_bind_missing_pod_is_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFound):
+        cluster.bind("default", "ghost", "n1")
+
+
+# --- deletion, grace and finalizers -------------------------------------------------------
+
+
+def test_delete_unbound_pod_is_immediate(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", grace=30))
+    assert cluster.delete(POD, "p1", "default") is None
+    with pytest.raises(NotFound):
+        cluster.get(POD, "p1", "default")
+
+
+def test_delete_missing_is_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFound):
+        cluster.delete(POD, "ghost", "default")
+
+
+def test_bound_pod_terminates_gracefully(cluster: Cluster, clock: VirtualClock | None) -> None:
+    cluster.create(POD, pod("p1", node="n1", grace=30))
+    left = cluster.delete(POD, "p1", "default", grace_period_seconds=20)
+    assert left is not None
+    assert left["metadata"]["deletionGracePeriodSeconds"] == 20
+    if clock is not None:
+        assert left["metadata"]["deletionTimestamp"] == rfc3339(clock.now() + 20)
+    # Still there (the kubelet has not finished), deletion marked.
+    assert "deletionTimestamp" in cluster.get(POD, "p1", "default")["metadata"]
+    # The kubelet's final delete.
+    assert cluster.delete(POD, "p1", "default", grace_period_seconds=0) is None
+    with pytest.raises(NotFound):
+        cluster.get(POD, "p1", "default")
+
+
+def test_bound_pod_default_grace_is_its_termination_grace(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", node="n1", grace=45))
+    left = cluster.delete(POD, "p1", "default")
+    assert left is not None and left["metadata"]["deletionGracePeriodSeconds"] == 45
+
+
+def test_finalizers_hold_deletion_until_removed(cluster: Cluster, watches: list[Watch]) -> None:
+    cluster.create(CONFIG_MAP, config_map("c1", finalizers=["example.com/hold"]))
+    start = cluster.list(CONFIG_MAP).resource_version
+    w = cluster.watch(CONFIG_MAP, "default", resource_version=start)
+    watches.append(w)
+    left = cluster.delete(CONFIG_MAP, "c1", "default")
+    assert left is not None and "deletionTimestamp" in left["metadata"]
+    assert summary(collect(w, 1)) == [("MODIFIED", "c1")]
+    # A second delete changes nothing.
+    again = cluster.delete(CONFIG_MAP, "c1", "default")
+    assert again is not None and rv(again) == rv(left)
+    # No new finalizers on an object being deleted.
+    with pytest.raises(Invalid):
+        cluster.patch(
+            CONFIG_MAP,
+            "c1",
+            {"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}},
+            "default",
+        )
+    cluster.patch(CONFIG_MAP, "c1", {"metadata": {"finalizers": None}}, "default")
+    assert summary(collect(w, 1)) == [("DELETED", "c1")]
+    with pytest.raises(NotFound):
+        cluster.get(CONFIG_MAP, "c1", "default")
+
+
+def test_deletion_timestamp_cannot_be_cleared_by_update(cluster: Cluster) -> None:
+    cluster.create(CONFIG_MAP, config_map("c1", finalizers=["example.com/hold"]))
+    marked = cluster.delete(CONFIG_MAP, "c1", "default")
+    assert marked is not None
+    del marked["metadata"]["deletionTimestamp"]
+    marked["data"] = {"k": "v"}
+    after = cluster.update(CONFIG_MAP, marked)
+    assert "deletionTimestamp" in after["metadata"] and after["data"] == {"k": "v"}
+
+
+# --- eviction -----------------------------------------------------------------------------
+
+
+def test_evict_bound_pod_is_graceful(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", node="n1", grace=30))
+    cluster.evict("default", "p1", grace_period_seconds=10)
+    marked = cluster.get(POD, "p1", "default")
+    assert marked["metadata"]["deletionGracePeriodSeconds"] == 10
+    # Evicting a terminating pod succeeds and changes nothing.
+    cluster.evict("default", "p1")
+    assert cluster.get(POD, "p1", "default") == marked
+
+
+def test_evict_unbound_pod_removes_it(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1"))
+    cluster.evict("default", "p1")
+    with pytest.raises(NotFound):
+        cluster.get(POD, "p1", "default")
+
+
+def test_evict_missing_is_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFound):
+        cluster.evict("default", "ghost")
+
+
+def test_eviction_refused_by_guard_is_too_many_requests(
+    cluster: Cluster, backend: MemoryCluster | None
+) -> None:
+    store = need(backend, "backend store")
+    store.eviction_guard = lambda p: (
+        "budget allows 0 disruptions" if p["metadata"].get("labels", {}).get("protected") else None
+    )
+    cluster.create(POD, pod("p1", labels={"protected": "yes"}, node="n1"))
+    with pytest.raises(TooManyRequests) as err:
+        cluster.evict("default", "p1")
+    assert err.value.code == 429 and "budget" in err.value.message
+    assert "deletionTimestamp" not in cluster.get(POD, "p1", "default")["metadata"]
+
+
+# --- admission ----------------------------------------------------------------------------
+
+
+def test_admission_mutates_then_validates(cluster: Cluster, backend: MemoryCluster | None) -> None:
+    store = need(backend, "backend store")
+    seen: list[AdmissionRequest] = []
+
+    def add_team(req: AdmissionRequest) -> JSON | None:
+        if req.kind.kind != "Pod" or req.operation != "CREATE" or req.sub_resource:
+            return None
+        obj = req.object
+        assert obj is not None
+        obj["metadata"].setdefault("labels", {})["team"] = "core"
+        return obj
+
+    def require_team(req: AdmissionRequest) -> AdmissionResponse | None:
+        seen.append(req)
+        labels = (req.object or {}).get("metadata", {}).get("labels") or {}
+        if req.kind.kind == "Pod" and req.object is not None and labels.get("team") != "core":
+            return AdmissionResponse.deny("pods need a team label")
+        return None
+
+    store.add_validating_admission(require_team, name="team.example.com")
+    store.add_mutating_admission(add_team, name="add-team.example.com")
+    created = cluster.create(POD, pod("p1"))
+    assert created["metadata"]["labels"] == {"team": "core"}
+    assert seen[0].operation == "CREATE" and seen[0].namespace == "default"
+    review = seen[0].to_review()["request"]
+    assert review["operation"] == "CREATE" and review["kind"]["kind"] == "Pod"
+
+
+def test_admission_denial_leaves_the_store_untouched(
+    cluster: Cluster, backend: MemoryCluster | None
+) -> None:
+    store = need(backend, "backend store")
+    before = cluster.create(POD, pod("p1", labels={"a": "1"}))
+
+    def no_changes(req: AdmissionRequest) -> AdmissionResponse | None:
+        if req.operation in ("UPDATE", "DELETE") and req.kind.kind == "Pod":
+            return AdmissionResponse.deny("frozen")
+        return None
+
+    store.add_validating_admission(no_changes, name="freeze.example.com")
+    with pytest.raises(Forbidden) as err:
+        cluster.patch(POD, "p1", {"metadata": {"labels": {"a": "2"}}}, "default")
+    assert err.value.code == 403 and "frozen" in err.value.message
+    with pytest.raises(Forbidden):
+        cluster.delete(POD, "p1", "default")
+    assert cluster.get(POD, "p1", "default") == before
+
+
+def test_admission_json_patch_and_old_object(
+    cluster: Cluster, backend: MemoryCluster | None
+) -> None:
+    store = need(backend, "backend store")
+    olds: list[JSON | None] = []
+
+    def stamp(req: AdmissionRequest) -> list[JSON] | None:
+        if req.kind.kind != "ConfigMap":
+            return None
+        olds.append(req.old_object)
+        return [{"op": "add", "path": "/data/stamped", "value": req.operation}]
+
+    store.add_mutating_admission(stamp, name="stamp.example.com")
+    cluster.create(CONFIG_MAP, config_map("c1", {"k": "1"}))
+    updated = cluster.patch(CONFIG_MAP, "c1", {"data": {"k": "2"}}, "default")
+    assert updated["data"] == {"k": "2", "stamped": "UPDATE"}
+    assert olds[0] is None
+    assert olds[1] is not None and olds[1]["data"] == {"k": "1", "stamped": "CREATE"}
+
+
+def test_admission_sees_binding_and_eviction(
+    cluster: Cluster, backend: MemoryCluster | None
+) -> None:
+    store = need(backend, "backend store")
+    subresources: list[tuple[str, str]] = []
+
+    def record(req: AdmissionRequest) -> None:
+        if req.sub_resource:
+            subresources.append((req.operation, req.sub_resource))
+
+    store.add_validating_admission(record, name="record.example.com")
+    cluster.create(POD, pod("p1"))
+    cluster.bind("default", "p1", "n1")
+    cluster.evict("default", "p1", grace_period_seconds=0)
+    assert subresources == [("CREATE", "binding"), ("CREATE", "eviction")]
+
+
+__all__ = [name for name in dir() if name.startswith("test_")] + ["watches", "labelled_pods"]
