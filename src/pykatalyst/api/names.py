@@ -111,6 +111,17 @@ UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
 
 TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
+# Eviction plugins (the agent's inner plugins) and the Events an eviction raises.
+EVICTION_PLUGIN_RECLAIMED_RESOURCE: Final = "reclaimed-resource-pressure-eviction-plugin"
+EVICTION_PLUGIN_RECLAIMED_NUMA_RESOURCE: Final = "reclaimed-numa-resource-pressure-eviction-plugin"
+EVICTION_PLUGIN_NUMA_MEMORY: Final = "numa-memory-pressure-eviction-plugin"
+EVICTION_PLUGIN_SYSTEM_MEMORY: Final = "system-memory-pressure-eviction-plugin"
+EVICTION_PLUGIN_CPU_LOAD: Final = "cpu-pressure-load-plugin"
+EVICTION_DRY_RUN_ALL: Final = "*"
+EVENT_REASON_EVICT_CREATED: Final = "EvictCreated"
+EVENT_REASON_EVICT_SUCCEEDED: Final = "EvictSucceeded"
+EVENT_REASON_EVICT_FAILED: Final = "EvictFailed"
+
 CNR_CONDITION_AGENT_READY: Final = "AgentReady"
 CNR_CONDITION_AGENT_NOT_FOUND: Final = "AgentNotFound"
 
@@ -250,5 +261,9 @@ DEFAULT_SCHEDULER_NAME: Final = "katalyst-scheduler"
 AGENT_COMPONENT: Final = "katalyst-agent"
 SCHEDULER_COMPONENT: Final = "katalyst-scheduler"
 CONTROLLER_COMPONENT: Final = "katalyst-controller"
+# The namespace of the system's own objects (Deployments, Leases, ConfigMaps).
+SYSTEM_NAMESPACE: Final = "katalyst-system"
+# The Lease replicas of the controller elect their leader with (in SYSTEM_NAMESPACE).
+CONTROLLER_LEASE_NAME: Final = "katalyst-controller"
 # The agent explains each published reclaimed figure in this CNR annotation (JSON terms).
 RECLAIMED_TERMS_ANNOTATION: Final = "katalyst.kubewharf.io/reclaimed_terms"

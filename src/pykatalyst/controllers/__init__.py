@@ -1,1 +1,21 @@
-"""pykatalyst.controllers"""
+"""pykatalyst.controllers: cluster-wide reconcilers (`reconcile(now) -> Plan`)."""
+
+from pykatalyst.controllers.backstop import (
+    BACKSTOP_TAINT,
+    BackstopConfig,
+    BackstopController,
+    BackstopPlan,
+    BackstopRecord,
+    decide,
+    last_heartbeat,
+)
+
+__all__ = [
+    "BACKSTOP_TAINT",
+    "BackstopConfig",
+    "BackstopController",
+    "BackstopPlan",
+    "BackstopRecord",
+    "decide",
+    "last_heartbeat",
+]

@@ -1,0 +1,333 @@
+"""Isolation of a latency-sensitive shared pod from reclaimed pods that soak every cpu.
+
+Real, on this machine (root, cgroup v1): a kubelet-like hierarchy is built under a unique
+prefix (`CgroupTestbed`). A probe runs as the container of a shared (burstable) pod: an
+open-loop client/server in one process, a request arriving every `--interval-ms`, each
+needing a fixed slice of cpu work (`--work-ms`, calibrated on this machine before the runs);
+response time = completion - scheduled arrival, so queueing behind a late request counts.
+Busy loops, one per cpu, run as reclaimed (best-effort) pods.
+
+Three runs:
+  solo         the probe alone;
+  unprotected  probe + busy loops with the kubelet's own settings (best-effort cgroups at
+               2 cpu shares), no agent;
+  protected    the same, with the agent's reclaimed-pod knobs written through LinuxHost and
+               the Enforcer: cpu.idle=1 (SCHED_IDLE) on every reclaimed pod cgroup and 2
+               shares on its containers. `--mode agent` instead runs the node agent
+               (`Agent` over an in-memory cluster holding the pods) and lets it choose and
+               write the knobs.
+
+Prints p50/p99/max per run and the node's cpu busy share (from /proc/stat over the run), then
+`protected_p99_over_solo: <ratio> busy: <0-1>` as the last line. Goal: the ratio <= 1.1 while
+busy >= 0.9.
+
+    sudo .venv/bin/python benchmarks/isolation.py [--seconds 15] [--rounds 3] [--mode direct|agent]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pykatalyst.agent.enforcer import Enforcer
+from pykatalyst.agent.host.base import Knob, KnobValue
+from pykatalyst.agent.host.linux import LinuxHost
+from pykatalyst.agent.host.testbed import CgroupTestbed, testbed_unavailable_reason
+from pykatalyst.cluster.clock import RealClock
+
+PROBE = r"""
+import json, sys, time
+interval, iters, seconds = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+out = sys.argv[4]
+def work(n):
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+n = int(seconds / interval)
+lat = []
+t0 = time.monotonic() + 0.3
+for i in range(n):
+    arrival = t0 + i * interval
+    now = time.monotonic()
+    if now < arrival:
+        time.sleep(arrival - now)
+    work(iters)
+    lat.append(time.monotonic() - arrival)
+with open(out, "w") as f:
+    json.dump(lat, f)
+"""
+
+BUSY = [sys.executable, "-c", "while True: pass"]
+SHARED_UID = "probe-shared"
+
+
+@dataclass
+class RunResult:
+    name: str
+    latencies_ms: list[float]
+    busy: float
+
+    def pct(self, q: float) -> float:
+        xs = sorted(self.latencies_ms)
+        return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def calibrate(work_ms: float) -> int:
+    """Loop iterations that take `work_ms` of cpu on this machine (best of several tries,
+    so that other load during calibration does not inflate the slice)."""
+
+    def work(n: int) -> int:
+        x = 0
+        for i in range(n):
+            x += i * i
+        return x
+
+    n = 20_000
+    best = float("inf")
+    for _ in range(15):
+        start = time.process_time()
+        work(n)
+        best = min(best, time.process_time() - start)
+    return max(1, int(n * (work_ms / 1000.0) / best))
+
+
+def node_busy(host: LinuxHost, t: float) -> float | None:
+    ratios = host.sample(t, []).cpu_usage_ratio
+    return sum(ratios) / len(ratios) if ratios else None
+
+
+class AgentWorld:
+    """The node agent over an in-memory cluster whose pods are this testbed's cgroups.
+
+    The cluster assigns pod uids (as an API server does); the testbed names the pod
+    cgroups after them, so the agent finds them the way it does on a kubelet's node."""
+
+    def __init__(self, tb: CgroupTestbed) -> None:
+        from pykatalyst.agent.agent import Agent
+        from pykatalyst.api import names
+        from pykatalyst.cluster.memory import MemoryCluster
+
+        self.tb = tb
+        self.names = names
+        clock = RealClock()
+        self.cluster = MemoryCluster(clock=clock)
+        self.node = os.uname().nodename
+        ncpu = str(len(os.sched_getaffinity(0)))
+        self.cluster.create(
+            names.NODE,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": self.node},
+                "status": {"capacity": {"cpu": ncpu}, "allocatable": {"cpu": ncpu}},
+            },
+        )
+        self.host = tb.host()
+        self.enforcer = Enforcer(self.host, clock=clock)
+        self.agent = Agent(self.node, self.cluster, self.host, clock, enforcer=self.enforcer)
+        self._shown = 0
+
+    def add_pod(self, name: str, container: str, qos: str, requests: dict[str, str]) -> str:
+        """Create the pod object, then its cgroups under the uid it was given."""
+        from pykatalyst.agent.host.fake import container_id
+
+        created = self.cluster.create(
+            self.names.POD,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": "default",
+                    "annotations": {self.names.QOS_LEVEL_ANNOTATION: qos},
+                },
+                "spec": {
+                    "nodeName": self.node,
+                    "containers": [{"name": container, "resources": {"requests": requests}}],
+                },
+            },
+        )
+        uid = str(created["metadata"]["uid"])
+        status = {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": container, "containerID": f"containerd://{container_id(uid, container)}"}
+            ],
+        }
+        self.cluster.update_status(self.names.POD, {**created, "status": status})
+        k8s_qos = "besteffort" if qos == self.names.QOS_RECLAIMED_CORES else "burstable"
+        milli = 1000 if k8s_qos == "burstable" else 0
+        self.tb.add_pod(uid, k8s_qos, {container: milli})
+        return uid
+
+    def delete_pod(self, name: str) -> None:
+        self.cluster.delete(self.names.POD, name, namespace="default")
+
+    def tick(self) -> None:
+        self.agent.reconcile()
+        entries = self.enforcer.explain()
+        for e in entries[self._shown :]:
+            short = e.cgroup.split("/kubepods/", 1)[-1][:48]
+            print(f"  agent wrote {short}: {e.knob.value} {e.reason} ({e.outcome})")
+        self._shown = len(entries)
+
+
+def run_once(
+    name: str,
+    tb: CgroupTestbed,
+    args: argparse.Namespace,
+    iters: int,
+    shared_uid: str,
+    reclaimed: int,
+    protect: str | None,
+    world: AgentWorld | None,
+) -> RunResult:
+    host = tb.host()
+    busy_pods: list[tuple[str, str]] = []  # (pod name, uid)
+    for i in range(reclaimed):
+        pod_name = f"reclaimed-{name}-{i}"
+        if protect == "agent":
+            assert world is not None
+            uid = world.add_pod(
+                pod_name,
+                "spin",
+                world.names.QOS_RECLAIMED_CORES,
+                {world.names.RECLAIMED_MILLICPU: "1000"},
+            )
+        else:
+            uid = pod_name
+            tb.add_pod(uid, "besteffort", ["spin"])
+        tb.spawn(uid, "spin", BUSY)
+        busy_pods.append((pod_name, uid))
+    if protect == "direct":
+        desired: dict[str, dict[Knob, KnobValue]] = {}
+        if args.idle_root:
+            desired[f"{tb.kubepods}/besteffort"] = {Knob.CPU_IDLE: 1}
+        for _, uid in busy_pods:
+            desired[tb.pod_cgroup(uid)] = {Knob.CPU_IDLE: 1}
+            desired[tb.container_cgroup(uid, "spin")] = {Knob.CPU_SHARES: 2}
+        report = Enforcer(host, clock=RealClock()).apply(desired)
+        if not report.ok:
+            raise SystemExit(f"enforcer failed: {report.failed}")
+    ticking = world if protect == "agent" else None
+    if ticking is not None:
+        ticking.tick()
+    time.sleep(0.5)  # let the busy loops settle on their cpus
+    out = Path(tempfile.mkstemp(prefix="probe-", suffix=".json")[1])
+    meter = LinuxHost()  # its own counters: the agent samples its host meanwhile
+    meter.sample(time.monotonic(), [])
+    argv = [sys.executable, "-c", PROBE, str(args.interval_ms / 1000), str(iters)]
+    probe = tb.spawn(shared_uid, "probe", [*argv, str(args.seconds), str(out)])
+    while probe.poll() is None:
+        time.sleep(1.0 if ticking is not None else 0.5)
+        if ticking is not None:
+            ticking.tick()
+    busy = node_busy(meter, time.monotonic()) or 0.0
+    latencies = [x * 1000 for x in json.loads(out.read_text())]
+    out.unlink()
+    for pod_name, uid in busy_pods:
+        if ticking is not None:
+            ticking.delete_pod(pod_name)
+        tb.remove_pod(uid)
+    return RunResult(name, latencies, busy)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=15.0, help="length of each mode's runs")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per mode")
+    ap.add_argument("--interval-ms", type=float, default=5.0, help="time between requests")
+    ap.add_argument("--work-ms", type=float, default=1.0, help="cpu work per request")
+    ap.add_argument("--mode", choices=("direct", "agent"), default="direct")
+    ap.add_argument("--busy-per-cpu", type=int, default=1, help="busy loops per cpu")
+    ap.add_argument(
+        "--shield",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give kubepods the maximum cpu.shares, so that load outside the pods (other "
+        "users of this machine) weighs less on every run alike",
+    )
+    ap.add_argument(
+        "--idle-root",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="direct mode: also cpu.idle=1 on the reclaimed root (kubepods/besteffort)",
+    )
+    args = ap.parse_args()
+
+    reason = testbed_unavailable_reason()
+    if reason is not None:
+        print(
+            f"isolation benchmark needs a writable cgroup v1 hierarchy: {reason}", file=sys.stderr
+        )
+        return 2
+    ncpu = len(os.sched_getaffinity(0))
+    iters = calibrate(args.work_ms)
+    print(
+        f"cpus: {ncpu}  request every {args.interval_ms} ms, {args.work_ms} ms of cpu each "
+        f"({iters} loop iterations)  {args.rounds} x {args.seconds / args.rounds:.0f} s per mode  "
+        f"protection: {args.mode}{' + reclaimed root idle' if args.idle_root else ''}  "
+        f"kubepods shares: {'262144 (shield)' if args.shield else 'kubelet default'}"
+    )
+    probe_host = LinuxHost()
+    probe_host.sample(time.monotonic(), [])
+    time.sleep(1.0)
+    background = node_busy(probe_host, time.monotonic()) or 0.0
+    print(f"node busy before the runs (other load on this machine): {background:.2f}")
+    plan = [
+        ("solo", 0, None),
+        ("unprotected", ncpu * args.busy_per_cpu, None),
+        ("protected", ncpu * args.busy_per_cpu, args.mode),
+    ]
+    per_round = argparse.Namespace(**{**vars(args), "seconds": args.seconds / args.rounds})
+    merged: dict[str, list[RunResult]] = {name: [] for name, _, _ in plan}
+    with CgroupTestbed(kubepods_shares=262144 if args.shield else None) as tb:
+        world = AgentWorld(tb) if args.mode == "agent" else None
+        if world is not None:
+            shared_uid = world.add_pod(
+                "probe-shared", "probe", world.names.QOS_SHARED_CORES, {"cpu": "1"}
+            )
+        else:
+            shared_uid = SHARED_UID
+            tb.add_pod(shared_uid, "burstable", {"probe": 1000})
+        # Interleaved rounds, so that drifting background load hits every mode alike.
+        for rnd in range(args.rounds):
+            for name, n_busy, protect in plan:
+                merged[name].append(
+                    run_once(
+                        f"{name}{rnd}", tb, per_round, iters, shared_uid, n_busy, protect, world
+                    )
+                )
+    results = [
+        RunResult(
+            name,
+            [x for r in runs for x in r.latencies_ms],
+            statistics.fmean(r.busy for r in runs),
+        )
+        for name, runs in merged.items()
+    ]
+    print(f"{'run':<12} {'requests':>8} {'p50_ms':>8} {'p99_ms':>8} {'max_ms':>8} {'busy':>6}")
+    for r in results:
+        print(
+            f"{r.name:<12} {len(r.latencies_ms):>8} {r.pct(0.5):>8.3f} {r.pct(0.99):>8.3f} "
+            f"{max(r.latencies_ms):>8.3f} {r.busy:>6.3f}"
+        )
+    solo, unprotected, protected = results
+    print(f"unprotected_p99_over_solo: {unprotected.pct(0.99) / solo.pct(0.99):.2f}")
+    print(
+        f"protected_p99_over_solo: {protected.pct(0.99) / solo.pct(0.99):.2f} "
+        f"busy: {protected.busy:.2f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

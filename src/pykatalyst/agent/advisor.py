@@ -1,0 +1,378 @@
+"""Sys-advisor: how big the share pools must be and how much is left for reclaimed pods.
+
+Katalyst's canonical provisioning, in four steps, each a pure function returning its terms:
+
+1. `estimate_container`: what one shared container needs now —
+   max(1.25 × usage, load1, load5), or its request while ramping up or without metrics.
+2. `regulate`: a pool's size from Σ estimates + the burst reserve (ReservedForAllocate),
+   rounded up, limited to +10 / −2 cores per step with at most one shrink per 30 s.
+3. `assemble_pools`: share pools fitted into the cpus available; reclaim gets the rest.
+4. `cpu_headroom` / `memory_headroom`: the reclaimed capacity, smoothed for publication by
+   `HeadroomSmoother` (sliding window, step clamp, floor, zero-out).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pykatalyst.agent.config import AdvisorConfig
+from pykatalyst.api import names
+from pykatalyst.topology.cpuset import CPUSet
+
+Terms = dict[str, Any]
+
+
+# --- 1. per-container estimate ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEstimate:
+    cores: float
+    source: str  # usage | load1 | load5 | request | ramp-up | fallback
+
+
+def estimate_container(
+    request: float,
+    usage: float | None,
+    load1: float | None,
+    load5: float | None,
+    *,
+    ramping_up: bool,
+    reclaim_enabled: bool,
+    cfg: AdvisorConfig,
+) -> ContainerEstimate:
+    """Katalyst's canonical estimate of one shared container, in cores.
+
+    Non-positive metrics count as missing (an idle or just-started container says nothing
+    about its need), so a container without usable metrics is held at its request, and one
+    without a request either at the fallback — never at zero.
+    """
+    if reclaim_enabled and not ramping_up:
+        best: ContainerEstimate | None = None
+        for value, source in (
+            (None if usage is None else usage * cfg.usage_coefficient, "usage"),
+            (load1, "load1"),
+            (load5, "load5"),
+        ):
+            if value is not None and value > 0 and (best is None or value > best.cores):
+                best = ContainerEstimate(value, source)
+        if best is not None:
+            return best
+    source = "ramp-up" if ramping_up and reclaim_enabled else "request"
+    if request > 0:
+        return ContainerEstimate(request, source)
+    return ContainerEstimate(cfg.fallback_cpu_estimate, "fallback")
+
+
+# --- 2. regulator -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegulatorState:
+    """What the regulator remembers of a pool between ticks."""
+
+    size: int
+    last_ramp_down: float | None = None
+
+
+def regulate(
+    requirement: float,
+    reserved_for_allocate: float,
+    state: RegulatorState | None,
+    now: float,
+    lower: float,
+    upper: int,
+    cfg: AdvisorConfig,
+) -> tuple[int, RegulatorState, Terms]:
+    """The pool size for `requirement` cores (Katalyst's cpu regulator)."""
+    raw = requirement + reserved_for_allocate
+    v = math.ceil(raw - 1e-9)
+    if cfg.ht_align and v % 2:
+        v += 1
+    terms: Terms = {
+        "requirement": round(requirement, 3),
+        "reserved_for_allocate": reserved_for_allocate,
+        "rounded": v,
+    }
+    last_down = state.last_ramp_down if state else None
+    if state is not None:
+        current = state.size
+        if v < current and last_down is not None and now - last_down < cfg.min_ramp_down_period_s:
+            terms["held_by_min_ramp_down_period"] = True
+            v = current
+        v = max(v, math.floor(current - cfg.max_ramp_down_step))
+        v = min(v, math.ceil(current + cfg.max_ramp_up_step))
+        terms["previous"] = current
+    lo = math.ceil(lower - 1e-9)
+    v = min(max(v, lo), upper)
+    terms["lower_bound"] = lo
+    terms["upper_bound"] = upper
+    terms["size"] = v
+    if state is not None and v < state.size:
+        last_down = now
+    return v, RegulatorState(v, last_down), terms
+
+
+# --- 3. pool assembly -------------------------------------------------------------------
+
+
+def assemble_pools(
+    available: int,
+    regulated: Mapping[str, int],
+    requests: Mapping[str, float],
+    *,
+    reclaim_enabled: bool,
+    reserved_for_reclaim: int,
+) -> tuple[dict[str, int], int, Terms]:
+    """Share pool sizes within `available` cpus, and the reclaim pool size.
+
+    With reclaim on, a pool gets its regulated requirement; pools that do not fit are scaled
+    down together. With reclaim off, Katalyst sizes pools by their requests and gives them
+    every spare cpu, leaving only the reclaim reserve.
+    """
+    names = sorted(regulated)
+    if reclaim_enabled:
+        want = {n: max(1, regulated[n]) for n in names}
+    else:
+        want = {n: max(1, math.ceil(requests.get(n, 0.0) - 1e-9)) for n in names}
+    total = sum(want.values())
+    terms: Terms = {"available": available, "wanted": dict(want)}
+    avail = max(available, 0)
+    if names and total > avail:
+        sizes = _normalize(want, avail)
+        terms["throttled"] = True
+    elif names and not reclaim_enabled and total < avail:
+        sizes = _expand(want, avail)
+        terms["expanded"] = True
+    else:
+        sizes = dict(want)
+    reclaim = avail - sum(sizes.values()) + reserved_for_reclaim
+    terms["reserved_for_reclaim"] = reserved_for_reclaim
+    terms["reclaim"] = reclaim
+    return sizes, reclaim, terms
+
+
+def _normalize(want: Mapping[str, int], avail: int) -> dict[str, int]:
+    """Shrink sizes in proportion to fit `avail`, each keeping at least one cpu when it can."""
+    total = sum(want.values())
+    if avail < len(want):
+        # Not even one cpu each: every pool shares whatever there is.
+        return {n: avail for n in want}
+    sizes = {n: max(1, math.ceil(w * avail / total)) for n, w in want.items()}
+    while sum(sizes.values()) > avail:
+        largest = max(sorted(sizes), key=lambda n: sizes[n])
+        sizes[largest] -= 1
+    return sizes
+
+
+def _expand(want: Mapping[str, int], avail: int) -> dict[str, int]:
+    total = sum(want.values())
+    sizes = {n: math.floor(w * avail / total) for n, w in want.items()}
+    for n in sorted(want, key=lambda n: (-want[n], n)):
+        if sum(sizes.values()) >= avail:
+            break
+        sizes[n] += 1
+    return sizes
+
+
+def reserved_for_reclaim_per_numa(total: int, numas: Sequence[int]) -> dict[int, int]:
+    """Spread the reclaim reserve across NUMA nodes: at least one each, floor(n/#NUMA)."""
+    if not numas:
+        return {}
+    each = max(1, total // len(numas))
+    out = {n: each for n in numas}
+    rest = total - each * len(numas)
+    for n in numas:
+        if rest <= 0:
+            break
+        out[n] += 1
+        rest -= 1
+    return out
+
+
+# --- 4. headroom ------------------------------------------------------------------------
+
+
+def cpu_headroom(
+    reclaim_pool: CPUSet,
+    cpu_usage_ratio: Sequence[float] | None,
+    reclaimed_usage: float | None,
+    reclaimed_quota: float | None,
+    numa_of: Mapping[int, int],
+) -> tuple[float, dict[int, float], Terms]:
+    """Reclaimed cpu = idle cpus of the reclaim pool + what reclaimed pods use there.
+
+    Reclaimed pods themselves keep reclaim-pool cpus busy; their usage is added back, since
+    it is theirs to keep. A quota on reclaimed pods caps the total. Without per-cpu usage the
+    pool counts as idle apart from the reclaimed usage (never zero by accident).
+    """
+    per_numa_cpus: dict[int, int] = {}
+    per_numa_busy: dict[int, float] = {}
+    have_ratio = bool(cpu_usage_ratio)
+    for cpu in reclaim_pool:
+        n = numa_of.get(cpu, 0)
+        per_numa_cpus[n] = per_numa_cpus.get(n, 0) + 1
+        if have_ratio and cpu_usage_ratio is not None and cpu < len(cpu_usage_ratio):
+            r = cpu_usage_ratio[cpu]
+            per_numa_busy[n] = per_numa_busy.get(n, 0.0) + min(max(r, 0.0), 1.0)
+    size = len(reclaim_pool)
+    busy = sum(per_numa_busy.values())
+    used = max(reclaimed_usage or 0.0, 0.0)
+    if not have_ratio:
+        busy = min(used, float(size))
+    idle = max(size - busy, 0.0)
+    supply = idle + used
+    terms: Terms = {
+        "formula": "max(|reclaim pool| - busy cpus of the pool, 0) + reclaimed usage",
+        "reclaim_pool_cpus": size,
+        "reclaim_pool_busy_cpus": round(busy, 3),
+        "reclaimed_usage_cores": round(used, 3),
+    }
+    if not have_ratio:
+        terms["per_cpu_usage"] = "missing: pool assumed idle except reclaimed usage"
+    if reclaimed_usage is None:
+        terms["reclaimed_usage"] = "missing: counted as 0"
+    if reclaimed_quota is not None and reclaimed_quota > 0 and supply > reclaimed_quota:
+        supply = reclaimed_quota
+        terms["capped_by_quota_cores"] = reclaimed_quota
+    per_numa: dict[int, float] = {}
+    if size:
+        for n, count in sorted(per_numa_cpus.items()):
+            b = per_numa_busy.get(n, 0.0) if have_ratio else used * count / size
+            per_numa[n] = max(count - b, 0.0) + used * count / size
+        scale = supply / sum(per_numa.values()) if sum(per_numa.values()) > 0 else 0.0
+        per_numa = {n: v * scale for n, v in per_numa.items()}
+    terms["supply_cores"] = round(supply, 3)
+    return supply, per_numa, terms
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryUser:
+    """A non-reclaimed pod's memory, for the headroom formula (bytes; None = no metric)."""
+
+    qos_level: str
+    request: int
+    rss: int | None
+    cache: int | None
+    shmem: int | None
+
+
+def memory_headroom(
+    capacity: int,
+    users: Iterable[MemoryUser],
+    cfg: AdvisorConfig,
+    numa_capacity: Mapping[int, int] | None = None,
+    numa_free: Mapping[int, int] | None = None,
+) -> tuple[float, dict[int, float], Terms]:
+    """Reclaimed memory = capacity − reserve − Σ requirement of non-reclaimed pods.
+
+    With reclaim on, a pod's requirement is 1.1 × (rss + cache + shmem) (system pods:
+    rss); a pod without memory metrics is held at its request (fallback 8 GiB).
+    """
+    max_alloc = max(capacity - cfg.reserved_for_allocate_memory, 0)
+    requirement = 0.0
+    from_metrics = from_request = 0
+    for u in users:
+        if cfg.enable_reclaim and u.rss is not None:
+            if u.qos_level == names.QOS_SYSTEM_CORES:
+                value = u.rss * cfg.system_memory_coefficient
+            else:
+                value = (u.rss + (u.cache or 0) + (u.shmem or 0)) * cfg.memory_usage_coefficient
+            from_metrics += 1
+        else:
+            value = float(u.request)
+            from_request += 1
+        if value <= 0:
+            value = float(cfg.fallback_memory_estimate) if u.rss is None else 0.0
+        requirement += value
+    headroom = min(max(max_alloc - requirement, 0.0), float(max_alloc))
+    terms: Terms = {
+        "formula": "capacity - reserved_for_allocate - sum(requirement of non-reclaimed pods)",
+        "capacity": capacity,
+        "reserved_for_allocate": cfg.reserved_for_allocate_memory,
+        "requirement": int(requirement),
+        "pods_from_metrics": from_metrics,
+        "pods_from_request": from_request,
+        "usage_coefficient": cfg.memory_usage_coefficient,
+    }
+    per_numa: dict[int, float] = {}
+    if numa_capacity:
+        weights = dict(numa_free) if numa_free else dict(numa_capacity)
+        total_w = sum(max(w, 0) for w in weights.values())
+        for n in sorted(numa_capacity):
+            w = max(weights.get(n, 0), 0)
+            per_numa[n] = headroom * w / total_w if total_w else headroom / len(numa_capacity)
+    return headroom, per_numa, terms
+
+
+# --- reporting smoothing ----------------------------------------------------------------
+
+
+@dataclass
+class HeadroomSmoother:
+    """Katalyst's headroom reporter for one resource: sliding-window average, then a step
+    clamp (ignore small moves, limit big ones), minus the report reserve, floored.
+
+    `update` returns None until the window is full (nothing is published before then).
+    """
+
+    window_s: float
+    sample_period_s: float
+    min_step: float
+    max_step: float
+    reserved_for_report: float
+    min_for_report: float
+    samples: deque[tuple[float, float]] = field(default_factory=deque)
+    last: float | None = None
+    last_sample_time: float | None = None
+
+    @property
+    def needed_samples(self) -> int:
+        if self.sample_period_s <= 0:
+            return 1
+        return max(1, round(self.window_s / self.sample_period_s))
+
+    def update(self, now: float, value: float) -> tuple[float | None, Terms]:
+        due = self.last_sample_time is None or now - self.last_sample_time >= self.sample_period_s
+        if due:
+            self.samples.append((now, value))
+            self.last_sample_time = now
+        ttl = 2 * self.window_s
+        while self.samples and now - self.samples[0][0] > ttl:
+            self.samples.popleft()
+        window = [v for t, v in self.samples if now - t <= self.window_s + 1e-9]
+        need = self.needed_samples
+        terms: Terms = {
+            "window_s": self.window_s,
+            "window_samples": len(window),
+            "window_needed": need,
+        }
+        if len(window) < need or not window:
+            terms["state"] = "window filling"
+            return None, terms
+        avg = sum(window[-need:]) / need
+        terms["window_avg"] = round(avg, 3)
+        if due or self.last is None:
+            if self.last is None:
+                stepped = avg
+            else:
+                delta = avg - self.last
+                if abs(delta) < self.min_step:
+                    stepped = self.last
+                    terms["step"] = "below min step: kept"
+                else:
+                    clamp = self.max_step if self.max_step > 0 else abs(delta)
+                    stepped = self.last + max(-clamp, min(clamp, delta))
+            self.last = stepped
+        assert self.last is not None
+        terms["stepped"] = round(self.last, 3)
+        r = self.last - self.reserved_for_report
+        terms["reserved_for_report"] = self.reserved_for_report
+        if r < self.min_for_report:
+            terms["floored_to"] = self.min_for_report
+        r = max(r, self.min_for_report)
+        return r, terms

@@ -1,0 +1,993 @@
+"""The node agent's loop: sample → advise → allocate → (evict) → enforce → report.
+
+`Agent.reconcile(now)` is synchronous and returns an `AgentPlan`; `katalyst agent` calls it
+on a real clock, tests and the simulator on a virtual one. Everything the loop learns from
+the machine comes through the `Host`; everything it writes to cgroups goes through the
+enforcer; everything it tells the cluster goes through the `Cluster` protocol.
+
+Eviction plugs in after the plan is made and before it is enforced: each
+`EvictionStage` is called with an `EvictionInput` (the plan, the pods, the metrics, the
+sample) and returns the actions it took or would take; they are recorded in the plan.
+Stages run in order, every tick; a stage that raises is reported and skipped, never
+stopping the loop. An action with a `knob_overrides` mapping (cgroup -> {Knob: value})
+changes this tick's desired knobs before they are enforced, so a stage can throttle
+(shrink a quota, a limit) before it evicts.
+
+The loop keeps its per-tick work small: pods are parsed once per resourceVersion, cgroups
+are rediscovered only when a pod without a known cgroup appears (or every
+`REDISCOVER_PERIOD_S`), and the enforcer — which reads the machine — is called only when the
+desired knobs change, or every `RESYNC_PERIOD_S` to undo drift.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pykatalyst.agent import cpu_policy, memory_policy
+from pykatalyst.agent.advisor import (
+    HeadroomSmoother,
+    MemoryUser,
+    RegulatorState,
+    assemble_pools,
+    cpu_headroom,
+    estimate_container,
+    memory_headroom,
+    regulate,
+)
+from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest, Layout
+from pykatalyst.agent.host.base import Host, HostSample, Knob, KnobValue, PodCgroup
+from pykatalyst.agent.metrics import MetricStore
+from pykatalyst.agent.plan import (
+    AgentPlan,
+    ContainerPlan,
+    PlanEvent,
+    PodPlan,
+    PoolPlan,
+    ReclaimedFigure,
+    knob_value_json,
+)
+from pykatalyst.agent.reporter import NumaAllocation, Reporter, ReportInput
+from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
+from pykatalyst.api import names
+from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
+from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.memory import rfc3339
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
+from pykatalyst.topology.cpuset import CPUSet
+from pykatalyst.topology.machine import CPUTopology
+
+REDISCOVER_PERIOD_S = 30.0
+RESYNC_PERIOD_S = 30.0
+UNMANAGED = "(unmanaged)"
+SYSTEM_ALL_CPUS = "(all)"  # a system_cores pod without a cpuset_pool: every cpu but dedicated
+
+
+class KnobEnforcer(Protocol):
+    """What the agent needs of the enforcer (`agent.enforcer.Enforcer`)."""
+
+    def apply(
+        self,
+        desired: Mapping[str, Mapping[Knob, KnobValue]],
+        dry_run: bool = False,
+        usage: Mapping[str, int] | None = None,
+    ) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionInput:
+    """What an eviction stage sees: the tick's plan (already advised and allocated, not yet
+    enforced), the pods on the node, the metric store and the raw sample."""
+
+    now: float
+    plan: AgentPlan
+    pods: Mapping[str, PodSpec]
+    metrics: MetricStore
+    sample: HostSample
+
+
+EvictionStage = Callable[[EvictionInput], Sequence[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    spec: PodSpec
+    ramping: bool
+
+
+class Agent:
+    def __init__(
+        self,
+        node_name: str,
+        cluster: Cluster,
+        host: Host,
+        clock: Clock,
+        config: AgentConfig | None = None,
+        enforcer: KnobEnforcer | None = None,
+        *,
+        eviction_stages: Sequence[EvictionStage] = (),
+        dry_run: bool = False,
+        publish: bool = True,
+    ) -> None:
+        self.node_name = node_name
+        self.cluster = cluster
+        self.host = host
+        self.clock = clock
+        self.base_config = config if config is not None else AgentConfig()
+        self.config = self.base_config
+        self.enforcer = enforcer
+        self.eviction_stages: list[EvictionStage] = list(eviction_stages)
+        self.dry_run = dry_run
+        self.publish = publish and not dry_run
+        self.topology: CPUTopology = host.topology()
+        self._numa_of = {c: self.topology.numa_of(c) for c in self.topology.all_cpus}
+        self._topo_terms = self._topology_terms()
+        self.metrics = MetricStore(self.config.metrics.insurance_period_s)
+        self.reporter = Reporter(node_name, cluster, self.config.reporter)
+        self._informer = Informer(cluster, names.POD, field_selector=f"spec.nodeName={node_name}")
+        self._objects: dict[str, JSON] = {}
+        self._objects_dirty = True
+        self._informer.add_handler(self._on_pod)
+        self._cache = PodCache()
+        self._specs: dict[str, PodSpec] = {}
+        self._cgroups: dict[str, PodCgroup] = {}
+        self._last_discovery: float | None = None
+        self._unknown_at_discovery: set[str] = set()
+        self._sample_list: list[str] = []
+        self._sample_key: tuple[int, int] | None = None
+        self._matched: dict[str, tuple[PodSpec, PodCgroup | None, ContainerCgroups]] = {}
+        self._order: list[str] = []
+        self._plan_cache: dict[
+            str, tuple[tuple[Any, ...], PodPlan, list[tuple[str, dict[Knob, KnobValue]]]]
+        ] = {}
+        self._order_key: Mapping[str, PodSpec] | None = None
+        self._first_tick = True
+        self._first_seen: dict[str, float] = {}
+        self._dedicated: dict[str, DedicatedAssignment] = {}
+        self._snb: dict[str, int] = {}
+        self._snb_domains: dict[int, CPUSet] = {}
+        self._pools: dict[str, CPUSet] = {}
+        self._regulators: dict[str, RegulatorState] = {}
+        self._events_sent: set[tuple[str, str, str]] = set()
+        self._last_desired: dict[str, dict[Knob, KnobValue]] | None = None
+        self._last_enforce: float | None = None
+        self._last_config_read: float | None = None
+        rc = self.config.reporter
+        self._cpu_smoother = HeadroomSmoother(
+            rc.sliding_window_s,
+            rc.headroom_sync_period_s,
+            rc.min_step_cpu,
+            rc.max_step_cpu,
+            rc.reserved_for_report_cpu,
+            rc.min_reclaimed_for_report_cpu,
+        )
+        self._mem_smoother = HeadroomSmoother(
+            rc.sliding_window_s,
+            rc.headroom_sync_period_s,
+            float(rc.min_step_memory),
+            float(rc.max_step_memory),
+            float(rc.reserved_for_report_memory),
+            float(rc.min_reclaimed_for_report_memory),
+        )
+
+    # --- cluster input ----------------------------------------------------------------------
+
+    def _on_pod(self, event: str, old: JSON | None, new: JSON | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        if event == "DELETED":
+            self._objects.pop(uid, None)
+        elif new is not None:
+            self._objects[uid] = new
+        self._objects_dirty = True
+
+    def _refresh_config(self, now: float, warnings: list[str]) -> None:
+        if (
+            self._last_config_read is not None
+            and now - self._last_config_read < self.base_config.config_ttl_s
+        ):
+            return
+        self._last_config_read = now
+        ref = self.base_config.admin_qos_config
+        try:
+            if ref is None:
+                ref = self._admin_qos_from_cnc()
+            if ref is None:
+                self._set_config(self.base_config)
+                return
+            ns, _, name = ref.partition("/")
+            raw = self.cluster.get(names.ADMIN_QOS_CONFIGURATION, name, ns)
+            aqc = AdminQoSConfiguration.from_json(raw)
+            self._set_config(self.base_config.with_admin_qos(aqc))
+        except ApiError as exc:
+            warnings.append(f"dynamic config {ref}: {exc} (keeping the current configuration)")
+        except ValueError as exc:
+            warnings.append(f"dynamic config {ref} is invalid: {exc} (keeping the current one)")
+
+    def _admin_qos_from_cnc(self) -> str | None:
+        try:
+            raw = self.cluster.get(names.CUSTOM_NODE_CONFIG, self.node_name)
+        except ApiError:
+            return None
+        cnc = CustomNodeConfig.from_json(raw)
+        for target in cnc.status.katalyst_custom_config_list:
+            if target.config_type.resource == names.ADMIN_QOS_CONFIGURATION.plural:
+                return f"{target.config_namespace}/{target.config_name}"
+        return None
+
+    def _set_config(self, cfg: AgentConfig) -> None:
+        if cfg == self.config:
+            return
+        self.config = cfg
+        rc = cfg.reporter
+        self.reporter.cfg = rc
+        for sm, cpu in ((self._cpu_smoother, True), (self._mem_smoother, False)):
+            sm.window_s = rc.sliding_window_s
+            sm.sample_period_s = rc.headroom_sync_period_s
+            sm.min_step = rc.min_step_cpu if cpu else float(rc.min_step_memory)
+            sm.max_step = rc.max_step_cpu if cpu else float(rc.max_step_memory)
+            sm.reserved_for_report = (
+                rc.reserved_for_report_cpu if cpu else float(rc.reserved_for_report_memory)
+            )
+            sm.min_for_report = (
+                rc.min_reclaimed_for_report_cpu
+                if cpu
+                else float(rc.min_reclaimed_for_report_memory)
+            )
+        self.metrics.insurance_period_s = cfg.metrics.insurance_period_s
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def reconcile(self, now: float | None = None) -> AgentPlan:
+        now = self.clock.now() if now is None else now
+        warnings: list[str] = []
+        events: list[PlanEvent] = []
+        self._refresh_config(now, warnings)
+        cfg = self.config
+        topo = self.topology
+
+        # pods on this node
+        try:
+            self._informer.sync()
+        except ApiError as exc:
+            warnings.append(f"cannot list pods: {exc} (using the last known pods)")
+        if self._objects_dirty:
+            self._specs = {
+                uid: s
+                for uid, s in self._cache.refresh(self._objects.values()).items()
+                if not s.finished
+            }
+            self._objects_dirty = False
+        specs = self._specs
+        for uid in specs:
+            if uid not in self._first_seen:
+                self._first_seen[uid] = -math.inf if self._first_tick else now
+        if len(self._first_seen) > len(specs):
+            self._first_seen = {u: t for u, t in self._first_seen.items() if u in specs}
+            self._matched = {u: m for u, m in self._matched.items() if u in specs}
+        self._first_tick = False
+
+        # cgroups and samples
+        self._discover(now, specs)
+        sample = self.host.sample(now, self._cgroup_list(specs))
+        self.metrics.ingest(sample)
+
+        # classify
+        valid: dict[str, PodSpec] = {}
+        for uid, s in specs.items():
+            if s.error is not None:
+                self._event_once(events, s, "InvalidQoS", s.error)
+            else:
+                valid[uid] = s
+        dedicated_reqs = sorted(
+            (
+                self._dedicated_request(s)
+                for s in valid.values()
+                if s.level == names.QOS_DEDICATED_CORES
+            ),
+            key=lambda r: valid[r.uid].created_key,
+        )
+        reclaim_min = cpu_policy.reclaim_minimum(
+            topo, cfg.cpu, cfg.advisor.min_reclaimed_for_allocate_cpu
+        )
+        snb_reqs = sorted(
+            (
+                cpu_policy.SnbRequest(
+                    s.uid, s.key, s.request_cores, s.qos.enhancements.numa_ids if s.qos else None
+                )
+                for s in valid.values()
+                if s.level == names.QOS_SHARED_CORES and s.qos is not None and s.qos.numa_binding
+            ),
+            key=lambda r: valid[r.uid].created_key,
+        )
+        try:
+            lay = cpu_policy.layout(
+                topo, cfg.cpu, dedicated_reqs, self._dedicated, reclaim_min, snb_reqs, self._snb
+            )
+        except cpu_policy.CpuPolicyError as exc:
+            warnings.append(f"cpu policy: {exc}; running without a reserve pool")
+            lay = cpu_policy.layout(
+                topo,
+                cfg.cpu.model_copy(update={"reserved_cpus": 0, "reserved_cpu_list": None}),
+                dedicated_reqs,
+                self._dedicated,
+                reclaim_min,
+                snb_reqs,
+                self._snb,
+            )
+        self._dedicated = dict(lay.dedicated)
+        self._snb = dict(lay.snb)
+        for uid, why in lay.failed.items():
+            self._event_once(events, valid[uid], "DedicatedPlacementFailed", why)
+        for uid, why in lay.snb_failed.items():
+            self._event_once(events, valid[uid], "NUMABindingFailed", why)
+
+        # advise: share pools (the unbound ones, then the NUMA-bound ones per NUMA node)
+        shared: dict[str, list[_Shared]] = {names.POOL_SHARE: []}
+        snb: dict[int, dict[str, list[_Shared]]] = {}
+        for s in valid.values():
+            if s.level == names.QOS_SHARED_CORES:
+                member = _Shared(s, self._ramping(s, now))
+                pool = s.pool or names.POOL_SHARE
+                numa = lay.snb.get(s.uid)
+                if numa is None:
+                    shared.setdefault(pool, []).append(member)
+                else:
+                    region = cpu_policy.snb_pool_name(pool, numa)
+                    snb.setdefault(numa, {}).setdefault(region, []).append(member)
+        nb_share = len(lay.share_numas) / max(topo.num_numa_nodes, 1)
+        states: dict[str, RegulatorState] = {}
+        pool_terms, estimates, sizes = self._advise_scope(
+            now, shared, len(lay.share_domain), lay.reserved_for_reclaim, nb_share, states
+        )
+        snb_domains: dict[int, CPUSet] = {}
+        snb_sizes: dict[int, dict[str, int]] = {}
+        for numa, regions in sorted(snb.items()):
+            domain = lay.bound_leftover & topo.cpus_in_numa(numa)
+            snb_domains[numa] = domain
+            t, e, z = self._advise_scope(
+                now,
+                regions,
+                len(domain),
+                lay.snb_reserved_for_reclaim.get(numa, 1),
+                1 / max(topo.num_numa_nodes, 1),
+                states,
+            )
+            pool_terms.update(t)
+            estimates.update(e)
+            snb_sizes[numa] = z
+        self._regulators = states
+
+        # allocate
+        pools = cpu_policy.assign_pools(topo, lay.share_domain, sizes, self._pools)
+        for name, cpus in pools.items():
+            if not cpus:
+                # A machine too small for one cpu per pool: the pools share the domain.
+                pools[name] = lay.share_domain
+                warnings.append(f"pool {name} has no cpu of its own: it shares {lay.share_domain}")
+        bound_used = CPUSet()
+        for numa, z in snb_sizes.items():
+            placed = cpu_policy.assign_pools(topo, snb_domains[numa], z, self._pools)
+            for name, cpus in placed.items():
+                if not cpus:
+                    placed[name] = snb_domains[numa]
+                    warnings.append(f"pool {name} has no cpu of its own")
+                bound_used = bound_used | placed[name]
+            pools.update(placed)
+        self._pools = pools
+        self._snb_domains = snb_domains
+        unbound_used = CPUSet().union(*(pools[n] for n in sizes))
+        reclaim = (lay.share_domain - unbound_used) | (lay.bound_leftover - bound_used)
+        if not reclaim:
+            # The reclaim pool is never empty: overlap the share domain (reclaimed pods run
+            # SCHED_IDLE there, so they only take what shared pods leave).
+            reclaim = lay.share_domain
+            warnings.append(f"no cpu left for the reclaim pool: it overlaps {reclaim}")
+        pool_plans = []
+        if lay.reserve:
+            pool_plans.append(PoolPlan(names.POOL_RESERVE, lay.reserve))
+        for name in sorted(pools):
+            pool_plans.append(PoolPlan(name, pools[name], terms=pool_terms.get(name, {})))
+        pool_plans.append(
+            PoolPlan(
+                names.POOL_RECLAIM,
+                reclaim,
+                terms={
+                    "share_domain_cpus": len(lay.share_domain),
+                    "reserved_for_reclaim": lay.reserved_for_reclaim,
+                    "numa_bound_leftover_cpus": len(lay.bound_leftover),
+                },
+            )
+        )
+
+        # headroom
+        reclaimed_usage = self._reclaimed_usage(valid, now)
+        cpu_fig, mem_fig = self._headroom(now, reclaim, reclaimed_usage, valid)
+
+        # per-pod plans and knobs
+        pod_plans, desired = self._pod_plans(now, specs, valid, lay, pools, reclaim, estimates)
+        for uid, why in lay.failed.items():
+            warnings.append(f"{valid[uid].key}: {why}")
+
+        plan = AgentPlan(
+            node=self.node_name,
+            time=now,
+            topology=self._topo_terms,
+            pools=tuple(pool_plans),
+            pods=tuple(pod_plans),
+            reclaimed_cpu=cpu_fig,
+            reclaimed_memory=mem_fig,
+            desired=desired,
+            warnings=tuple(warnings),
+            events=tuple(events),
+            dry_run=self.dry_run,
+        )
+
+        # eviction (extension point)
+        actions: list[Any] = []
+        if self.eviction_stages:
+            inp = EvictionInput(now, plan, valid, self.metrics, sample)
+            for stage in self.eviction_stages:
+                try:
+                    actions.extend(stage(inp))
+                except Exception as exc:  # a broken stage must not stop the loop
+                    warnings.append(f"eviction stage {getattr(stage, '__name__', stage)}: {exc}")
+            for action in actions:
+                # Throttling before evicting: an action may narrow knobs of this tick.
+                overrides = getattr(action, "knob_overrides", None)
+                if isinstance(overrides, Mapping):
+                    for cgroup, knobs in overrides.items():
+                        desired[cgroup] = {**desired.get(cgroup, {}), **knobs}
+
+        enforce_terms = self._enforce(now, desired, specs, events, warnings)
+        report_terms = self._report(now, lay, cpu_fig, mem_fig, valid)
+        self._emit_events(events, now)
+        return AgentPlan(
+            node=plan.node,
+            time=plan.time,
+            topology=plan.topology,
+            pools=plan.pools,
+            pods=plan.pods,
+            reclaimed_cpu=plan.reclaimed_cpu,
+            reclaimed_memory=plan.reclaimed_memory,
+            desired=plan.desired,
+            warnings=tuple(warnings),
+            events=tuple(events),
+            eviction_actions=tuple(actions),
+            enforce=enforce_terms,
+            report=report_terms,
+            dry_run=self.dry_run,
+        )
+
+    # --- steps --------------------------------------------------------------------------------
+
+    def _discover(self, now: float, specs: Mapping[str, PodSpec]) -> None:
+        # Discovery walks the cgroup tree: do it when a pod appears whose cgroup is not
+        # known yet (once per such pod, not every tick while it has none), when a write
+        # found a cgroup gone, and every REDISCOVER_PERIOD_S.
+        unknown = {uid for uid in specs if uid not in self._cgroups}
+        due = (
+            self._last_discovery is None
+            or now - self._last_discovery >= REDISCOVER_PERIOD_S
+            or not unknown.issubset(self._unknown_at_discovery)
+        )
+        if not due:
+            return
+        self._last_discovery = now
+        try:
+            found = self.host.discover()
+        except OSError:
+            return
+        self._cgroups = {p.pod_uid: p for p in found}
+        self._unknown_at_discovery = {uid for uid in specs if uid not in self._cgroups}
+        self._sample_key = None
+
+    def _cgroup_list(self, specs: Mapping[str, PodSpec]) -> list[str]:
+        """The cgroups worth sampling: every pod's (usage, memory), and containers only
+        where the estimate needs them (shared pods with several containers); a
+        single-container pod is measured at its pod cgroup, which halves the reads."""
+        key = (id(specs), id(self._cgroups))
+        if key != self._sample_key:
+            out: list[str] = []
+            for uid, s in specs.items():
+                pc = self._cgroups.get(uid)
+                if pc is None:
+                    continue
+                out.append(pc.cgroup)
+                if s.level == names.QOS_SHARED_CORES and len(s.containers) > 1:
+                    out.extend(self._match(s).containers.values())
+            self._sample_list = out
+            self._sample_key = key
+        return self._sample_list
+
+    def _match(self, s: PodSpec) -> ContainerCgroups:
+        pc = self._cgroups.get(s.uid)
+        hit = self._matched.get(s.uid)
+        if hit is not None and hit[0] is s and hit[1] is pc:
+            return hit[2]
+        m = match_cgroups(s, pc)
+        self._matched[s.uid] = (s, pc, m)
+        return m
+
+    def _dedicated_request(self, s: PodSpec) -> DedicatedRequest:
+        assert s.qos is not None
+        e = s.qos.enhancements
+        return DedicatedRequest(
+            uid=s.uid,
+            key=s.key,
+            cpus=max(1, math.ceil(s.request_cores - 1e-9)),
+            exclusive=e.numa_exclusive,
+            numa_number=e.numa_number,
+            numa_ids=e.numa_ids,
+            align_by_socket=e.align_by_socket,
+            distribute_evenly=e.distribute_evenly_across_numa,
+        )
+
+    def _ramping(self, s: PodSpec, now: float) -> bool:
+        start = s.started_at if s.started_at is not None else self._first_seen.get(s.uid)
+        if start is None:
+            return False
+        return now - start < self.config.cpu.ramp_up_period_s
+
+    def _advise_scope(
+        self,
+        now: float,
+        shared: Mapping[str, list[_Shared]],
+        domain_size: int,
+        reserved_for_reclaim: int,
+        numa_fraction: float,
+        states: dict[str, RegulatorState],
+    ) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], tuple[float, str]], dict[str, int]]:
+        """Size the share pools of one scope (the unbound NUMA nodes, or one NUMA node)."""
+        adv = self.config.advisor
+        rfr = cpu_policy.fit_reclaim_reserve(domain_size, reserved_for_reclaim, len(shared))
+        available = domain_size - rfr
+        reserved_each = adv.reserved_for_allocate_cpu * numa_fraction / max(len(shared), 1)
+        estimates: dict[tuple[str, str], tuple[float, str]] = {}
+        regulated: dict[str, int] = {}
+        requests: dict[str, float] = {}
+        terms: dict[str, dict[str, Any]] = {}
+        scope: dict[str, RegulatorState] = {}
+        for pool, members in sorted(shared.items()):
+            requirement = 0.0
+            req_total = 0.0
+            sources: dict[str, int] = {}
+            for m in members:
+                cg = self._match(m.spec)
+                single = len(m.spec.containers) == 1
+                for c in m.spec.containers:
+                    path = cg.pod if single else cg.containers.get(c.name)
+                    cm = self.metrics.cpu(path, now) if path else None
+                    est = estimate_container(
+                        c.request_cores,
+                        cm.usage if cm else None,
+                        cm.load1 if cm else None,
+                        cm.load5 if cm else None,
+                        ramping_up=m.ramping,
+                        reclaim_enabled=adv.enable_reclaim,
+                        cfg=adv,
+                    )
+                    estimates[(m.spec.uid, c.name)] = (est.cores, est.source)
+                    requirement += est.cores
+                    sources[est.source] = sources.get(est.source, 0) + 1
+                req_total += m.spec.request_cores
+            size, state, rterms = regulate(
+                requirement,
+                reserved_each,
+                self._regulators.get(pool),
+                now,
+                adv.min_share_cpu_requirement,
+                max(available, 0),
+                adv,
+            )
+            scope[pool] = state
+            regulated[pool] = size
+            requests[pool] = req_total
+            rterms["pods"] = len(members)
+            rterms["estimate_sources"] = sources
+            terms[pool] = rterms
+        sizes, _reclaim, aterms = assemble_pools(
+            max(available, 0),
+            regulated,
+            requests,
+            reclaim_enabled=adv.enable_reclaim,
+            reserved_for_reclaim=rfr,
+        )
+        for pool, size in sizes.items():
+            if size != regulated[pool]:
+                scope[pool] = RegulatorState(size, scope[pool].last_ramp_down)
+                terms[pool]["assembled"] = size
+                terms[pool]["assembly"] = aterms
+        states.update(scope)
+        return terms, estimates, sizes
+
+    def _reclaimed_usage(self, valid: Mapping[str, PodSpec], now: float) -> float | None:
+        total = 0.0
+        seen = False
+        for s in valid.values():
+            if s.level != names.QOS_RECLAIMED_CORES:
+                continue
+            pc = self._cgroups.get(s.uid)
+            if pc is None:
+                continue
+            u = self.metrics.cpu_usage(pc.cgroup, now)
+            if u is not None:
+                total += u
+                seen = True
+        return total if seen else None
+
+    def _headroom(
+        self,
+        now: float,
+        reclaim: CPUSet,
+        reclaimed_usage: float | None,
+        valid: Mapping[str, PodSpec],
+    ) -> tuple[ReclaimedFigure, ReclaimedFigure]:
+        cfg = self.config
+        rc = cfg.reporter
+        topo = self.topology
+        cpu_value, cpu_numa, cpu_terms = cpu_headroom(
+            reclaim, self.metrics.cpu_usage_ratio(now), reclaimed_usage, None, self._numa_of
+        )
+        users: list[MemoryUser] = []
+        for s in valid.values():
+            pc = self._cgroups.get(s.uid)
+            mm = self.metrics.memory(pc.cgroup, now) if pc is not None else None
+            usage = None if mm is None else {"rss": mm.rss, "cache": mm.cache, "shmem": mm.shmem}
+            u = memory_policy.memory_user(s.level, s.memory_request, usage)
+            if u is not None:
+                users.append(u)
+        capacity = topo.total_memory
+        last = self.metrics.last_sample
+        if capacity <= 0 and last is not None and last.memory is not None:
+            capacity = last.memory.total
+        numa_free = (
+            {n: m.free for n, m in last.numa_memory.items()}
+            if last is not None and last.numa_memory
+            else None
+        )
+        mem_value, mem_numa, mem_terms = memory_headroom(
+            capacity, users, cfg.advisor, topo.memory_per_numa or None, numa_free
+        )
+        if not cfg.advisor.enable_reclaim:
+            note = "reclaim disabled (advisor.enable_reclaim=false): 0 is published"
+            cpu_terms["reclaim"] = mem_terms["reclaim"] = note
+            return (
+                ReclaimedFigure(names.RECLAIMED_MILLICPU, cpu_value, 0.0, {}, cpu_terms),
+                ReclaimedFigure(names.RECLAIMED_MEMORY, mem_value, 0.0, {}, mem_terms),
+            )
+        cpu_rep, cpu_sm = self._cpu_smoother.update(now, cpu_value)
+        mem_rep, mem_sm = self._mem_smoother.update(now, mem_value)
+        cpu_terms["smoothing"] = cpu_sm
+        mem_terms["smoothing"] = mem_sm
+        if (
+            cpu_rep is not None
+            and mem_rep is not None
+            and (
+                cpu_rep <= rc.min_ignored_reclaimed_cpu
+                or mem_rep <= rc.min_ignored_reclaimed_memory
+            )
+        ):
+            why = "a reclaimed figure is below its ignore threshold: all reclaimed figures are 0"
+            cpu_terms["zeroed"] = mem_terms["zeroed"] = why
+            cpu_rep, mem_rep = 0.0, 0.0
+        return (
+            ReclaimedFigure(
+                names.RECLAIMED_MILLICPU, cpu_value, cpu_rep, _rescale(cpu_numa, cpu_rep), cpu_terms
+            ),
+            ReclaimedFigure(
+                names.RECLAIMED_MEMORY, mem_value, mem_rep, _rescale(mem_numa, mem_rep), mem_terms
+            ),
+        )
+
+    def _pod_plans(
+        self,
+        now: float,
+        specs: Mapping[str, PodSpec],
+        valid: Mapping[str, PodSpec],
+        lay: Layout,
+        pools: Mapping[str, CPUSet],
+        reclaim: CPUSet,
+        estimates: Mapping[tuple[str, str], tuple[float, str]],
+    ) -> tuple[list[PodPlan], dict[str, dict[Knob, KnobValue]]]:
+        topo = self.topology
+        cfg = self.config
+        mems_default = memory_policy.unbound_mems(topo, lay.bound_numas)
+        all_but_dedicated = topo.all_cpus - lay.dedicated_cpus
+        desired: dict[str, dict[Knob, KnobValue]] = {}
+        plans: list[PodPlan] = []
+        if self._order_key is not specs:
+            self._order = sorted(specs, key=lambda u: specs[u].key)
+            self._order_key = specs
+        all_mems = CPUSet.of(topo.numa_nodes)
+        cache: dict[str, tuple[tuple[Any, ...], PodPlan, list[tuple[str, dict[Knob, KnobValue]]]]]
+        cache = {}
+        for uid in self._order:
+            s = specs[uid]
+            pc = self._cgroups.get(uid)
+            if uid not in valid or uid in lay.failed:
+                why = s.error or lay.failed.get(uid, "")
+                plans.append(
+                    PodPlan(
+                        uid,
+                        s.key,
+                        s.level,
+                        UNMANAGED,
+                        CPUSet(),
+                        CPUSet(),
+                        pc.cgroup if pc else None,
+                        note=f"left as placed: {why}",
+                    )
+                )
+                continue
+            level = s.level
+            ramping = False
+            numas: tuple[int, ...] = ()
+            mems = mems_default
+            if level == names.QOS_DEDICATED_CORES:
+                a = lay.dedicated[uid]
+                pool, cpus, numas = names.POOL_DEDICATED, a.cpuset, a.numas
+                mems = memory_policy.bound_mems(a.numas)
+            elif level == names.QOS_RECLAIMED_CORES:
+                pool, cpus = names.POOL_RECLAIM, reclaim
+            elif level == names.QOS_SYSTEM_CORES:
+                pool = s.pool or SYSTEM_ALL_CPUS
+                cpus = cpu_policy.pools_for_system(pools, s.pool) or all_but_dedicated
+                mems = all_mems
+            elif uid in lay.snb:
+                numa = lay.snb[uid]
+                domain = self._snb_domains.get(numa, lay.pooled)
+                pool = cpu_policy.snb_pool_name(s.pool or names.POOL_SHARE, numa)
+                ramping = self._ramping(s, now)
+                cpus = domain if ramping else pools.get(pool, domain)
+                mems = memory_policy.bound_mems((numa,))
+                numas = (numa,)
+            else:
+                pool = s.pool or names.POOL_SHARE
+                ramping = self._ramping(s, now)
+                cpus = lay.pooled if ramping else pools.get(pool, lay.share_domain)
+            ests = tuple(estimates.get((uid, c.name)) for c in s.containers)
+            key = (s, pc, pool, cpus, mems, numas, ramping, ests, cfg.reclaimed_cpu_idle)
+            hit = self._plan_cache.get(uid)
+            if hit is None or hit[0] != key:
+                plan, writes = self._pod_plan(s, pc, pool, cpus, mems, numas, ramping, ests)
+                hit = (key, plan, writes)
+            cache[uid] = hit
+            plans.append(hit[1])
+            for path, knobs in hit[2]:
+                desired[path] = knobs
+        self._plan_cache = cache
+        return plans, desired
+
+    def _pod_plan(
+        self,
+        s: PodSpec,
+        pc: PodCgroup | None,
+        pool: str,
+        cpus: CPUSet,
+        mems: CPUSet,
+        numas: tuple[int, ...],
+        ramping: bool,
+        ests: tuple[tuple[float, str] | None, ...],
+    ) -> tuple[PodPlan, list[tuple[str, dict[Knob, KnobValue]]]]:
+        """One pod's plan and the knobs of its cgroups (cached while its inputs stay)."""
+        pod_knobs: dict[Knob, KnobValue] = {}
+        if s.level == names.QOS_RECLAIMED_CORES:
+            if self.config.reclaimed_cpu_idle:
+                pod_knobs[Knob.CPU_IDLE] = 1
+            limit = memory_policy.reclaimed_memory_limit(s.reclaimed_memory)
+            if limit is not None:
+                pod_knobs[Knob.MEMORY_LIMIT] = limit
+        pod_knobs[Knob.CPUSET_CPUS] = cpus
+        pod_knobs[Knob.CPUSET_MEMS] = mems
+        knobs: dict[Knob, KnobValue] = {Knob.CPUSET_CPUS: cpus, Knob.CPUSET_MEMS: mems}
+        writes: list[tuple[str, dict[Knob, KnobValue]]] = []
+        cg = self._match(s)
+        containers = []
+        for c, est in zip(s.containers, ests, strict=True):
+            path = cg.containers.get(c.name)
+            if path is not None:
+                writes.append((path, knobs))
+            containers.append(
+                ContainerPlan(c.name, path, est[0] if est else None, est[1] if est else None, knobs)
+            )
+        if cg.pod is not None:
+            writes.append((cg.pod, pod_knobs))
+        if pc is not None and len(pc.containers) > len(cg.containers):
+            # Cgroups of the pod that match no spec container (the sandbox, a container whose
+            # status is not reported yet) follow the pod: on cgroup v1 a parent cannot narrow
+            # its cpuset below a child's.
+            known = set(cg.containers.values())
+            writes.extend((o.cgroup, knobs) for o in pc.containers if o.cgroup not in known)
+        plan = PodPlan(
+            s.uid,
+            s.key,
+            s.level,
+            pool,
+            cpus,
+            mems,
+            cg.pod,
+            numas,
+            ramping,
+            pod_knobs,
+            tuple(containers),
+            note="" if pc is not None else "no cgroup found on this machine: not enforced",
+        )
+        return plan, writes
+
+    def _enforce(
+        self,
+        now: float,
+        desired: dict[str, dict[Knob, KnobValue]],
+        specs: Mapping[str, PodSpec],
+        events: list[PlanEvent],
+        warnings: list[str],
+    ) -> dict[str, Any]:
+        if self.enforcer is None:
+            return {"state": "no enforcer"}
+        changed = desired != self._last_desired
+        due = self._last_enforce is None or now - self._last_enforce >= RESYNC_PERIOD_S
+        if not (changed or due):
+            return {"state": "unchanged"}
+        try:
+            report = self.enforcer.apply(desired, dry_run=self.dry_run)
+        except (OSError, ValueError) as exc:
+            warnings.append(f"enforcer: {exc}")
+            return {"state": "error", "error": str(exc)}
+        self._last_desired = desired
+        self._last_enforce = now
+        out: dict[str, Any] = {"state": "dry-run" if self.dry_run else "applied"}
+        planned = getattr(report, "planned", ())
+        out["writes"] = len(planned)
+        if self.dry_run:
+            out["would_write"] = [f"{w.cgroup}: {w.knob.value} = {_show(w.value)}" for w in planned]
+            # Nothing was written, so the next tick must plan the same writes again.
+            self._last_desired = None
+        failed = getattr(report, "failed", ())
+        out["failed"] = len(failed)
+        vanished = tuple(getattr(report, "vanished", ()))
+        if vanished:
+            out["vanished"] = list(vanished)
+            self._last_discovery = None  # those pods' cgroups moved or went: look again
+        by_cgroup = self._pod_by_cgroup(specs)
+        for f in getattr(report, "new_failures", ()):
+            s = by_cgroup.get(f.write.cgroup)
+            msg = f"cannot write {f.write.knob.value} on {f.write.cgroup}: {f.error}"
+            if s is not None:
+                self._event_once(events, s, "KnobWriteFailed", msg)
+            else:
+                warnings.append(msg)
+        for note in getattr(report, "notes", ()):
+            warnings.append(note)
+        return out
+
+    def _pod_by_cgroup(self, specs: Mapping[str, PodSpec]) -> dict[str, PodSpec]:
+        out: dict[str, PodSpec] = {}
+        for uid, s in specs.items():
+            pc = self._cgroups.get(uid)
+            if pc is None:
+                continue
+            out[pc.cgroup] = s
+            for c in pc.containers:
+                out[c.cgroup] = s
+        return out
+
+    def _report(
+        self,
+        now: float,
+        lay: Layout,
+        cpu: ReclaimedFigure,
+        mem: ReclaimedFigure,
+        valid: Mapping[str, PodSpec],
+    ) -> dict[str, Any]:
+        if not self.publish:
+            return {"state": "not published (dry run)" if self.dry_run else "not published"}
+        allocations: list[NumaAllocation] = []
+        for uid, a in lay.dedicated.items():
+            s = valid[uid]
+            per_numa_mem = s.memory_request // max(len(a.numas), 1)
+            for n in a.numas:
+                cpus = len(a.cpuset & self.topology.cpus_in_numa(n))
+                allocations.append(
+                    NumaAllocation(f"{s.namespace}/{s.name}/{uid}", n, cpus, per_numa_mem)
+                )
+        for uid, numa in lay.snb.items():
+            s = valid[uid]
+            allocations.append(
+                NumaAllocation(
+                    f"{s.namespace}/{s.name}/{uid}",
+                    numa,
+                    math.ceil(s.request_cores - 1e-9),
+                    s.memory_request,
+                )
+            )
+        terms = {
+            names.RECLAIMED_MILLICPU: {"value": cpu.reported, **dict(cpu.terms)},
+            names.RECLAIMED_MEMORY: {"value": mem.reported, **dict(mem.terms)},
+            "time": rfc3339(now),
+        }
+        inp = ReportInput(
+            self.topology,
+            lay.reserve,
+            cpu.reported,
+            mem.reported,
+            cpu.per_numa,
+            mem.per_numa,
+            allocations,
+            terms,
+        )
+        return self.reporter.report(inp, now)
+
+    # --- events -------------------------------------------------------------------------------
+
+    def _event_once(self, events: list[PlanEvent], s: PodSpec, reason: str, message: str) -> None:
+        key = (s.uid, reason, message)
+        if key in self._events_sent:
+            return
+        self._events_sent.add(key)
+        events.append(PlanEvent(names.POD.kind, s.key, reason, message))
+
+    def _emit_events(self, events: Sequence[PlanEvent], now: float) -> None:
+        if len(self._events_sent) > 4 * max(len(self._specs), 64):
+            live = set(self._specs)
+            self._events_sent = {k for k in self._events_sent if k[0] in live}
+        if not self.publish:
+            return
+        for ev in events:
+            ns, _, name = ev.object_key.partition("/")
+            spec = next((s for s in self._specs.values() if s.key == ev.object_key), None)
+            ts = rfc3339(now)
+            body: JSON = {
+                "metadata": {"generateName": f"{name}.", "namespace": ns},
+                "involvedObject": {
+                    "kind": ev.object_kind,
+                    "name": name,
+                    "namespace": ns,
+                    "uid": spec.uid if spec else "",
+                    "apiVersion": "v1",
+                },
+                "reason": ev.reason,
+                "message": ev.message,
+                "type": ev.type,
+                "source": {"component": names.AGENT_COMPONENT, "host": self.node_name},
+                "firstTimestamp": ts,
+                "lastTimestamp": ts,
+                "count": 1,
+            }
+            try:
+                self.cluster.create(names.EVENT, body, ns)
+            except ApiError:
+                continue
+
+    def _topology_terms(self) -> dict[str, Any]:
+        t = self.topology
+        return {
+            "cpus": t.num_cpus,
+            "cores": t.num_cores,
+            "sockets": t.num_sockets,
+            "numa_nodes": t.num_numa_nodes,
+            "threads_per_core": t.threads_per_core,
+            "memory_bytes": t.total_memory,
+            "numa": {str(n): str(t.cpus_in_numa(n)) for n in t.numa_nodes},
+        }
+
+
+def _rescale(per_numa: Mapping[int, float], total: float | None) -> dict[int, float]:
+    if total is None:
+        return {}
+    s = sum(per_numa.values())
+    if s <= 0:
+        n = len(per_numa)
+        return {k: total / n for k in per_numa} if n else {}
+    return {k: v * total / s for k, v in per_numa.items()}
+
+
+def _show(value: KnobValue) -> str:
+    v = knob_value_json(value)
+    return str(v) if not isinstance(v, dict) else ",".join(f"{k}={x}" for k, x in v.items())

@@ -1,0 +1,257 @@
+"""The node agent's configuration: every default from Katalyst, validated at start.
+
+Defaults follow Katalyst's agent flags and dynamic-config (AdminQoSConfiguration) defaults,
+with one deliberate difference: `advisor.enable_reclaim` defaults to true. Katalyst ships
+with reclaim off, which makes its agent report zero reclaimed capacity until an operator
+turns it on; an agent whose whole point is colocation should publish what it finds.
+
+The configuration is read once at start (`load_config`) and refused with the field named
+when it is wrong. Part of it can be overlaid at run time by an AdminQoSConfiguration from
+the cluster (`AgentConfig.with_admin_qos`), as Katalyst's dynamic configuration does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from pykatalyst.api.crds import AdminQoSConfiguration
+from pykatalyst.api.quantity import Quantity, QuantityError, parse_quantity
+from pykatalyst.topology.cpuset import CPUSet
+
+GI = 1024**3
+MI = 1024**2
+
+
+def _to_bytes(value: Any) -> Any:
+    """Accept bytes as an int or a Kubernetes quantity string ("5Gi")."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str | Quantity):
+        try:
+            return parse_quantity(value).value()
+        except (QuantityError, ValueError) as exc:
+            raise ValueError(f"not a memory quantity (e.g. 5Gi, 300Mi): {exc}") from exc
+    return value
+
+
+def _to_cores(value: Any) -> Any:
+    """Accept cores as a number or a Kubernetes cpu quantity string ("500m", "4")."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str | Quantity):
+        try:
+            return parse_quantity(value).milli_value() / 1000.0
+        except (QuantityError, ValueError) as exc:
+            raise ValueError(f"not a cpu quantity (e.g. 4, 500m): {exc}") from exc
+    return value
+
+
+Bytes = Annotated[int, BeforeValidator(_to_bytes), Field(ge=0)]
+Cores = Annotated[float, BeforeValidator(_to_cores), Field(ge=0)]
+Seconds = Annotated[float, Field(ge=0)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class CpuPolicyConfig(_Section):
+    """The dynamic cpu policy (Katalyst's qrm cpu plugin flags)."""
+
+    reserved_cpus: int = Field(0, ge=0, description="cpus kept for the system (reserve pool)")
+    reserved_cpu_list: str | None = Field(
+        None, description='explicit reserve pool, e.g. "0-1"; overrides reserved_cpus'
+    )
+    reserve_cpus_reversely: bool = Field(False, description="take the reserve from high cpu ids")
+    min_reclaim_pool_cpus: int = Field(
+        4, ge=1, description="the reclaim pool never has fewer than max(this, #NUMA) cpus"
+    )
+    ramp_up_period_s: Seconds = Field(
+        30.0, description="a new shared pod runs on all pooled cpus this long"
+    )
+
+    @model_validator(mode="after")
+    def _reserved_list(self) -> CpuPolicyConfig:
+        if self.reserved_cpu_list:
+            try:
+                CPUSet.parse(self.reserved_cpu_list)
+            except ValueError as exc:
+                raise ValueError(f"reserved_cpu_list: {exc}") from exc
+        return self
+
+
+class AdvisorConfig(_Section):
+    """Sys-advisor: canonical provisioning, regulator, headroom (Katalyst defaults)."""
+
+    enable_reclaim: bool = Field(True, description="publish reclaimed capacity (Katalyst: false)")
+    reserved_for_allocate_cpu: Cores = Field(
+        4.0, description="burst buffer added to the share pools' requirement"
+    )
+    reserved_for_allocate_memory: Bytes = Field(5 * GI, description="memory kept from reclaim")
+    min_reclaimed_for_allocate_cpu: Cores = Field(
+        4.0, description="cpus always left to the reclaim pool (reservedForReclaim)"
+    )
+    min_share_cpu_requirement: Cores = Field(4.0, description="lower bound of a share pool")
+    usage_coefficient: float = Field(1.25, gt=0, description="estimate = max(k × usage, loads)")
+    fallback_cpu_estimate: Cores = Field(4.0, description="estimate when it would be <= 0")
+    max_ramp_up_step: Cores = Field(10.0, description="a pool grows at most this much per tick")
+    max_ramp_down_step: Cores = Field(2.0, description="a pool shrinks at most this much")
+    min_ramp_down_period_s: Seconds = Field(30.0, description="at most one shrink per period")
+    ht_align: bool = Field(False, description="round pool sizes up to whole physical cores")
+    memory_usage_coefficient: float = Field(
+        1.1, gt=0, description="memory requirement = k × (rss + cache + shmem)"
+    )
+    system_memory_coefficient: float = Field(1.0, gt=0, description="system pods: k × rss")
+    fallback_memory_estimate: Bytes = Field(8 * GI, description="memory estimate when <= 0")
+
+
+class ReporterConfig(_Section):
+    """Headroom reporting to the CNR and the Node (Katalyst's headroom_reporter)."""
+
+    period_s: Seconds = Field(5.0, description="CNR writes and the AgentReady heartbeat")
+    headroom_sync_period_s: Seconds = Field(30.0, description="smoothing sample period")
+    sliding_window_s: Seconds = Field(120.0, description="headroom averaged over this window")
+    min_step_cpu: Cores = 0.3
+    min_step_memory: Bytes = 300 * MI
+    max_step_cpu: Cores = 4.0
+    max_step_memory: Bytes = 5 * GI
+    reserved_for_report_cpu: Cores = 0.0
+    reserved_for_report_memory: Bytes = 0
+    min_reclaimed_for_report_cpu: Cores = 4.0
+    min_reclaimed_for_report_memory: Bytes = 5 * GI
+    min_ignored_reclaimed_cpu: Cores = 0.1
+    min_ignored_reclaimed_memory: Bytes = 100 * MI
+    publish_node_extended_resources: bool = Field(
+        True, description="also patch the Node's status so kube-scheduler sees reclaimed_*"
+    )
+
+    @model_validator(mode="after")
+    def _steps(self) -> ReporterConfig:
+        if self.max_step_cpu and self.min_step_cpu > self.max_step_cpu:
+            raise ValueError("min_step_cpu must not exceed max_step_cpu")
+        if self.max_step_memory and self.min_step_memory > self.max_step_memory:
+            raise ValueError("min_step_memory must not exceed max_step_memory")
+        return self
+
+
+class MetricsConfig(_Section):
+    insurance_period_s: Seconds = Field(
+        60.0, description="a metric older than this counts as missing"
+    )
+
+
+class AgentConfig(_Section):
+    """Everything the agent can be told. Load from YAML with `load_config`."""
+
+    period_s: float = Field(5.0, gt=0, description="reconcile period (Katalyst: 5s)")
+    cpu: CpuPolicyConfig = Field(default_factory=CpuPolicyConfig)
+    advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
+    reporter: ReporterConfig = Field(default_factory=ReporterConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    reclaimed_cpu_idle: bool = Field(True, description="cpu.idle=1 (SCHED_IDLE) on reclaimed pods")
+    admin_qos_config: str | None = Field(
+        None,
+        description="namespace/name of an AdminQoSConfiguration to overlay; when unset the "
+        "agent follows its CustomNodeConfig's target, if any",
+    )
+    config_ttl_s: Seconds = Field(15.0, description="how often dynamic config is re-read")
+    checkpoint_path: str | None = Field(
+        "/var/lib/pykatalyst/agent-enforcer.json",
+        description="where the enforcer keeps its desired-state checkpoint (None: none)",
+    )
+
+    @model_validator(mode="after")
+    def _aqc_ref(self) -> AgentConfig:
+        ref = self.admin_qos_config
+        if ref is not None and (ref.count("/") != 1 or not all(ref.split("/"))):
+            raise ValueError(f"admin_qos_config must be namespace/name, not {ref!r}")
+        return self
+
+    def with_admin_qos(self, aqc: AdminQoSConfiguration) -> AgentConfig:
+        """Overlay the fields the AdminQoSConfiguration sets (unset ones keep their value)."""
+        rrc = aqc.spec.config.reclaimed_resource_config
+        if "reclaimed_resource_config" not in aqc.spec.config.model_fields_set:
+            return self
+        adv: dict[str, Any] = {}
+        rep: dict[str, Any] = {}
+        given = rrc.model_fields_set
+        if "enable_reclaim" in given:
+            adv["enable_reclaim"] = rrc.enable_reclaim
+
+        def pair(
+            field: str, into: dict[str, Any], cpu_key: str | None, mem_key: str | None
+        ) -> None:
+            if field not in given:
+                return
+            values = getattr(rrc, field) or {}
+            if cpu_key and "cpu" in values:
+                into[cpu_key] = values["cpu"].milli_value() / 1000.0
+            if mem_key and "memory" in values:
+                into[mem_key] = values["memory"].value()
+
+        pair(
+            "reserved_resource_for_allocate",
+            adv,
+            "reserved_for_allocate_cpu",
+            "reserved_for_allocate_memory",
+        )
+        pair("min_reclaimed_resource_for_allocate", adv, "min_reclaimed_for_allocate_cpu", None)
+        pair(
+            "reserved_resource_for_report",
+            rep,
+            "reserved_for_report_cpu",
+            "reserved_for_report_memory",
+        )
+        pair(
+            "min_reclaimed_resource_for_report",
+            rep,
+            "min_reclaimed_for_report_cpu",
+            "min_reclaimed_for_report_memory",
+        )
+        pair(
+            "min_ignored_reclaimed_resource_for_report",
+            rep,
+            "min_ignored_reclaimed_cpu",
+            "min_ignored_reclaimed_memory",
+        )
+        data = self.model_dump()
+        data["advisor"].update(adv)
+        data["reporter"].update(rep)
+        return AgentConfig.model_validate(data)
+
+
+class ConfigError(ValueError):
+    """The agent configuration is invalid; the message names the field."""
+
+
+def parse_config(data: Any, source: str = "config") -> AgentConfig:
+    if data is None:
+        data = {}
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            value = err.get("input")
+            shown = "" if isinstance(value, dict) else f" (value {value!r})"
+            lines.append(f"{where}: {err['msg']}{shown}")
+        raise ConfigError(f"invalid agent {source}: " + "; ".join(lines)) from None
+
+
+def load_config(path: str | Path | None) -> AgentConfig:
+    """Read a YAML agent configuration (None: all defaults)."""
+    if path is None:
+        return AgentConfig()
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read agent config {p}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"agent config {p} is not valid YAML: {exc}") from None
+    return parse_config(data, f"config {p}")

@@ -1,0 +1,475 @@
+"""The inner eviction plugins. Each looks at a snapshot and reports its thresholds.
+
+A plugin only measures and compares; it never picks victims and never waits out grace
+periods — the manager does both, the same way for every plugin. Plugins that need
+history (a ring of load samples, how long kswapd has been busy, a NUMA pressure
+counter) keep it themselves, advanced once per round by `observe`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Protocol
+
+from pykatalyst.agent.eviction.config import (
+    LoadPressureConfig,
+    NumaMemoryPressureConfig,
+    ReclaimedResourcePressureConfig,
+    SystemMemoryPressureConfig,
+)
+from pykatalyst.agent.eviction.ranking import numa_memory_of
+from pykatalyst.agent.eviction.types import (
+    ConditionSpec,
+    EvictionSnapshot,
+    Met,
+    PodInfo,
+    Threshold,
+)
+from pykatalyst.api import names
+
+ANY_LEVEL: tuple[str, ...] = (
+    names.QOS_RECLAIMED_CORES,
+    names.QOS_SHARED_CORES,
+    names.QOS_DEDICATED_CORES,
+)
+RECLAIMED_ONLY: tuple[str, ...] = (names.QOS_RECLAIMED_CORES,)
+
+RECLAIMED_CONDITION = ConditionSpec(
+    names.CONDITION_RECLAIMED_RESOURCE_PRESSURE,
+    "cnr",
+    (names.CNR_TAINT_EFFECT_RECLAIMED_NO_SCHEDULE,),
+)
+MEMORY_CONDITION = ConditionSpec(names.CONDITION_MEMORY_PRESSURE, "node", ("NoSchedule",))
+NUMA_MEMORY_CONDITION = ConditionSpec(
+    names.CONDITION_NUMA_MEMORY_PRESSURE, "cnr", (names.CNR_TAINT_EFFECT_RECLAIMED_NO_SCHEDULE,)
+)
+CPU_CONDITION = ConditionSpec(names.CONDITION_CPU_PRESSURE, "node", ("NoSchedule",))
+
+_SHORT = {
+    names.RECLAIMED_MILLICPU: "reclaimed_millicpu",
+    names.RECLAIMED_MEMORY: "reclaimed_memory",
+}
+_UNIT = {names.RECLAIMED_MILLICPU: "millicpu", names.RECLAIMED_MEMORY: "bytes"}
+
+
+class EvictionPlugin(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def observe(self, snap: EvictionSnapshot) -> list[Threshold]: ...
+
+
+def _live(pods: Sequence[PodInfo]) -> list[PodInfo]:
+    # Terminating pods count as already released: their requests no longer weigh.
+    return [p for p in pods if not p.terminating]
+
+
+# --- reclaimed resources ---------------------------------------------------------------
+
+
+def _overcommit(
+    plugin: str,
+    key: str,
+    resource: str,
+    requested: float,
+    allocatable: float,
+    cfg: ReclaimedResourcePressureConfig,
+    numa: int | None,
+    candidates: frozenset[str] | None,
+    where: str,
+) -> Threshold:
+    hard = cfg.eviction_threshold.get(resource, 5.0)
+    soft = cfg.soft_eviction_threshold.get(resource, hard)
+    hard_limit = hard * allocatable
+    soft_limit = soft * allocatable
+    if requested > hard_limit:
+        met, limit = Met.HARD, hard_limit
+    elif requested > soft_limit:
+        met, limit = Met.SOFT, soft_limit
+    else:
+        met, limit = Met.NOT, soft_limit
+    return Threshold(
+        plugin=plugin,
+        key=key,
+        met=met,
+        signal=f"sum of {_SHORT[resource]} requests of reclaimed pods{where}",
+        observed=requested,
+        threshold=limit,
+        unit=_UNIT[resource],
+        window="published reclaimed allocatable (the reporter's smoothed figure)",
+        resource=resource,
+        grace_period_s=cfg.grace_period_s,
+        condition=RECLAIMED_CONDITION,
+        victim_levels=RECLAIMED_ONLY,
+        candidates=candidates,
+        numa=numa,
+        overage=max(requested - hard_limit, 0.0) if met == Met.HARD else None,
+        deletion_grace_s=cfg.deletion_grace_s,
+        terms={
+            "allocatable": allocatable,
+            "hard_ratio": hard,
+            "soft_ratio": soft,
+            "hard_limit": hard_limit,
+            "soft_limit": soft_limit,
+        },
+    )
+
+
+class ReclaimedResourcePressurePlugin:
+    """Σ reclaimed requests > ratio × reclaimed allocatable, node-wide, per resource.
+
+    The allocatable read is the published (smoothed) figure, so a single dip in the raw
+    headroom moves it by at most the reporter's step: one spike cannot evict.
+    """
+
+    name = names.EVICTION_PLUGIN_RECLAIMED_RESOURCE
+
+    def __init__(self, cfg: ReclaimedResourcePressureConfig) -> None:
+        self.cfg = cfg
+
+    def observe(self, snap: EvictionSnapshot) -> list[Threshold]:
+        if snap.reclaimed is None:
+            return []
+        live = [p for p in _live(snap.pods) if p.qos_level == names.QOS_RECLAIMED_CORES]
+        out = []
+        for resource in (names.RECLAIMED_MILLICPU, names.RECLAIMED_MEMORY):
+            if resource not in self.cfg.eviction_threshold:
+                continue
+            if resource == names.RECLAIMED_MILLICPU:
+                requested = float(sum(p.reclaimed_milli_cpu for p in live))
+            else:
+                requested = float(sum(p.reclaimed_memory for p in live))
+            out.append(
+                _overcommit(
+                    self.name,
+                    _SHORT[resource],
+                    resource,
+                    requested,
+                    float(snap.reclaimed.get(resource)),
+                    self.cfg,
+                    None,
+                    None,
+                    "",
+                )
+            )
+        return out
+
+
+class ReclaimedNumaResourcePressurePlugin:
+    """The same check per NUMA zone, over the reclaimed pods bound to that NUMA."""
+
+    name = names.EVICTION_PLUGIN_RECLAIMED_NUMA_RESOURCE
+
+    def __init__(self, cfg: ReclaimedResourcePressureConfig) -> None:
+        self.cfg = cfg
+
+    def observe(self, snap: EvictionSnapshot) -> list[Threshold]:
+        if snap.reclaimed is None or not snap.reclaimed.per_numa:
+            return []
+        live = [
+            p for p in _live(snap.pods) if p.qos_level == names.QOS_RECLAIMED_CORES and p.numa_nodes
+        ]
+        out = []
+        for numa, zone in sorted(snap.reclaimed.per_numa.items()):
+            bound = [p for p in live if numa in p.numa_nodes]
+            if not bound:
+                continue
+            uids = frozenset(p.uid for p in bound)
+            for resource in (names.RECLAIMED_MILLICPU, names.RECLAIMED_MEMORY):
+                if resource not in self.cfg.eviction_threshold:
+                    continue
+                if resource == names.RECLAIMED_MILLICPU:
+                    requested = sum(p.reclaimed_milli_cpu / len(p.numa_nodes) for p in bound)
+                    allocatable = float(zone.milli_cpu)
+                else:
+                    requested = sum(p.reclaimed_memory / len(p.numa_nodes) for p in bound)
+                    allocatable = float(zone.memory)
+                out.append(
+                    _overcommit(
+                        self.name,
+                        f"numa{numa}/{_SHORT[resource]}",
+                        resource,
+                        requested,
+                        allocatable,
+                        self.cfg,
+                        numa,
+                        uids,
+                        f" bound to NUMA {numa}",
+                    )
+                )
+        return out
+
+
+# --- memory ----------------------------------------------------------------------------
+
+
+class SystemMemoryPressurePlugin:
+    """Node memory pressure, three ways (each its own threshold):
+
+    - free: MemFree below max(minimum, total × watermark_scale_factor / 10000) → evict
+      reclaimed pods;
+    - kswapd: kswapd stealing ≥ rate pages/s — soft at once, hard (any pod) once it has
+      lasted the exceed duration;
+    - psi: memory PSI some-avg10 of the node ≥ threshold (and, where ≥ N pods report,
+      their mean ≥ the pod threshold) — soft at once, hard for reclaimed pods after 15 s,
+      for any pod after 45 s.
+    """
+
+    name = names.EVICTION_PLUGIN_SYSTEM_MEMORY
+
+    def __init__(self, cfg: SystemMemoryPressureConfig) -> None:
+        self.cfg = cfg
+        self._kswapd_since: float | None = None
+        self._psi_since: float | None = None
+
+    def _base(self, key: str, met: Met, **kw: object) -> Threshold:
+        return Threshold(
+            plugin=self.name,
+            key=key,
+            met=met,
+            resource=names.RESOURCE_MEMORY,
+            grace_period_s=self.cfg.grace_period_s,
+            condition=MEMORY_CONDITION,
+            cool_down_s=self.cfg.cool_down_s,
+            deletion_grace_s=self.cfg.deletion_grace_s,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    def observe(self, snap: EvictionSnapshot) -> list[Threshold]:
+        mem = snap.sample.memory if snap.sample is not None else None
+        if mem is None:
+            self._kswapd_since = self._psi_since = None
+            return []
+        cfg = self.cfg
+        now = snap.now
+        out = []
+        watermark = mem.total * mem.watermark_scale_factor / 10000.0
+        limit = max(float(cfg.free_threshold_minimum), watermark)
+        out.append(
+            self._base(
+                "free",
+                Met.HARD if mem.free < limit else Met.NOT,
+                signal="MemFree",
+                observed=float(mem.free),
+                threshold=limit,
+                operator="<",
+                unit="bytes",
+                window="instant",
+                victim_levels=RECLAIMED_ONLY,
+                terms={"total": mem.total, "watermark_scale_factor": mem.watermark_scale_factor},
+            )
+        )
+        rate = mem.kswapd_steal_pages_per_s
+        if rate is not None:
+            if rate >= cfg.kswapd_rate_threshold:
+                if self._kswapd_since is None:
+                    self._kswapd_since = now
+                lasted = now - self._kswapd_since
+                met = Met.HARD if lasted >= cfg.kswapd_rate_exceed_duration_s else Met.SOFT
+            else:
+                self._kswapd_since = None
+                lasted, met = 0.0, Met.NOT
+            out.append(
+                self._base(
+                    "kswapd",
+                    met,
+                    signal="kswapd steal rate",
+                    observed=rate,
+                    threshold=cfg.kswapd_rate_threshold,
+                    operator=">=",
+                    unit="pages/s",
+                    window=f"sustained {cfg.kswapd_rate_exceed_duration_s:g}s (so far {lasted:g}s)",
+                    victim_levels=ANY_LEVEL,
+                )
+            )
+        psi = mem.psi_some_avg10
+        if psi is not None:
+            active = [
+                p.memory_psi_avg10
+                for p in snap.pods
+                if p.memory_psi_avg10 is not None and p.memory_psi_avg10 > cfg.psi_pod_active
+            ]
+            pods_ok = True
+            mean = sum(active) / len(active) if active else 0.0
+            if len(active) >= cfg.psi_min_pods and cfg.psi_min_pods > 0:
+                pods_ok = mean >= cfg.psi_pod_threshold
+            pressured = psi >= cfg.psi_node_threshold and pods_ok
+            if pressured:
+                if self._psi_since is None:
+                    self._psi_since = now
+                lasted = now - self._psi_since
+            else:
+                self._psi_since = None
+                lasted = 0.0
+            if not pressured:
+                met, levels = Met.NOT, RECLAIMED_ONLY
+            elif lasted >= cfg.psi_any_duration_s:
+                met, levels = Met.HARD, ANY_LEVEL
+            elif lasted >= cfg.psi_reclaimed_duration_s:
+                met, levels = Met.HARD, RECLAIMED_ONLY
+            else:
+                met, levels = Met.SOFT, RECLAIMED_ONLY
+            out.append(
+                self._base(
+                    "psi",
+                    met,
+                    signal="memory PSI some avg10",
+                    observed=psi,
+                    threshold=cfg.psi_node_threshold,
+                    operator=">=",
+                    unit="%",
+                    window=f"sustained {cfg.psi_reclaimed_duration_s:g}s (reclaimed) / "
+                    f"{cfg.psi_any_duration_s:g}s (any) (so far {lasted:g}s)",
+                    victim_levels=levels,
+                    terms={"pressured_pods": len(active), "pods_mean_avg10": round(mean, 3)},
+                )
+            )
+        return out
+
+
+class NumaMemoryPressurePlugin:
+    """Per-NUMA free memory against the zone watermarks.
+
+    free < min: evict reclaimed pods at once. free < low: the NUMA's counter rises (by two
+    when free is below the middle of min and low), else it falls by one; above the
+    reclaimed threshold (6) reclaimed pods go, at the any threshold (12) any pod may.
+    Victims must use at least `victim_minimum_utilization` of the NUMA.
+    """
+
+    name = names.EVICTION_PLUGIN_NUMA_MEMORY
+
+    def __init__(self, cfg: NumaMemoryPressureConfig) -> None:
+        self.cfg = cfg
+        self._counters: dict[int, int] = {}
+
+    def observe(self, snap: EvictionSnapshot) -> list[Threshold]:
+        numas = snap.sample.numa_memory if snap.sample is not None else {}
+        cfg = self.cfg
+        out = []
+        live = _live(snap.pods)
+        for numa, zm in sorted(numas.items()):
+            if zm.watermark_low <= 0 and zm.watermark_min <= 0:
+                continue
+            count = self._counters.get(numa, 0)
+            if zm.free < zm.watermark_low:
+                middle = (zm.watermark_min + zm.watermark_low) / 2
+                count += 2 if zm.free < middle else 1
+            else:
+                count = max(count - 1, 0)
+            count = min(count, 2 * cfg.any_times_threshold)
+            self._counters[numa] = count
+            if zm.free < zm.watermark_min:
+                met, levels, why = Met.HARD, RECLAIMED_ONLY, "free below the min watermark"
+            elif count >= cfg.any_times_threshold:
+                met, levels, why = Met.HARD, ANY_LEVEL, "counter at the any-pod threshold"
+            elif count > cfg.reclaimed_times_threshold:
+                met, levels, why = Met.HARD, RECLAIMED_ONLY, "counter above the reclaimed threshold"
+            elif count > 0:
+                met, levels, why = Met.SOFT, RECLAIMED_ONLY, "free below the low watermark"
+            else:
+                met, levels, why = Met.NOT, RECLAIMED_ONLY, ""
+            minimum = cfg.victim_minimum_utilization * zm.total
+            users = frozenset(p.uid for p in live if numa_memory_of(p, numa, len(numas)) >= minimum)
+            out.append(
+                Threshold(
+                    plugin=self.name,
+                    key=f"numa{numa}",
+                    met=met,
+                    signal=f"free memory of NUMA {numa}",
+                    observed=float(zm.free),
+                    threshold=float(
+                        zm.watermark_min if zm.free < zm.watermark_min else zm.watermark_low
+                    ),
+                    operator="<",
+                    unit="bytes",
+                    window=f"below-low counter {count} (reclaimed > "
+                    f"{cfg.reclaimed_times_threshold}, any >= {cfg.any_times_threshold})",
+                    resource=names.RESOURCE_MEMORY,
+                    grace_period_s=cfg.grace_period_s,
+                    condition=NUMA_MEMORY_CONDITION,
+                    victim_levels=levels,
+                    candidates=users,
+                    numa=numa,
+                    deletion_grace_s=cfg.deletion_grace_s,
+                    cool_down_s=cfg.cool_down_s,
+                    terms={
+                        "counter": count,
+                        "watermark_min": zm.watermark_min,
+                        "watermark_low": zm.watermark_low,
+                        "why": why,
+                    },
+                )
+            )
+        for numa in [n for n in self._counters if n not in numas]:
+            del self._counters[numa]
+        return out
+
+
+# --- cpu -------------------------------------------------------------------------------
+
+
+class LoadPressurePlugin:
+    """Share-pool load against its size, over a ring of the last N rounds.
+
+    Over 'soft' when load > soft_ratio × size, 'hard' when > hard_ratio × size; the
+    threshold is met when at least met_percentage of the ring is over. Victims come from
+    the offending pool, biggest load first (Katalyst's cpu-pressure load plugin).
+    """
+
+    name = names.EVICTION_PLUGIN_CPU_LOAD
+
+    def __init__(self, cfg: LoadPressureConfig) -> None:
+        self.cfg = cfg
+        self._rings: dict[str, deque[float]] = {}
+
+    def observe(self, snap: EvictionSnapshot) -> list[Threshold]:
+        cfg = self.cfg
+        out = []
+        seen = set()
+        for pool in snap.pools:
+            if pool.name in cfg.skip_pools or pool.size <= 0 or pool.load is None:
+                continue
+            seen.add(pool.name)
+            ring = self._rings.setdefault(pool.name, deque(maxlen=cfg.ring_size))
+            ring.append(pool.load)
+            soft_limit = cfg.soft_ratio * pool.size
+            hard_limit = cfg.hard_ratio * pool.size
+            soft_over = sum(1 for v in ring if v > soft_limit)
+            hard_over = sum(1 for v in ring if v > hard_limit)
+            need = cfg.met_percentage * cfg.ring_size
+            if hard_over >= need:
+                met, limit = Met.HARD, hard_limit
+            elif soft_over >= need:
+                met, limit = Met.SOFT, soft_limit
+            else:
+                met, limit = Met.NOT, soft_limit
+            members = frozenset(p.uid for p in snap.pods if p.pool == pool.name)
+            out.append(
+                Threshold(
+                    plugin=self.name,
+                    key=f"pool {pool.name}",
+                    met=met,
+                    signal=f"1-minute load of pool {pool.name}",
+                    observed=pool.load,
+                    threshold=limit,
+                    unit="runnable tasks",
+                    window=f"{soft_over} soft / {hard_over} hard over in the last {len(ring)} "
+                    f"samples (need {need:g} of {cfg.ring_size})",
+                    resource=names.RESOURCE_CPU,
+                    grace_period_s=cfg.grace_period_s,
+                    condition=CPU_CONDITION,
+                    victim_levels=ANY_LEVEL,
+                    candidates=members,
+                    deletion_grace_s=cfg.deletion_grace_s,
+                    cool_down_s=cfg.cool_down_s,
+                    terms={
+                        "pool_size": pool.size,
+                        "soft_limit": soft_limit,
+                        "hard_limit": hard_limit,
+                    },
+                )
+            )
+        for name in [n for n in self._rings if n not in seen]:
+            del self._rings[name]
+        return out

@@ -1,0 +1,458 @@
+"""The values eviction decisions are made of: what the manager sees, what plugins report,
+and the plan it returns. All immutable; all JSON-printable for `katalyst explain`."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pykatalyst.agent.host.base import HostSample
+from pykatalyst.api import names
+from pykatalyst.api.objects import Pod, Taint
+from pykatalyst.api.qos import QoSError, parse_pod_qos
+from pykatalyst.cluster.protocol import JSON
+
+# Kubernetes' own markers of pods that must never be evicted by a node agent.
+CRITICAL_PRIORITY = 2_000_000_000
+CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """One pod on the node, with what ranking and plugins need.
+
+    Requests are what the pod asked for; usage fields are the latest measurements
+    (None when the machine could not tell). `memory` is the working set when known.
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    qos_level: str
+    priority: int = 0
+    priority_class_name: str = ""
+    static: bool = False
+    terminating: bool = False
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    request_milli_cpu: int = 0
+    request_memory: int = 0
+    reclaimed_milli_cpu: int = 0
+    reclaimed_memory: int = 0
+    pool: str = ""
+    numa_nodes: tuple[int, ...] = ()
+    cpu_usage: float | None = None
+    load1: float | None = None
+    memory: int | None = None
+    numa_memory: Mapping[int, int] = field(default_factory=dict)
+    memory_psi_avg10: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def evict_score(self) -> float:
+        """Katalyst's pod_evict_score annotation: lower is evicted first (default 0)."""
+        raw = self.annotations.get(names.POD_EVICT_SCORE_ANNOTATION)
+        try:
+            return float(raw) if raw is not None else 0.0
+        except ValueError:
+            return 0.0
+
+
+def pod_info(obj: JSON, **overrides: Any) -> PodInfo:
+    """A `PodInfo` from Kubernetes JSON; `overrides` fills usage, pool and NUMA fields.
+
+    A pod whose QoS declaration is invalid reads as shared_cores: the agent leaves it as
+    the kubelet placed it, and for eviction it ranks like the default level.
+    """
+    pod = Pod(obj)
+    try:
+        level = parse_pod_qos(obj).level
+    except QoSError:
+        level = names.DEFAULT_QOS_LEVEL
+    try:
+        milli, mem = pod.request_milli_cpu(), pod.request_memory()
+        rcpu, rmem = pod.reclaimed_milli_cpu(), pod.reclaimed_memory()
+    except ValueError:
+        milli = mem = rcpu = rmem = 0
+    ann = pod.annotations
+    static = (
+        MIRROR_POD_ANNOTATION in ann
+        or ann.get(CONFIG_SOURCE_ANNOTATION, "api") != "api"
+        or any(o.get("kind") == names.NODE.kind for o in pod.owner_references)
+    )
+    values: dict[str, Any] = {
+        "uid": pod.uid,
+        "namespace": pod.namespace,
+        "name": pod.name,
+        "qos_level": level,
+        "priority": pod.priority,
+        "priority_class_name": pod.priority_class_name,
+        "static": static,
+        "terminating": pod.deletion_timestamp is not None,
+        "annotations": ann,
+        "labels": pod.labels,
+        "request_milli_cpu": milli,
+        "request_memory": mem,
+        "reclaimed_milli_cpu": rcpu,
+        "reclaimed_memory": rmem,
+    }
+    values.update(overrides)
+    return PodInfo(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class NumaReclaimed:
+    milli_cpu: int
+    memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimedCapacity:
+    """Reclaimed allocatable as published (smoothed by the reporter), node and per NUMA."""
+
+    milli_cpu: int
+    memory: int
+    per_numa: Mapping[int, NumaReclaimed] = field(default_factory=dict)
+    source: str = "cnr"
+
+    def get(self, resource: str) -> int:
+        return self.milli_cpu if resource == names.RECLAIMED_MILLICPU else self.memory
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """A cpu pool this round: its size and the summed 1-minute load of its pods."""
+
+    name: str
+    size: int
+    load: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionSnapshot:
+    """Everything one eviction round decides on."""
+
+    now: float
+    node: str
+    pods: tuple[PodInfo, ...]
+    sample: HostSample | None = None
+    reclaimed: ReclaimedCapacity | None = None
+    pools: tuple[PoolState, ...] = ()
+    reclaim_pool_cpus: int | None = None
+    reclaim_pool_floor: int | None = None
+
+
+class Met(enum.IntEnum):
+    NOT = 0
+    SOFT = 1
+    HARD = 2
+
+    @property
+    def label(self) -> str:
+        return {0: "not-met", 1: "soft", 2: "hard"}[int(self)]
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionSpec:
+    """A condition a plugin raises; it becomes taints while active.
+
+    `scope` "node": a Node taint `node.katalyst.kubewharf.io/<name>` per effect.
+    `scope` "cnr": a CNR taint with the same key, per "<qosLevel>/<effect>" effect.
+    """
+
+    name: str
+    scope: str
+    effects: tuple[str, ...]
+
+    def taints(self) -> list[Taint]:
+        key = names.TAINT_PREFIX + self.name
+        out: list[Taint] = []
+        for effect in self.effects:
+            if self.scope == "cnr":
+                qos, _, eff = effect.partition("/")
+                out.append(Taint(key=key, effect=eff, qos_level=qos))
+            else:
+                out.append(Taint(key=key, effect=effect))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """One signal a plugin checked this round, and whether (and how) it is met.
+
+    `threshold` is the limit for the level reported (hard limit when HARD, soft limit
+    when SOFT or NOT). `overage`, when set, is how much of `resource` must be released
+    (in the units `usage_of` reads) to drop back under the hard limit: the manager then
+    picks the fewest ranked victims that cover it. Without it, one victim per round.
+    """
+
+    plugin: str
+    key: str
+    met: Met
+    signal: str
+    observed: float
+    threshold: float
+    operator: str = ">"
+    unit: str = ""
+    window: str = ""
+    resource: str = names.RESOURCE_MEMORY
+    grace_period_s: float = 0.0
+    condition: ConditionSpec | None = None
+    victim_levels: tuple[str, ...] = (names.QOS_RECLAIMED_CORES,)
+    candidates: frozenset[str] | None = None
+    numa: int | None = None
+    overage: float | None = None
+    deletion_grace_s: int | None = None
+    cool_down_s: float = 0.0
+    terms: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return f"{self.plugin}:{self.key}"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "plugin": self.plugin,
+            "key": self.key,
+            "met": self.met.label,
+            "signal": self.signal,
+            "observed": _round(self.observed),
+            "operator": self.operator,
+            "threshold": _round(self.threshold),
+            "unit": self.unit,
+            "window": self.window,
+            "grace_period_s": self.grace_period_s,
+        }
+        if self.condition is not None:
+            out["condition"] = self.condition.name
+        if self.overage is not None:
+            out["overage"] = _round(self.overage)
+        if self.terms:
+            out["terms"] = dict(self.terms)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class RankEntry:
+    """A candidate as ranked: its place and the key that put it there."""
+
+    pod: str
+    qos_level: str
+    priority: int
+    evict_score: float
+    usage: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "qos_level": self.qos_level,
+            "priority": self.priority,
+            "evict_score": self.evict_score,
+            "usage": _round(self.usage),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionRecord:
+    """Why something happened: kept in memory, written as an Event, counted in metrics.
+
+    kind: "eviction" | "dry-run-eviction" | "eviction-succeeded" | "eviction-failed" |
+    "condition-set" | "condition-cleared"; the backstop controller writes records of the
+    same shape with "backstop-taint" | "backstop-untaint" | "backstop-eviction".
+    """
+
+    time: float
+    node: str
+    kind: str
+    plugin: str
+    reason: str
+    message: str
+    object_kind: str = names.POD.kind
+    object_key: str = ""
+    object_uid: str = ""
+    signal: str = ""
+    observed: float | None = None
+    threshold: float | None = None
+    operator: str = ""
+    unit: str = ""
+    window: str = ""
+    grace_period_s: float | None = None
+    met: str = ""
+    condition: str = ""
+    ranking: tuple[RankEntry, ...] = ()
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "time": self.time,
+            "node": self.node,
+            "kind": self.kind,
+            "plugin": self.plugin,
+            "reason": self.reason,
+            "message": self.message,
+            "object": f"{self.object_kind}/{self.object_key}",
+            "uid": self.object_uid,
+            "dry_run": self.dry_run,
+        }
+        for name in ("signal", "operator", "unit", "window", "met", "condition"):
+            value = getattr(self, name)
+            if value:
+                out[name] = value
+        for name in ("observed", "threshold", "grace_period_s"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = _round(value)
+        if self.ranking:
+            out["ranking"] = [r.to_json() for r in self.ranking]
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> EvictionRecord:
+        kind, _, key = str(raw.get("object", "/")).partition("/")
+        ranking = tuple(
+            RankEntry(
+                str(r.get("pod", "")),
+                str(r.get("qos_level", "")),
+                int(r.get("priority", 0)),
+                float(r.get("evict_score", 0.0)),
+                float(r.get("usage", 0.0)),
+            )
+            for r in raw.get("ranking", []) or []
+            if isinstance(r, Mapping)
+        )
+
+        def num(name: str) -> float | None:
+            v = raw.get(name)
+            return float(v) if isinstance(v, int | float) else None
+
+        return cls(
+            time=float(raw.get("time", 0.0)),
+            node=str(raw.get("node", "")),
+            kind=str(raw.get("kind", "")),
+            plugin=str(raw.get("plugin", "")),
+            reason=str(raw.get("reason", "")),
+            message=str(raw.get("message", "")),
+            object_kind=kind,
+            object_key=key,
+            object_uid=str(raw.get("uid", "")),
+            signal=str(raw.get("signal", "")),
+            observed=num("observed"),
+            threshold=num("threshold"),
+            operator=str(raw.get("operator", "")),
+            unit=str(raw.get("unit", "")),
+            window=str(raw.get("window", "")),
+            grace_period_s=num("grace_period_s"),
+            met=str(raw.get("met", "")),
+            condition=str(raw.get("condition", "")),
+            ranking=ranking,
+            dry_run=bool(raw.get("dry_run", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    pod: PodInfo
+    plugin: str
+    threshold: str
+    deletion_grace_s: int | None
+    record: EvictionRecord
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod.key,
+            "uid": self.pod.uid,
+            "plugin": self.plugin,
+            "threshold": self.threshold,
+            "deletion_grace_s": self.deletion_grace_s,
+            "dry_run": self.dry_run,
+            "message": self.record.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveCondition:
+    spec: ConditionSpec
+    plugin: str
+    since: float
+    last_seen: float
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "condition": self.spec.name,
+            "scope": self.spec.scope,
+            "effects": list(self.spec.effects),
+            "plugin": self.plugin,
+            "since": self.since,
+            "last_seen": self.last_seen,
+            "dry_run": self.dry_run,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LadderState:
+    """The response ladder, in order: throttle (the advisor shrinks the reclaim pool),
+    condition (taints keep new pods away), evict (hard thresholds only)."""
+
+    reclaim_pool_cpus: int | None
+    reclaim_pool_floor: int | None
+    last_shrink: float | None
+    throttle_settled: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reclaim_pool_cpus": self.reclaim_pool_cpus,
+            "reclaim_pool_floor": self.reclaim_pool_floor,
+            "last_shrink": self.last_shrink,
+            "throttle_settled": self.throttle_settled,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionPlan:
+    """One round's decisions. `node_taints` / `cnr_taints` are the complete sets this
+    manager wants (keys under node.katalyst.kubewharf.io/); others' taints are untouched."""
+
+    time: float
+    node: str
+    ran: bool
+    thresholds: tuple[Threshold, ...] = ()
+    conditions: tuple[ActiveCondition, ...] = ()
+    node_taints: tuple[Taint, ...] = ()
+    cnr_taints: tuple[Taint, ...] = ()
+    victims: tuple[Victim, ...] = ()
+    records: tuple[EvictionRecord, ...] = ()
+    ladder: LadderState | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def evictions(self) -> tuple[Victim, ...]:
+        return tuple(v for v in self.victims if not v.dry_run)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "eviction-plan",
+            "time": self.time,
+            "node": self.node,
+            "ran": self.ran,
+            "thresholds": [t.to_json() for t in self.thresholds if t.met != Met.NOT],
+            "conditions": [c.to_json() for c in self.conditions],
+            "node_taints": [t.to_json() for t in self.node_taints],
+            "cnr_taints": [t.to_json() for t in self.cnr_taints],
+            "victims": [v.to_json() for v in self.victims],
+            "records": [r.to_json() for r in self.records],
+            "ladder": self.ladder.to_json() if self.ladder else None,
+            "notes": list(self.notes),
+        }
+
+
+def _round(value: float) -> float:
+    return round(float(value), 3)

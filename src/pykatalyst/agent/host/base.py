@@ -1,0 +1,185 @@
+"""The agent's only door to the machine: the `Host` protocol and the values it trades in.
+
+`LinuxHost` implements it over sysfs, /proc and real cgroups (v1 or v2); the simulator
+implements it with node physics; tests use fake trees. Units here are the canonical ones,
+chosen once: cpu weight in cgroup-v1 shares (Kubernetes' convention), cpu quota as
+(quota_us, period_us) with None for "no limit", memory in bytes with None for "no limit".
+Every conversion to v2 files happens inside `LinuxHost`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pykatalyst.topology.cpuset import CPUSet
+from pykatalyst.topology.machine import CPUTopology
+
+
+class Knob(enum.Enum):
+    """A cgroup control the agent owns. Values (see `KnobValue`):
+
+    CPUSET_CPUS, CPUSET_MEMS -> CPUSet
+    CPU_SHARES               -> int, cgroup-v1 shares (2..262144); v2 writes cpu.weight
+    CPU_QUOTA                -> CpuQuota
+    CPU_IDLE                 -> int, 0 or 1 (SCHED_IDLE for the whole cgroup)
+    MEMORY_LIMIT             -> int | None, bytes (None = unlimited)
+    MEMORY_HIGH              -> int | None, bytes (None = unlimited; v1 has no such file)
+    """
+
+    CPUSET_CPUS = "cpuset.cpus"
+    CPUSET_MEMS = "cpuset.mems"
+    CPU_SHARES = "cpu.shares"
+    CPU_QUOTA = "cpu.quota"
+    CPU_IDLE = "cpu.idle"
+    MEMORY_LIMIT = "memory.limit"
+    MEMORY_HIGH = "memory.high"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuQuota:
+    """CFS bandwidth: at most `quota_us` of cpu time per `period_us` (None = unlimited)."""
+
+    quota_us: int | None
+    period_us: int = 100_000
+
+    @property
+    def cores(self) -> float | None:
+        return None if self.quota_us is None else self.quota_us / self.period_us
+
+
+KnobValue = CPUSet | CpuQuota | int | None
+
+
+@dataclass(frozen=True, slots=True)
+class KnobWrite:
+    """Set `knob` of the cgroup at `cgroup` (a path relative to the cgroup root of the
+    hierarchy, '/'-separated, e.g. 'kubepods/besteffort/pod<uid>/<container-id>')."""
+
+    cgroup: str
+    knob: Knob
+    value: KnobValue
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFailure:
+    write: KnobWrite
+    error: str  # names the file and the kernel's complaint
+    vanished: bool = False  # the cgroup is gone (pod deleted): skip and forget
+    unsupported: bool = False  # this machine has no such file (kernel or cgroup version)
+    errno: int | None = None  # the OS error number, when the kernel refused the write
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    applied: tuple[KnobWrite, ...] = ()
+    failed: tuple[WriteFailure, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerCgroup:
+    """A container's cgroup as found on the node."""
+
+    name: str  # container name when known (from the pod spec), else the runtime id
+    container_id: str  # runtime id (without the runtime:// prefix)
+    cgroup: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodCgroup:
+    """A pod's cgroup as found in kubelet's layout (cgroupfs or systemd driver)."""
+
+    pod_uid: str
+    qos_class: str  # "guaranteed" | "burstable" | "besteffort", from the cgroup path
+    cgroup: str
+    containers: tuple[ContainerCgroup, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupStats:
+    """Usage of one cgroup over the last sampling interval (rates) and right now (gauges).
+    A field is None when the machine cannot tell (missing file, first sample for rates)."""
+
+    cpu_usage_cores: float | None = None  # cpu time per second over the interval
+    cpu_usage_total_s: float | None = None  # cumulative cpu seconds
+    nr_running: int | None = None  # runnable tasks now (the agent smooths it into loads)
+    nr_periods: int | None = None
+    nr_throttled: int | None = None
+    throttled_s: float | None = None
+    memory_usage: int | None = None
+    memory_rss: int | None = None
+    memory_cache: int | None = None
+    memory_shmem: int | None = None
+    memory_working_set: int | None = None
+    memory_psi_some_avg10: float | None = None
+    cpu_psi_some_avg10: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NumaMemory:
+    """Per-NUMA memory from node meminfo and /proc/zoneinfo (bytes)."""
+
+    total: int
+    free: int
+    file_inactive: int = 0
+    watermark_min: int = 0
+    watermark_low: int = 0
+    watermark_high: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryInfo:
+    """Machine-wide memory from /proc/meminfo and /proc/vmstat (bytes, pages/s)."""
+
+    total: int
+    free: int
+    available: int
+    cached: int = 0
+    shmem: int = 0
+    watermark_scale_factor: int = 10  # vm.watermark_scale_factor
+    kswapd_steal_pages_per_s: float | None = None
+    psi_some_avg10: float | None = None
+    psi_full_avg10: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """What the machine looked like at `time`."""
+
+    time: float
+    cgroups: Mapping[str, CgroupStats] = field(default_factory=dict)  # by cgroup path
+    cpu_usage_ratio: Sequence[float] = ()  # per cpu id, busy share over the interval, 0..1
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)  # /proc/loadavg
+    memory: MemoryInfo | None = None
+    numa_memory: Mapping[int, NumaMemory] = field(default_factory=dict)
+    cpu_psi_some_avg10: float | None = None
+
+
+class Host(Protocol):
+    """The machine, as the agent sees it."""
+
+    @property
+    def cgroup_version(self) -> int:
+        """1 or 2."""
+        ...
+
+    def topology(self) -> CPUTopology: ...
+
+    def discover(self) -> list[PodCgroup]:
+        """Pods and containers found in kubelet's cgroup layout right now."""
+        ...
+
+    def sample(self, now: float, cgroups: Sequence[str]) -> HostSample:
+        """Stats of the given cgroups and of the machine at `now`."""
+        ...
+
+    def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
+        """The knob values the cgroup has now (knobs the machine lacks are absent)."""
+        ...
+
+    def apply(self, writes: Sequence[KnobWrite]) -> ApplyResult:
+        """Write in the order given; a failing write does not stop the others."""
+        ...

@@ -1,0 +1,554 @@
+"""`LinuxHost`: the `Host` protocol over a real (or fake) machine's sysfs, /proc and cgroups.
+
+Every path is taken relative to `root`, so a test or a user without a node can point the
+host at a tree built by `agent.host.fake`. This module is the agent's I/O edge: it keeps the
+previous cumulative counters so that it can hand out rates (cpu cores, busy ratios, reclaim
+pages per second); everything else is read fresh on each call.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pykatalyst.agent.host import cgroupfs
+from pykatalyst.agent.host.base import (
+    ApplyResult,
+    CgroupStats,
+    ContainerCgroup,
+    CpuQuota,
+    HostSample,
+    Knob,
+    KnobValue,
+    KnobWrite,
+    MemoryInfo,
+    NumaMemory,
+    PodCgroup,
+    WriteFailure,
+)
+from pykatalyst.agent.host.cgroupfs import CgroupMounts, KnobFile
+from pykatalyst.agent.host.procfs import (
+    CpuTimes,
+    parse_loadavg,
+    parse_meminfo,
+    parse_node_meminfo,
+    parse_pid_state,
+    parse_pressure,
+    parse_proc_stat_cpus,
+    parse_vmstat,
+    parse_zoneinfo,
+)
+from pykatalyst.topology.cpuset import CPUSet, CPUSetError
+from pykatalyst.topology.machine import CPUTopology
+
+__all__ = ["Driver", "LinuxHost"]
+
+Driver = Literal["cgroupfs", "systemd", "auto"]
+_DRIVERS = ("cgroupfs", "systemd", "auto")
+
+# Hints for the kernel's terse refusals, keyed by (file, errno).
+_HINTS = {
+    ("cpuset.cpus", errno_mod.EINVAL): "cpus must be online and within the parent's cpuset.cpus",
+    ("cpuset.mems", errno_mod.EINVAL): "mems must exist and lie within the parent's cpuset.mems",
+    ("cpuset.cpus", errno_mod.EACCES): "cpus must lie within the parent's cpuset.cpus",
+    ("cpuset.mems", errno_mod.EACCES): "mems must lie within the parent's cpuset.mems",
+    ("cpuset.cpus", errno_mod.ERANGE): "a cpu id beyond what this machine has",
+    ("cpu.shares", errno_mod.EINVAL): "the kernel ignores shares while cpu.idle is 1",
+    ("cpu.weight", errno_mod.EINVAL): "the kernel ignores the weight while cpu.idle is 1",
+    ("cpu.cfs_quota_us", errno_mod.EINVAL): "quota/period above the parent's (v1 is hierarchical)",
+    ("memory.limit_in_bytes", errno_mod.EBUSY): "usage could not be reclaimed below the limit",
+}
+
+
+class LinuxHost:
+    """The machine under `root` (``/`` on a node).
+
+    `cgroup_root` overrides where the cgroup hierarchies are (the unified mount for v2, the
+    directory of per-controller mounts for v1); by default /proc/self/mounts tells.
+    `driver` is the kubelet's cgroup driver ("auto" looks for ``kubepods`` then
+    ``kubepods.slice``); `kubepods` is the path of kubelet's top pod cgroup relative to the
+    hierarchy root (without ``.slice`` for the systemd driver, which adds it).
+    """
+
+    def __init__(
+        self,
+        root: Path = Path("/"),
+        cgroup_root: Path | None = None,
+        driver: Driver = "auto",
+        kubepods: str = "kubepods",
+        page_size: int | None = None,
+    ) -> None:
+        if driver not in _DRIVERS:
+            raise ValueError(f"driver: invalid value {driver!r}; accepted: {', '.join(_DRIVERS)}")
+        if not kubepods.strip("/"):
+            raise ValueError("kubepods: must name a cgroup path such as 'kubepods'")
+        self._root = Path(root)
+        self._mounts: CgroupMounts = cgroupfs.detect_mounts(self._root, cgroup_root)
+        self._driver_arg: Driver = driver
+        self._kubepods = kubepods.strip("/")
+        self._page_size = page_size or os.sysconf("SC_PAGE_SIZE")
+        self._topology: CPUTopology | None = None
+        self._prev_cgroup_cpu: dict[str, tuple[float, float]] = {}
+        self._prev_cpus: tuple[float, dict[int, CpuTimes]] | None = None
+        self._prev_kswapd: tuple[float, int] | None = None
+        # String paths on the sampling hot path: pathlib costs more than the reads.
+        self._bases: dict[str, str] = {}
+        for ctl in cgroupfs.V1_CONTROLLERS:
+            base = self._mounts.controller_dir(ctl)
+            if base is not None:
+                self._bases[ctl] = str(base)
+        self._proc = str(self._root / "proc")
+
+    # -- what kind of machine --------------------------------------------------------------
+
+    @property
+    def cgroup_version(self) -> int:
+        return self._mounts.version
+
+    @property
+    def mounts(self) -> CgroupMounts:
+        return self._mounts
+
+    @property
+    def page_size(self) -> int:
+        return self._page_size
+
+    @property
+    def driver(self) -> Literal["cgroupfs", "systemd"]:
+        """The cgroup driver in use (resolved from what exists when "auto")."""
+        if self._driver_arg != "auto":
+            return self._driver_arg
+        base = self._primary_dir()
+        if base is not None and not (base / self._kubepods).is_dir():
+            systemd = self._systemd_kubepods()
+            if (base / systemd).is_dir():
+                return "systemd"
+        return "cgroupfs"
+
+    @property
+    def kubepods_cgroup(self) -> str:
+        """Kubelet's top pod cgroup, relative to the hierarchy root."""
+        return self._systemd_kubepods() if self.driver == "systemd" else self._kubepods
+
+    def _systemd_kubepods(self) -> str:
+        return self._kubepods if self._kubepods.endswith(".slice") else self._kubepods + ".slice"
+
+    def topology(self) -> CPUTopology:
+        if self._topology is None:
+            self._topology = CPUTopology.from_sysfs(self._root)
+        return self._topology
+
+    def cgroup_dir(self, cgroup: str, controller: str = "cpu") -> Path | None:
+        """Where the cgroup lives in the given v1 controller's hierarchy (any on v2)."""
+        base = self._mounts.controller_dir(controller)
+        return None if base is None else base / cgroup.strip("/")
+
+    def _sdir(self, cgroup: str, controller: str) -> str | None:
+        base = self._bases.get(controller)
+        return None if base is None else f"{base}/{cgroup}"
+
+    def _primary_dir(self) -> Path | None:
+        return self._mounts.controller_dir("cpu")
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def discover(self) -> list[PodCgroup]:
+        base = self._primary_dir()
+        if base is None:
+            return []
+        driver = self.driver
+        kubepods = self.kubepods_cgroup
+        top = base / kubepods
+        pods: list[PodCgroup] = []
+        qos_dirs = {
+            cgroupfs.qos_dir_name(q, driver, self._kubepods): q for q in cgroupfs.qos_classes()
+        }
+        for entry in _subdirs(top):
+            qos = qos_dirs.get(entry.name)
+            if qos is not None:
+                for pod_entry in _subdirs(entry):
+                    self._add_pod(pods, pod_entry, f"{kubepods}/{entry.name}", qos, driver)
+            else:
+                self._add_pod(pods, entry, kubepods, "guaranteed", driver)
+        return pods
+
+    def _add_pod(
+        self, pods: list[PodCgroup], entry: Path, parent: str, qos: str, driver: str
+    ) -> None:
+        found = cgroupfs.parse_pod_dir(entry.name, qos, driver)
+        if found is None:
+            return
+        cgroup = f"{parent}/{entry.name}"
+        containers = []
+        for child in _subdirs(entry):
+            c = cgroupfs.parse_container_dir(child.name)
+            if c is not None:
+                containers.append(
+                    ContainerCgroup(
+                        name=c.container_id,
+                        container_id=c.container_id,
+                        cgroup=f"{cgroup}/{child.name}",
+                    )
+                )
+        pods.append(PodCgroup(found.uid, found.qos_class, cgroup, tuple(containers)))
+
+    # -- sampling --------------------------------------------------------------------------
+
+    def sample(self, now: float, cgroups: Sequence[str]) -> HostSample:
+        stats: dict[str, CgroupStats] = {}
+        wanted = set()
+        for cg in cgroups:
+            cg = cg.strip("/")
+            wanted.add(cg)
+            one = self._cgroup_stats(now, cg)
+            if one is not None:
+                stats[cg] = one
+        # Forget counters of cgroups nobody asks about any more (deleted pods).
+        for gone in set(self._prev_cgroup_cpu) - wanted:
+            del self._prev_cgroup_cpu[gone]
+        for gone in wanted - set(stats):
+            self._prev_cgroup_cpu.pop(gone, None)
+
+        cpu_psi_text = self._read(self._root / "proc/pressure/cpu")
+        return HostSample(
+            time=now,
+            cgroups=stats,
+            cpu_usage_ratio=self._cpu_ratios(now),
+            load=self._load(),
+            memory=self._memory_info(now),
+            numa_memory=self._numa_memory(),
+            cpu_psi_some_avg10=None if cpu_psi_text is None else _psi_avg10(cpu_psi_text),
+        )
+
+    def _cgroup_stats(self, now: float, cg: str) -> CgroupStats | None:
+        cpu_dir = self._sdir(cg, "cpu")
+        if cpu_dir is None:
+            return None
+        v2 = self.cgroup_version == 2
+        cpu_stat_text = self._read(f"{cpu_dir}/cpu.stat")
+        if cpu_stat_text is None and not os.path.isdir(cpu_dir):
+            return None
+        cpu_stat = cgroupfs.parse_keyed(cpu_stat_text or "")
+        usage_s: float | None = None
+        if v2:
+            if "usage_usec" in cpu_stat:
+                usage_s = cpu_stat["usage_usec"] / 1e6
+            throttled = cpu_stat.get("throttled_usec")
+            throttled_s = None if throttled is None else throttled / 1e6
+        else:
+            acct = self._sdir(cg, "cpuacct")
+            raw = None if acct is None else self._read(f"{acct}/cpuacct.usage")
+            if raw is not None and raw.strip().isdigit():
+                usage_s = int(raw) / 1e9
+            throttled = cpu_stat.get("throttled_time")
+            throttled_s = None if throttled is None else throttled / 1e9
+        rate: float | None = None
+        if usage_s is not None:
+            prev = self._prev_cgroup_cpu.get(cg)
+            if prev is not None and now > prev[0]:
+                rate = max(0.0, (usage_s - prev[1]) / (now - prev[0]))
+            self._prev_cgroup_cpu[cg] = (now, usage_s)
+
+        mem_dir = self._sdir(cg, "memory")
+        mem: dict[str, int] = {}
+        usage: int | None = None
+        if mem_dir is not None:
+            mem = cgroupfs.parse_keyed(self._read(f"{mem_dir}/memory.stat") or "")
+            usage_file = "memory.current" if v2 else "memory.usage_in_bytes"
+            usage_text = self._read(f"{mem_dir}/{usage_file}")
+            if usage_text is not None and usage_text.strip().isdigit():
+                usage = int(usage_text)
+        if v2:
+            rss, cache = mem.get("anon"), mem.get("file")
+            shmem, inactive = mem.get("shmem"), mem.get("inactive_file")
+        else:
+            # total_* cover the whole subtree; the bare keys only the cgroup's own tasks.
+            rss = mem.get("total_rss", mem.get("rss"))
+            cache = mem.get("total_cache", mem.get("cache"))
+            shmem = mem.get("total_shmem", mem.get("shmem"))
+            inactive = mem.get("total_inactive_file", mem.get("inactive_file"))
+        working_set = None
+        if usage is not None:
+            working_set = max(0, usage - (inactive or 0))
+
+        cpu_psi = self._read(f"{cpu_dir}/cpu.pressure")
+        mem_psi = None if mem_dir is None else self._read(f"{mem_dir}/memory.pressure")
+        return CgroupStats(
+            cpu_usage_cores=rate,
+            cpu_usage_total_s=usage_s,
+            nr_running=self._nr_running(cpu_dir),
+            nr_periods=cpu_stat.get("nr_periods"),
+            nr_throttled=cpu_stat.get("nr_throttled"),
+            throttled_s=throttled_s,
+            memory_usage=usage,
+            memory_rss=rss,
+            memory_cache=cache,
+            memory_shmem=shmem,
+            memory_working_set=working_set,
+            memory_psi_some_avg10=None if mem_psi is None else _psi_avg10(mem_psi),
+            cpu_psi_some_avg10=None if cpu_psi is None else _psi_avg10(cpu_psi),
+        )
+
+    def _nr_running(self, cpu_dir: str) -> int | None:
+        """Runnable threads in the cgroup and below (the cgroup's cpu usage counts them all)."""
+        tasks_file = "cgroup.threads" if self.cgroup_version == 2 else "tasks"
+        seen = False
+        running = 0
+        for d in _walk(cpu_dir):
+            text = self._read(f"{d}/{tasks_file}")
+            if text is None:
+                continue
+            seen = True
+            for tid in text.split():
+                stat = self._read(f"{self._proc}/{tid}/stat")
+                if stat is not None and parse_pid_state(stat) == "R":
+                    running += 1
+        return running if seen else None
+
+    def _cpu_ratios(self, now: float) -> list[float]:
+        text = self._read(self._root / "proc/stat")
+        if text is None:
+            return []
+        cur = parse_proc_stat_cpus(text)
+        prev = self._prev_cpus
+        self._prev_cpus = (now, cur)
+        if prev is None or not cur:
+            return []
+        out = [0.0] * (max(cur) + 1)
+        for cpu, t in cur.items():
+            old = prev[1].get(cpu)
+            if old is None:
+                continue
+            total = t.total - old.total
+            if total > 0:
+                out[cpu] = min(1.0, max(0.0, (t.busy - old.busy) / total))
+        return out
+
+    def _load(self) -> tuple[float, float, float]:
+        text = self._read(self._root / "proc/loadavg")
+        if text is None:
+            return (0.0, 0.0, 0.0)
+        try:
+            return parse_loadavg(text)
+        except ValueError:
+            return (0.0, 0.0, 0.0)
+
+    def _memory_info(self, now: float) -> MemoryInfo | None:
+        text = self._read(self._root / "proc/meminfo")
+        if text is None:
+            return None
+        info = parse_meminfo(text)
+        vm = parse_vmstat(self._read(self._root / "proc/vmstat") or "")
+        steal_keys = [k for k in vm if k.startswith("pgsteal_kswapd")]
+        kswapd_rate: float | None = None
+        if steal_keys:
+            steal = sum(vm[k] for k in steal_keys)
+            if self._prev_kswapd is not None and now > self._prev_kswapd[0]:
+                kswapd_rate = max(
+                    0.0, (steal - self._prev_kswapd[1]) / (now - self._prev_kswapd[0])
+                )
+            self._prev_kswapd = (now, steal)
+        wsf_text = self._read(self._root / "proc/sys/vm/watermark_scale_factor")
+        wsf = int(wsf_text) if wsf_text is not None and wsf_text.strip().isdigit() else 10
+        psi = self._read(self._root / "proc/pressure/memory")
+        pressure = None if psi is None else parse_pressure(psi)
+        total = info.get("MemTotal", 0)
+        free = info.get("MemFree", 0)
+        return MemoryInfo(
+            total=total,
+            free=free,
+            available=info.get("MemAvailable", free),
+            cached=info.get("Cached", 0),
+            shmem=info.get("Shmem", 0),
+            watermark_scale_factor=wsf,
+            kswapd_steal_pages_per_s=kswapd_rate,
+            psi_some_avg10=None if pressure is None else pressure.some_avg10,
+            psi_full_avg10=None if pressure is None else pressure.full_avg10,
+        )
+
+    def _numa_memory(self) -> dict[int, NumaMemory]:
+        node_dir = self._root / "sys/devices/system/node"
+        marks = parse_zoneinfo(self._read(self._root / "proc/zoneinfo") or "")
+        out: dict[int, NumaMemory] = {}
+        for d in _subdirs(node_dir):
+            if not d.name.startswith("node") or not d.name[4:].isdigit():
+                continue
+            node = int(d.name[4:])
+            text = self._read(d / "meminfo")
+            if text is None:
+                continue
+            info = parse_node_meminfo(text)
+            wm = marks.get(node)
+            page = self._page_size
+            out[node] = NumaMemory(
+                total=info.get("MemTotal", 0),
+                free=info.get("MemFree", 0),
+                file_inactive=info.get("Inactive(file)", 0),
+                watermark_min=0 if wm is None else wm.min * page,
+                watermark_low=0 if wm is None else wm.low * page,
+                watermark_high=0 if wm is None else wm.high * page,
+            )
+        return out
+
+    def memory_usage(self, cgroup: str) -> int | None:
+        """Current memory charge of the cgroup in bytes (None when unknown)."""
+        d = self.cgroup_dir(cgroup, "memory")
+        if d is None:
+            return None
+        name = "memory.current" if self.cgroup_version == 2 else "memory.usage_in_bytes"
+        text = self._read(d / name)
+        return int(text) if text is not None and text.strip().isdigit() else None
+
+    # -- knobs -----------------------------------------------------------------------------
+
+    def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
+        """The knobs the cgroup has now; a knob whose files are missing (or the whole cgroup,
+        when it is gone) is absent."""
+        cg = cgroup.strip("/")
+        out: dict[Knob, KnobValue] = {}
+        version = self.cgroup_version
+        for knob in Knob:
+            d = self._sdir(cg, cgroupfs.knob_controller(knob))
+            if d is None:
+                continue
+            try:
+                out[knob] = cgroupfs.parse_knob(knob, version, _reader(d))
+            except (LookupError, ValueError):
+                continue
+        return out
+
+    def apply(self, writes: Sequence[KnobWrite]) -> ApplyResult:
+        applied: list[KnobWrite] = []
+        failed: list[WriteFailure] = []
+        for w in writes:
+            failure = self._apply_one(w)
+            if failure is None:
+                applied.append(w)
+            else:
+                failed.append(failure)
+        return ApplyResult(tuple(applied), tuple(failed))
+
+    def _apply_one(self, w: KnobWrite) -> WriteFailure | None:
+        problem = cgroupfs.check_knob_value(w.knob, w.value)
+        if problem is not None:
+            return WriteFailure(w, f"{w.cgroup}: {problem}")
+        version = self.cgroup_version
+        if not cgroupfs.knob_files(w.knob, version):
+            return WriteFailure(
+                w, f"{w.knob.value} does not exist on cgroup v{version}", unsupported=True
+            )
+        controller = cgroupfs.knob_controller(w.knob)
+        d = self.cgroup_dir(w.cgroup, controller)
+        if d is None:
+            return WriteFailure(
+                w, f"the {controller} cgroup controller is not mounted", unsupported=True
+            )
+        if version == 1 and w.knob is Knob.CPU_QUOTA:
+            assert isinstance(w.value, CpuQuota)
+            try:
+                old = cgroupfs.parse_knob(w.knob, 1, lambda n: self._read(d / n))
+            except (LookupError, ValueError):
+                old = None
+            files = cgroupfs.render_quota_v1(w.value, old if isinstance(old, CpuQuota) else None)
+        else:
+            files = cgroupfs.render_knob(w.knob, w.value, version)
+        for f in files:
+            failure = self._write_file(w, d, f)
+            if failure is not None:
+                return failure
+        return None
+
+    def _write_file(self, w: KnobWrite, d: Path, f: KnobFile) -> WriteFailure | None:
+        path = d / f.name
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+            try:
+                os.write(fd, f.content.encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            code = e.errno
+            if code in (errno_mod.ENOENT, errno_mod.ENODEV) and not d.is_dir():
+                primary = self.cgroup_dir(w.cgroup, "cpu")
+                if primary is not None and primary != d and primary.is_dir():
+                    return WriteFailure(
+                        w, f"{d}: cgroup missing from the {f.controller} hierarchy", errno=code
+                    )
+                return WriteFailure(w, f"{w.cgroup}: cgroup is gone", vanished=True, errno=code)
+            if code == errno_mod.ENODEV:
+                return WriteFailure(w, f"{w.cgroup}: cgroup is gone", vanished=True, errno=code)
+            if code == errno_mod.ENOENT:
+                return WriteFailure(
+                    w,
+                    f"{path}: no such file (this kernel or cgroup version lacks {f.name})",
+                    unsupported=True,
+                    errno=code,
+                )
+            name = errno_mod.errorcode.get(code or 0, str(code))
+            hint = _HINTS.get((f.name, code or 0))
+            if code == errno_mod.EBUSY and f.name in ("cpuset.cpus", "cpuset.mems"):
+                hint = self._blocking_children(d, f)
+            detail = f"{path}: writing {f.content!r} failed: {name} ({e.strerror})"
+            if hint:
+                detail += f"; {hint}"
+            return WriteFailure(w, detail, errno=code)
+        return None
+
+    def _blocking_children(self, d: Path, f: KnobFile) -> str:
+        """Name the child cgroups that still hold what a cpuset narrowing takes away."""
+        try:
+            new = CPUSet.parse(f.content)
+        except CPUSetError:
+            return "a child cgroup still uses what is being removed"
+        blocking = []
+        for child in _subdirs(d):
+            text = self._read(child / f.name)
+            try:
+                if text is not None and not CPUSet.parse(text).issubset(new):
+                    blocking.append(f"{child.name} has {text.strip()}")
+            except CPUSetError:
+                continue
+        if not blocking:
+            return "a child cgroup still uses what is being removed"
+        return "narrow these children first: " + ", ".join(blocking)
+
+    @staticmethod
+    def _read(path: str | Path) -> str | None:
+        try:
+            with open(path) as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+
+def _reader(d: str) -> Callable[[str], str | None]:
+    return lambda name: LinuxHost._read(f"{d}/{name}")
+
+
+def _psi_avg10(text: str) -> float | None:
+    return parse_pressure(text).some_avg10
+
+
+def _subdirs(d: Path) -> list[Path]:
+    # scandir knows directories from the listing itself: no stat per cgroup file.
+    try:
+        with os.scandir(d) as it:
+            names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+    return [d / n for n in names]
+
+
+def _walk(d: str) -> Iterator[str]:
+    stack = [d]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        try:
+            with os.scandir(cur) as it:
+                stack.extend(e.path for e in it if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue

@@ -1,0 +1,158 @@
+"""A small metric store: Host samples in, Katalyst's metrics out.
+
+Katalyst's advisor reads metrics by name (`cpu.usage.container`, `cpu.load.1min.container`,
+`mem.rss.container`, `cpu.usage.ratio.cpu`, ...). This store keeps the latest value of each
+per cgroup, derives the load averages the kernel way — an exponentially weighted moving
+average of runnable tasks, decaying with e^(−Δt/60 s) and e^(−Δt/300 s) on the injected
+clock — and forgets values older than the insurance period, so that a stale figure reads as
+missing (and the advisor falls back to requests) rather than as a wrong one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pykatalyst.agent.host.base import CgroupStats, HostSample
+
+# Katalyst's metric names, for terms and exports.
+CPU_USAGE_CONTAINER = "cpu.usage.container"
+CPU_LOAD_1MIN_CONTAINER = "cpu.load.1min.container"
+CPU_LOAD_5MIN_CONTAINER = "cpu.load.5min.container"
+MEM_RSS_CONTAINER = "mem.rss.container"
+MEM_CACHE_CONTAINER = "mem.cache.container"
+MEM_SHMEM_CONTAINER = "mem.shmem.container"
+CPU_USAGE_RATIO_CPU = "cpu.usage.ratio.cpu"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuMetrics:
+    usage: float | None
+    load1: float | None
+    load5: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryMetrics:
+    rss: int | None
+    cache: int | None
+    shmem: int | None
+
+
+class _Entry:
+    __slots__ = (
+        "cache",
+        "load1",
+        "load5",
+        "load_time",
+        "mem_time",
+        "rss",
+        "seen",
+        "shmem",
+        "usage",
+        "usage_time",
+    )
+
+    def __init__(self) -> None:
+        self.usage: float | None = None
+        self.usage_time = -math.inf
+        self.load1 = 0.0
+        self.load5 = 0.0
+        self.load_time: float | None = None
+        self.rss: int | None = None
+        self.cache: int | None = None
+        self.shmem: int | None = None
+        self.mem_time = -math.inf
+        self.seen = -math.inf
+
+
+class MetricStore:
+    def __init__(self, insurance_period_s: float) -> None:
+        self.insurance_period_s = insurance_period_s
+        self._entries: dict[str, _Entry] = {}
+        self._cpu_ratio: Sequence[float] = ()
+        self._cpu_ratio_time = -math.inf
+        self._last_sample: HostSample | None = None
+
+    @property
+    def last_sample(self) -> HostSample | None:
+        return self._last_sample
+
+    def ingest(self, sample: HostSample) -> None:
+        t = sample.time
+        self._last_sample = sample
+        if sample.cpu_usage_ratio:
+            self._cpu_ratio = sample.cpu_usage_ratio
+            self._cpu_ratio_time = t
+        entries = self._entries
+        for path, stats in sample.cgroups.items():
+            e = entries.get(path)
+            if e is None:
+                e = entries[path] = _Entry()
+            self._update(e, t, stats)
+        if len(entries) > 2 * max(len(sample.cgroups), 16):
+            self._forget(t)
+
+    @staticmethod
+    def _update(e: _Entry, t: float, s: CgroupStats) -> None:
+        e.seen = t
+        if s.cpu_usage_cores is not None:
+            e.usage = s.cpu_usage_cores
+            e.usage_time = t
+        if s.nr_running is not None:
+            n = float(s.nr_running)
+            if e.load_time is None:
+                # Start from what runs now: an agent started late in a container's life
+                # should not read its load as zero for the first minutes.
+                e.load1 = e.load5 = n
+            elif t > e.load_time:
+                dt = t - e.load_time
+                k1 = math.exp(-dt / 60.0)
+                k5 = math.exp(-dt / 300.0)
+                e.load1 = e.load1 * k1 + n * (1.0 - k1)
+                e.load5 = e.load5 * k5 + n * (1.0 - k5)
+            e.load_time = t
+        if s.memory_rss is not None:
+            e.rss = s.memory_rss
+            e.cache = s.memory_cache
+            e.shmem = s.memory_shmem
+            e.mem_time = t
+
+    def _forget(self, now: float) -> None:
+        horizon = 2 * self.insurance_period_s
+        for path in [p for p, e in self._entries.items() if now - e.seen > horizon]:
+            del self._entries[path]
+
+    def _fresh(self, t: float | None, now: float) -> bool:
+        return t is not None and now - t <= self.insurance_period_s
+
+    def cpu(self, cgroup: str, now: float) -> CpuMetrics | None:
+        e = self._entries.get(cgroup)
+        if e is None:
+            return None
+        usage = e.usage if self._fresh(e.usage_time, now) else None
+        fresh_load = self._fresh(e.load_time, now)
+        load1 = e.load1 if fresh_load else None
+        load5 = e.load5 if fresh_load else None
+        if usage is None and load1 is None:
+            return None
+        return CpuMetrics(usage, load1, load5)
+
+    def memory(self, cgroup: str, now: float) -> MemoryMetrics | None:
+        e = self._entries.get(cgroup)
+        if e is None or not self._fresh(e.mem_time, now):
+            return None
+        return MemoryMetrics(e.rss, e.cache, e.shmem)
+
+    def cpu_usage(self, cgroup: str, now: float) -> float | None:
+        e = self._entries.get(cgroup)
+        if e is None or not self._fresh(e.usage_time, now):
+            return None
+        return e.usage
+
+    def cpu_usage_ratio(self, now: float) -> Sequence[float] | None:
+        """Per-cpu busy share (`cpu.usage.ratio.cpu`), or None when missing or stale."""
+        if not self._cpu_ratio or not self._fresh(self._cpu_ratio_time, now):
+            return None
+        return self._cpu_ratio

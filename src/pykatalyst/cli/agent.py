@@ -1,0 +1,205 @@
+"""`katalyst agent`: run the node agent on this machine."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from pykatalyst.agent.agent import Agent
+from pykatalyst.agent.config import AgentConfig, ConfigError, load_config
+from pykatalyst.agent.enforcer import Enforcer
+from pykatalyst.agent.plan import AgentPlan
+from pykatalyst.api import names
+from pykatalyst.api.quantity import Quantity
+from pykatalyst.cli.output import OutputFormat, print_json, print_message
+from pykatalyst.cluster.clock import RealClock
+from pykatalyst.cluster.protocol import ApiError, Cluster, NotFound
+from pykatalyst.topology.machine import CPUTopology
+
+NO_CGROUP_NOTE = (
+    "pods declared with --pods have no cgroups on this machine unless the kubelet runs "
+    "them: their pools and cpusets are planned but nothing is written for them"
+)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    print_message(message, stderr=True)
+    return typer.Exit(code)
+
+
+def load_pods(path: Path) -> list[dict[str, Any]]:
+    """Pods from a YAML file: documents that are Pods, or Lists of them."""
+    try:
+        docs = list(yaml.safe_load_all(path.read_text()))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {exc}") from None
+    pods: list[dict[str, Any]] = []
+    for i, doc in enumerate(docs):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise ValueError(f"{path}: document {i} is not an object")
+        items = doc.get("items") if doc.get("kind") == "List" else [doc]
+        for item in items or []:
+            if not isinstance(item, dict) or item.get("kind", "Pod") != "Pod":
+                kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
+                raise ValueError(f"{path}: document {i} is a {kind}, expected Pod")
+            pods.append(item)
+    return pods
+
+
+def ensure_node(cluster: Cluster, node: str, topo: CPUTopology) -> None:
+    try:
+        cluster.get(names.NODE, node)
+        return
+    except NotFound:
+        pass
+    capacity = {
+        names.RESOURCE_CPU: str(topo.num_cpus),
+        names.RESOURCE_MEMORY: str(Quantity.from_bytes(topo.total_memory)),
+        names.RESOURCE_PODS: "110",
+    }
+    cluster.create(
+        names.NODE,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
+            "status": {"capacity": capacity, "allocatable": dict(capacity)},
+        },
+    )
+
+
+def create_pods(cluster: Cluster, node: str, pods: list[dict[str, Any]]) -> list[str]:
+    created = []
+    for pod in pods:
+        meta = pod.setdefault("metadata", {})
+        ns = meta.setdefault("namespace", "default")
+        pod.setdefault("spec", {})["nodeName"] = node
+        obj = cluster.create(names.POD, pod, ns)
+        created.append(f"{ns}/{obj['metadata']['name']}")
+    return created
+
+
+def _summary(plan: AgentPlan) -> str:
+    pools = ", ".join(f"{p.name}={p.cpuset} ({p.size})" for p in plan.pools)
+    cpu = plan.reclaimed_cpu
+    mem = plan.reclaimed_memory
+    rep = "pending" if cpu.reported is None else f"{cpu.reported:.2f}"
+    return (
+        f"pools: {pools}; reclaimed cpu {cpu.value:.2f} cores (published: {rep}), "
+        f"memory {mem.value / 2**30:.2f} GiB; pods {len(plan.pods)}; "
+        f"enforce {plan.enforce.get('state')}"
+    )
+
+
+def agent(
+    node: Annotated[str, typer.Option("--node", help="This node's name.")],
+    pods: Annotated[
+        Path | None,
+        typer.Option(help="YAML file of pods to create on the embedded cluster, bound here."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Plan and log every cgroup write, write nothing.")
+    ] = False,
+    once: Annotated[bool, typer.Option("--once", help="Run one reconcile and exit.")] = False,
+    output: Annotated[
+        OutputFormat,
+        typer.Option("--output", "-o", help="table (a summary line) or json (the plan)."),
+    ] = OutputFormat.TABLE,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Agent configuration (YAML).")
+    ] = None,
+    host_root: Annotated[
+        Path | None,
+        typer.Option("--host-root", help="Read sysfs, /proc and cgroups under this directory."),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", help="Talk to this cluster instead of the embedded one."),
+    ] = None,
+) -> None:
+    """Run the node agent: pools, cpusets, headroom and reporting for NODE."""
+    try:
+        cfg: AgentConfig = load_config(config)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    from pykatalyst.agent.host.linux import LinuxHost
+
+    clock = RealClock()
+    try:
+        host = LinuxHost(root=host_root) if host_root is not None else LinuxHost()
+        topo = host.topology()
+    except (OSError, ValueError) as exc:
+        raise _fail(f"cannot read this machine: {exc}") from None
+    cluster: Cluster
+    if kubeconfig is not None:
+        from pykatalyst.cluster.kube import KubeCluster
+
+        cluster = KubeCluster.from_kubeconfig(str(kubeconfig))
+    else:
+        from pykatalyst.cluster.memory import MemoryCluster
+
+        cluster = MemoryCluster(clock=clock)
+    notes: list[str] = []
+    try:
+        ensure_node(cluster, node, topo)
+        if pods is not None:
+            declared = load_pods(pods)
+            created = create_pods(cluster, node, declared)
+            notes.append(f"created {len(created)} pods from {pods}: {', '.join(created)}")
+            notes.append(NO_CGROUP_NOTE)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    except ApiError as exc:
+        raise _fail(f"cluster: {exc}") from None
+    checkpoint: Path | None = None
+    if cfg.checkpoint_path and not dry_run:
+        checkpoint = Path(cfg.checkpoint_path)
+        try:
+            checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _fail(f"checkpoint_path {checkpoint}: {exc}") from None
+    enforcer = Enforcer(host, checkpoint, clock)
+    from pykatalyst.agent.eviction import EvictionStage
+
+    eviction = EvictionStage(node, cluster, dry_run=dry_run, admin_qos=cfg.admin_qos_config)
+    runner = Agent(
+        node, cluster, host, clock, cfg, enforcer, eviction_stages=[eviction], dry_run=dry_run
+    )
+    for note in notes:
+        print_message(f"note: {note}", stderr=True)
+    try:
+        while True:
+            plan = runner.reconcile(clock.now())
+            _print_plan(plan, output, notes)
+            if once:
+                return
+            time.sleep(cfg.period_s)
+    except KeyboardInterrupt:
+        return
+
+
+def _print_plan(plan: AgentPlan, output: OutputFormat, notes: list[str]) -> None:
+    if output is OutputFormat.JSON:
+        data = plan.to_json()
+        data["notes"] = notes
+        print_json(data)
+    else:
+        print_message(_summary(plan))
+        for w in plan.warnings:
+            print_message(f"warning: {w}", stderr=True)
+        for line in plan.enforce.get("would_write", []):
+            print_message(f"would write {line}")
+    sys.stdout.flush()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("agent")(agent)

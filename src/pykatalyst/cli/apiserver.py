@@ -1,0 +1,182 @@
+"""`katalyst apiserver`: serve the embedded cluster over the Kubernetes REST API, so that
+`kubectl` and `--kubeconfig` runs of the other commands can use it. A local development and
+test server: no authentication, no TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from pykatalyst.api.names import CRD
+from pykatalyst.cli.output import print_message
+from pykatalyst.cluster.clock import RealClock
+from pykatalyst.cluster.http import ApiServer, kubeconfig_for
+from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.cluster.protocol import AlreadyExists, ApiError
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`HOST:PORT`, `[V6]:PORT` or `:PORT` (loopback)."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep:
+        raise ValueError(f"--listen {value!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"--listen {value!r}: port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--listen {value!r}: port {port} is outside 0-65535")
+    return host, port
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_state(path: Path) -> MemoryCluster:
+    clock = RealClock()
+    if not path.exists():
+        return MemoryCluster(clock=clock)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--state {path}: cannot read a cluster snapshot: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("kinds"), list):
+        raise ValueError(f"--state {path}: not a cluster snapshot (no 'kinds' list)")
+    try:
+        return MemoryCluster.from_snapshot(data, clock=clock)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"--state {path}: damaged snapshot: {exc}") from None
+
+
+def save_state(cluster: MemoryCluster, path: Path) -> None:
+    """Write atomically, so an interrupted save never leaves half a snapshot."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(cluster.snapshot(), f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def install_crds(cluster: MemoryCluster, path: Path) -> list[str]:
+    """Create the CRDs found in a YAML file or a folder of them; returns the names created."""
+    files = sorted(path.glob("*.y*ml")) if path.is_dir() else [path]
+    if not files:
+        raise ValueError(f"--crds {path}: no YAML files there")
+    created: list[str] = []
+    for file in files:
+        try:
+            docs = list(yaml.safe_load_all(file.read_text()))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"--crds {file}: {exc}") from None
+        for doc in docs:
+            if not isinstance(doc, dict) or doc.get("kind") != CRD.kind:
+                continue
+            try:
+                cluster.create(CRD, doc)
+            except AlreadyExists:
+                continue
+            except ApiError as exc:
+                raise ValueError(f"--crds {file}: {exc}") from None
+            created.append(str(doc["metadata"]["name"]))
+    return created
+
+
+def apiserver(
+    listen: Annotated[
+        str,
+        typer.Option("--listen", help="HOST:PORT to serve on (port 0: pick a free one)."),
+    ] = "127.0.0.1:8080",
+    state: Annotated[
+        Path | None,
+        typer.Option(
+            "--state",
+            help="Load the cluster from this snapshot file if it exists; save it there on exit.",
+        ),
+    ] = None,
+    write_kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-kubeconfig",
+            help="Write a kubeconfig for this server here (for kubectl and --kubeconfig).",
+        ),
+    ] = None,
+    crds: Annotated[
+        Path | None,
+        typer.Option(
+            "--crds",
+            help="Install the CustomResourceDefinitions in this file or folder (e.g. "
+            "deploy/crds) before serving; ones already present are kept.",
+        ),
+    ] = None,
+    bookmark_seconds: Annotated[
+        float,
+        typer.Option(
+            "--bookmark-seconds", help="How often watches that asked for bookmarks get one."
+        ),
+    ] = 60.0,
+) -> None:
+    """Serve the embedded cluster over HTTP (local development and tests, no auth)."""
+    try:
+        host, port = parse_listen(listen)
+        cluster = load_state(state) if state is not None else MemoryCluster(clock=RealClock())
+        installed = install_crds(cluster, crds) if crds is not None else []
+    except ValueError as exc:
+        print_message(f"error: {exc}", stderr=True)
+        raise typer.Exit(2) from None
+    if not _is_loopback(host):
+        print_message(
+            f"warning: serving on {host} without authentication: anyone who can reach it "
+            "can read and change the cluster",
+            stderr=True,
+        )
+    server = ApiServer(cluster, host, port, bookmark_seconds=bookmark_seconds, finalize_pods=True)
+
+    def ready() -> None:
+        print_message(f"serving the embedded cluster at {server.url}")
+        if installed:
+            print_message(f"installed CRDs: {', '.join(installed)}")
+        if write_kubeconfig is not None:
+            write_kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(server.url)))
+            print_message(f"kubeconfig: {write_kubeconfig}")
+        print_message(f"try: kubectl --server {server.url} get pods,nodes -A")
+        sys.stdout.flush()
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, server.request_stop)
+        await server.serve(ready)
+
+    try:
+        asyncio.run(run())
+    except OSError as exc:
+        print_message(f"error: cannot serve on {listen}: {exc}", stderr=True)
+        raise typer.Exit(1) from None
+    if state is not None:
+        save_state(cluster, state)
+        print_message(f"saved the cluster to {state}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("apiserver")(apiserver)

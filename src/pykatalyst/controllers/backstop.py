@@ -1,0 +1,504 @@
+"""The centralized backstop: what happens to reclaimed pods when a node's agent goes silent.
+
+Without its agent a node's reclaimed pods are no longer throttled or evicted when shared
+pods need their cpus back, and its published reclaimed capacity goes stale. The agent's
+heartbeat is the `AgentReady` condition of its CustomNodeResource (`lastHeartbeatTime`,
+refreshed by the reporter every period). When it is older than `taint_after_s` (10 min)
+the CNR gets the taint `node.kubernetes.io/unschedulable` (qosLevel reclaimed_cores,
+NoSchedule) so no new reclaimed pods land there; when older than `evict_after_s` (20 min)
+the node's reclaimed pods are evicted. The taint goes as soon as the heartbeat resumes.
+
+Like Katalyst's agent-healthz handler, actions are rate limited (taint 0.2/s, evict 0.1/s)
+and held back entirely when too large a share of the nodes looks unhealthy at once —
+that smells of a problem on the controller's side, not of dead agents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+from pydantic import BaseModel, ConfigDict, Field
+
+from pykatalyst.api import names
+from pykatalyst.api.objects import CustomNodeResource, Pod, Taint
+from pykatalyst.api.qos import QoSError, parse_pod_qos
+from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
+
+# Kubernetes' markers of pods nobody may evict (the same rule the agent applies).
+CRITICAL_PRIORITY = 2_000_000_000
+CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+EVENT_NAMESPACE_FOR_NODES = "default"
+
+BACKSTOP_TAINT = Taint(
+    key=names.UNSCHEDULABLE_TAINT_KEY, effect="NoSchedule", qos_level=names.QOS_RECLAIMED_CORES
+)
+
+
+class BackstopConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    taint_after_s: float = Field(600.0, ge=0, description="silence before the CNR taint")
+    evict_after_s: float = Field(1200.0, ge=0, description="silence before evictions")
+    taint_qps: float = Field(0.2, gt=0, description="taints (and untaints) per second")
+    evict_qps: float = Field(0.1, gt=0, description="evictions per second")
+    burst: int = Field(1, ge=1, description="actions that may go at once after a quiet spell")
+    disruption_threshold: float = Field(
+        0.2, ge=0, le=1, description="hold back when more than this share of nodes is silent"
+    )
+    disruption_min_nodes: int = Field(
+        5, ge=1, description="the share check applies from this many nodes on"
+    )
+    deletion_grace_s: int | None = Field(None, ge=0, description="None: the pod's own")
+    dry_run: bool = False
+    records_limit: int = Field(1000, ge=1)
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimedPod:
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    terminating: bool
+    protected: str  # why it may not be evicted; "" when it may
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def reclaimed_pod(obj: JSON) -> ReclaimedPod | None:
+    """The pod as the backstop sees it, or None when it is not a reclaimed_cores pod."""
+    try:
+        if parse_pod_qos(obj).level != names.QOS_RECLAIMED_CORES:
+            return None
+    except QoSError:
+        return None
+    pod = Pod(obj)
+    protected = ""
+    if pod.priority >= CRITICAL_PRIORITY or pod.priority_class_name in CRITICAL_PRIORITY_CLASSES:
+        protected = "critical pod"
+    elif MIRROR_POD_ANNOTATION in pod.annotations or any(
+        o.get("kind") == names.NODE.kind for o in pod.owner_references
+    ):
+        protected = "static pod"
+    return ReclaimedPod(
+        pod.uid,
+        pod.namespace,
+        pod.name,
+        pod.node_name,
+        pod.deletion_timestamp is not None or pod.is_terminated,
+        protected,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BackstopRecord:
+    """Why the backstop acted; printed like the agent's eviction records."""
+
+    time: float
+    node: str
+    kind: str  # backstop-taint | backstop-untaint | backstop-eviction
+    reason: str
+    message: str
+    object_kind: str = names.NODE.kind
+    object_key: str = ""
+    object_uid: str = ""
+    observed: float | None = None
+    threshold: float | None = None
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "time": self.time,
+            "node": self.node,
+            "kind": self.kind,
+            "plugin": "backstop",
+            "reason": self.reason,
+            "message": self.message,
+            "object": f"{self.object_kind}/{self.object_key}",
+            "uid": self.object_uid,
+            "dry_run": self.dry_run,
+            "signal": "seconds since the AgentReady heartbeat",
+            "operator": ">=",
+            "unit": "s",
+        }
+        if self.observed is not None:
+            out["observed"] = round(self.observed, 3)
+        if self.threshold is not None:
+            out["threshold"] = self.threshold
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealth:
+    node: str
+    last_heartbeat: float | None
+    silent_s: float | None
+    tainted: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "last_heartbeat": self.last_heartbeat,
+            "silent_s": self.silent_s,
+            "tainted": self.tainted,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BackstopAction:
+    kind: str  # taint | untaint | evict
+    node: str
+    record: BackstopRecord
+    pod: ReclaimedPod | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"action": self.kind, "node": self.node}
+        if self.pod is not None:
+            out["pod"] = self.pod.key
+        out["message"] = self.record.message
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class BackstopPlan:
+    time: float
+    nodes: tuple[NodeHealth, ...] = ()
+    actions: tuple[BackstopAction, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def of(self, kind: str) -> list[BackstopAction]:
+        return [a for a in self.actions if a.kind == kind]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "nodes": [n.to_json() for n in self.nodes],
+            "actions": [a.to_json() for a in self.actions],
+            "notes": list(self.notes),
+        }
+
+
+def last_heartbeat(cnr: JSON) -> float | None:
+    """When the node's agent was last heard of: the AgentReady heartbeat, else the CNR's
+    creation (an agent that never reported has been silent since then)."""
+    view = CustomNodeResource(cnr)
+    cond = view.condition(names.CNR_CONDITION_AGENT_READY)
+    for text in (
+        (cond or {}).get("lastHeartbeatTime"),
+        view.metadata.get("creationTimestamp"),
+    ):
+        if isinstance(text, str) and text:
+            try:
+                return parse_rfc3339(text)
+            except ValueError:
+                continue
+    return None
+
+
+def _has_backstop_taint(cnr: JSON) -> bool:
+    return any(
+        t.key == BACKSTOP_TAINT.key and t.qos_level == BACKSTOP_TAINT.qos_level
+        for t in CustomNodeResource(cnr).taints()
+    )
+
+
+def decide(
+    cnrs: Sequence[JSON],
+    pods_by_node: Mapping[str, Sequence[ReclaimedPod]],
+    now: float,
+    cfg: BackstopConfig,
+    *,
+    max_taints: int,
+    max_evictions: int,
+) -> BackstopPlan:
+    """Pure: which CNRs to taint or untaint and which reclaimed pods to evict now."""
+    health: list[NodeHealth] = []
+    for cnr in sorted(cnrs, key=lambda c: str((c.get("metadata") or {}).get("name", ""))):
+        name = str((cnr.get("metadata") or {}).get("name", ""))
+        hb = last_heartbeat(cnr)
+        silent = None if hb is None else max(now - hb, 0.0)
+        health.append(NodeHealth(name, hb, silent, _has_backstop_taint(cnr)))
+    notes: list[str] = []
+    if not cfg.enabled:
+        return BackstopPlan(now, tuple(health), (), ("backstop disabled",))
+    silent_nodes = [h for h in health if h.silent_s is not None and h.silent_s >= cfg.taint_after_s]
+    hold = len(health) >= cfg.disruption_min_nodes and len(
+        silent_nodes
+    ) > cfg.disruption_threshold * len(health)
+    if hold:
+        notes.append(
+            f"{len(silent_nodes)} of {len(health)} agents silent (> "
+            f"{cfg.disruption_threshold:.0%}): holding taints and evictions back, this "
+            "looks like trouble on the controller's side"
+        )
+    actions: list[BackstopAction] = []
+    for h in health:
+        silent = h.silent_s
+        stale = silent is not None and silent >= cfg.taint_after_s
+        if stale and not h.tainted and not hold:
+            if max_taints <= 0:
+                notes.append(f"{h.node}: taint deferred (rate limit)")
+            else:
+                max_taints -= 1
+                actions.append(BackstopAction("taint", h.node, _taint_record(h, now, cfg)))
+        elif not stale and h.tainted:
+            if max_taints <= 0:
+                notes.append(f"{h.node}: untaint deferred (rate limit)")
+            else:
+                max_taints -= 1
+                actions.append(BackstopAction("untaint", h.node, _untaint_record(h, now)))
+        if silent is None or silent < cfg.evict_after_s or hold:
+            continue
+        for pod in sorted(pods_by_node.get(h.node, ()), key=lambda p: p.key):
+            if pod.terminating or pod.protected:
+                continue
+            if max_evictions <= 0:
+                notes.append(f"{h.node}: evictions deferred (rate limit)")
+                break
+            max_evictions -= 1
+            actions.append(BackstopAction("evict", h.node, _evict_record(h, pod, now, cfg), pod))
+    return BackstopPlan(now, tuple(health), tuple(actions), tuple(notes))
+
+
+def _taint_record(h: NodeHealth, now: float, cfg: BackstopConfig) -> BackstopRecord:
+    return BackstopRecord(
+        time=now,
+        node=h.node,
+        kind="backstop-taint",
+        reason="AgentSilent",
+        message=(
+            f"agent on {h.node} silent for {h.silent_s or 0:g}s (>= {cfg.taint_after_s:g}s): "
+            f"CNR tainted {BACKSTOP_TAINT.key}:{BACKSTOP_TAINT.effect} qosLevel="
+            f"{BACKSTOP_TAINT.qos_level}; no new reclaimed pods will land there"
+        ),
+        object_key=h.node,
+        observed=h.silent_s,
+        threshold=cfg.taint_after_s,
+    )
+
+
+def _untaint_record(h: NodeHealth, now: float) -> BackstopRecord:
+    return BackstopRecord(
+        time=now,
+        node=h.node,
+        kind="backstop-untaint",
+        reason="AgentBack",
+        message=f"agent on {h.node} heartbeating again: CNR taint {BACKSTOP_TAINT.key} removed",
+        object_key=h.node,
+        observed=h.silent_s,
+    )
+
+
+def _evict_record(
+    h: NodeHealth, pod: ReclaimedPod, now: float, cfg: BackstopConfig
+) -> BackstopRecord:
+    return BackstopRecord(
+        time=now,
+        node=h.node,
+        kind="backstop-eviction",
+        reason="AgentSilent",
+        message=(
+            f"evicting reclaimed pod {pod.key}: the agent on {h.node} has been silent for "
+            f"{h.silent_s or 0:g}s (>= {cfg.evict_after_s:g}s), so nothing protects the "
+            "node's shared pods from it"
+        ),
+        object_kind=names.POD.kind,
+        object_key=pod.key,
+        object_uid=pod.uid,
+        observed=h.silent_s,
+        threshold=cfg.evict_after_s,
+    )
+
+
+class _Bucket:
+    """A token bucket on the injected clock."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = float(burst)
+        self.last: float | None = None
+
+    def available(self, now: float) -> int:
+        if self.last is not None and now > self.last:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        return int(self.tokens + 1e-9)
+
+    def take(self, n: int) -> None:
+        self.tokens = max(self.tokens - n, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BackstopResult:
+    done: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"done": list(self.done), "failed": list(self.failed)}
+
+
+class BackstopController:
+    """`reconcile(now)` decides; `apply(plan)` acts; `run(now)` does both.
+
+    Counters go to the `CollectorRegistry` handed in (a fresh one when none is); records
+    are kept in memory (`records`) and appended to `records_path` (JSON lines, readable
+    by `katalyst explain --records`) when one is given.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: BackstopConfig | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+        records_path: str | Path | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.config = config if config is not None else BackstopConfig()
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.actions_total = Counter(
+            "katalyst_backstop_actions",
+            "Centralized backstop actions on silent agents, by action and reason.",
+            ["action", "reason"],
+            registry=self.registry,
+        )
+        self.records: deque[BackstopRecord] = deque(maxlen=self.config.records_limit)
+        self.records_path = Path(records_path) if records_path is not None else None
+        self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
+        self._pods = Informer(cluster, names.POD)
+        self._taint_bucket = _Bucket(self.config.taint_qps, self.config.burst)
+        self._evict_bucket = _Bucket(self.config.evict_qps, self.config.burst)
+
+    def reconcile(self, now: float) -> BackstopPlan:
+        self._cnrs.sync()
+        self._pods.sync()
+        by_node: dict[str, list[ReclaimedPod]] = {}
+        for obj in self._pods.list():
+            pod = reclaimed_pod(obj)
+            if pod is not None and pod.node:
+                by_node.setdefault(pod.node, []).append(pod)
+        plan = decide(
+            self._cnrs.list(),
+            by_node,
+            now,
+            self.config,
+            max_taints=self._taint_bucket.available(now),
+            max_evictions=self._evict_bucket.available(now),
+        )
+        self._taint_bucket.take(len(plan.of("taint")) + len(plan.of("untaint")))
+        self._evict_bucket.take(len(plan.of("evict")))
+        return plan
+
+    def apply(self, plan: BackstopPlan) -> BackstopResult:
+        done: list[str] = []
+        failed: list[str] = []
+        records: list[BackstopRecord] = []
+        for action in plan.actions:
+            what = f"{action.kind} {action.pod.key if action.pod else action.node}"
+            if self.config.dry_run:
+                records.append(
+                    replace(
+                        action.record, dry_run=True, message=f"(dry run) {action.record.message}"
+                    )
+                )
+                continue
+            try:
+                if action.kind == "evict" and action.pod is not None:
+                    self.cluster.evict(
+                        action.pod.namespace, action.pod.name, self.config.deletion_grace_s
+                    )
+                else:
+                    self._set_taint(action.node, present=action.kind == "taint")
+            except NotFound:
+                continue
+            except ApiError as exc:
+                failed.append(f"{what}: {exc}")
+                continue
+            done.append(what)
+            records.append(action.record)
+            self._event(action.record)
+        self._remember(records)
+        return BackstopResult(tuple(done), tuple(failed))
+
+    def run(self, now: float) -> tuple[BackstopPlan, BackstopResult]:
+        plan = self.reconcile(now)
+        return plan, self.apply(plan)
+
+    def _remember(self, records: Iterable[BackstopRecord]) -> None:
+        new = list(records)
+        for r in new:
+            self.records.append(r)
+            if not r.dry_run:
+                self.actions_total.labels(r.kind.removeprefix("backstop-"), r.reason).inc()
+        if self.records_path is not None and new:
+            with self.records_path.open("a", encoding="utf-8") as fh:
+                for r in new:
+                    fh.write(json.dumps(r.to_json(), sort_keys=True) + "\n")
+
+    def _set_taint(self, node: str, *, present: bool) -> None:
+        # The whole list is replaced, so the patch carries the resourceVersion it was built
+        # from: the agent's own CNR taints, written meanwhile, are never lost.
+        for attempt in range(3):
+            obj = self.cluster.get(names.CUSTOM_NODE_RESOURCE, node)
+            spec = obj.get("spec") or {}
+            current = [t for t in spec.get("taints") or [] if isinstance(t, dict)]
+            keep = [
+                t
+                for t in current
+                if not (
+                    t.get("key") == BACKSTOP_TAINT.key
+                    and t.get("qosLevel") == BACKSTOP_TAINT.qos_level
+                )
+            ]
+            new = [*keep, BACKSTOP_TAINT.to_json()] if present else keep
+            body: JSON = {"spec": {"taints": new}}
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                body["metadata"] = {"resourceVersion": rv}
+            try:
+                self.cluster.patch(names.CUSTOM_NODE_RESOURCE, node, body)
+                return
+            except Conflict:
+                if attempt == 2:
+                    raise
+
+    def _event(self, record: BackstopRecord) -> None:
+        ts = rfc3339(record.time)
+        if record.object_kind == names.POD.kind:
+            ns, _, name = record.object_key.partition("/")
+            involved: JSON = {"kind": "Pod", "name": name, "namespace": ns, "apiVersion": "v1"}
+            if record.object_uid:
+                involved["uid"] = record.object_uid
+            reason = names.EVENT_REASON_EVICT_CREATED
+        else:
+            ns, name = EVENT_NAMESPACE_FOR_NODES, record.object_key
+            involved = {"kind": names.NODE.kind, "name": name, "apiVersion": "v1"}
+            reason = record.reason
+        body: JSON = {
+            "metadata": {"generateName": f"{name}.", "namespace": ns},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": record.message,
+            "type": "Normal" if record.kind == "backstop-untaint" else "Warning",
+            "source": {"component": names.CONTROLLER_COMPONENT},
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+            "count": 1,
+        }
+        try:
+            self.cluster.create(names.EVENT, body, ns)
+        except ApiError:
+            return

@@ -1,0 +1,735 @@
+"""KubeSchedulerConfiguration: load (v1beta3 or v1, bare or inside a ConfigMap), default
+the way kube-scheduler does, validate, and resolve every profile into the ordered plugin
+list of each extension point with weights and typed args.
+
+A file that would make kube-scheduler refuse to start is refused here too, with a message
+that names the profile, the plugin and the field; so are plugin names nobody implements,
+since a typo would otherwise silently drop a policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pykatalyst.api import names
+from pykatalyst.scheduler import registry as reg
+
+GROUP: Final = "kubescheduler.config.k8s.io"
+API_VERSIONS: Final = (f"{GROUP}/v1beta3", f"{GROUP}/v1")
+KIND: Final = "KubeSchedulerConfiguration"
+
+
+class SchedulerConfigError(ValueError):
+    """The configuration is invalid; `problems` lists every problem found."""
+
+    def __init__(self, problems: Sequence[str], source: str = "") -> None:
+        self.problems = list(problems)
+        self.source = source
+        where = f"{source}: " if source else ""
+        if len(self.problems) == 1:
+            text = f"{where}invalid scheduler configuration: {self.problems[0]}"
+        else:
+            lines = "\n".join(f"  - {p}" for p in self.problems)
+            text = f"{where}invalid scheduler configuration:\n{lines}"
+        super().__init__(text)
+
+
+# --- wire models ----------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    # kube-scheduler decodes its configuration strictly: an unknown field is an error.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class PluginRef(_Strict):
+    name: str
+    weight: int | None = None
+
+
+class PluginSet(_Strict):
+    enabled: list[PluginRef] = Field(default_factory=list)
+    disabled: list[PluginRef] = Field(default_factory=list)
+
+
+class Plugins(_Strict):
+    preEnqueue: PluginSet = Field(default_factory=PluginSet)
+    queueSort: PluginSet = Field(default_factory=PluginSet)
+    preFilter: PluginSet = Field(default_factory=PluginSet)
+    filter: PluginSet = Field(default_factory=PluginSet)
+    postFilter: PluginSet = Field(default_factory=PluginSet)
+    preScore: PluginSet = Field(default_factory=PluginSet)
+    score: PluginSet = Field(default_factory=PluginSet)
+    reserve: PluginSet = Field(default_factory=PluginSet)
+    permit: PluginSet = Field(default_factory=PluginSet)
+    preBind: PluginSet = Field(default_factory=PluginSet)
+    bind: PluginSet = Field(default_factory=PluginSet)
+    postBind: PluginSet = Field(default_factory=PluginSet)
+    multiPoint: PluginSet = Field(default_factory=PluginSet)
+
+    def point(self, name: str) -> PluginSet:
+        value = getattr(self, name)
+        assert isinstance(value, PluginSet)
+        return value
+
+
+class PluginConfig(_Strict):
+    name: str
+    args: dict[str, Any] | None = None
+
+
+class Profile(_Strict):
+    schedulerName: str = reg.DEFAULT_SCHEDULER_PROFILE
+    percentageOfNodesToScore: int | None = None
+    plugins: Plugins | None = None
+    pluginConfig: list[PluginConfig] = Field(default_factory=list)
+
+
+class Extender(BaseModel):
+    """An extender entry is kept as written: this scheduler does not call extenders."""
+
+    model_config = ConfigDict(extra="allow")
+    urlPrefix: str = ""
+
+
+class KubeSchedulerConfigurationModel(_Strict):
+    apiVersion: str
+    kind: str
+    parallelism: int = 16
+    leaderElection: dict[str, Any] = Field(default_factory=dict)
+    clientConnection: dict[str, Any] = Field(default_factory=dict)
+    enableProfiling: bool = True
+    enableContentionProfiling: bool = True
+    percentageOfNodesToScore: int | None = None
+    podInitialBackoffSeconds: int = 1
+    podMaxBackoffSeconds: int = 10
+    delayCacheUntilActive: bool = False
+    profiles: list[Profile] = Field(default_factory=list)
+    extenders: list[Extender] = Field(default_factory=list)
+
+
+# --- plugin args ---------------------------------------------------------------------------
+
+
+def canonical_resource(name: str) -> str:
+    """The current spelling of a resource name (legacy Katalyst names are aliases)."""
+    return names.RESOURCE_ALIASES.get(name, name)
+
+
+class ResourceSpec(_Strict):
+    name: str
+    weight: int = 1
+
+    @field_validator("name")
+    @classmethod
+    def _alias(cls, value: str) -> str:
+        if not value:
+            raise ValueError("a resource name is required")
+        return canonical_resource(value)
+
+    @field_validator("weight")
+    @classmethod
+    def _weight(cls, value: int) -> int:
+        # kube defaults a zero weight to 1 and accepts 1..100.
+        if value == 0:
+            return 1
+        if not 1 <= value <= 100:
+            raise ValueError(f"weight {value} is not in the valid range [1, 100]")
+        return value
+
+
+class UtilizationShapePoint(_Strict):
+    utilization: int
+    score: int
+
+
+class RequestedToCapacityRatioParam(_Strict):
+    shape: list[UtilizationShapePoint] = Field(default_factory=list)
+    # Deprecated upstream in favour of scoringStrategy.resources, still accepted.
+    resources: list[ResourceSpec] | None = None
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, shape: list[UtilizationShapePoint]) -> list[UtilizationShapePoint]:
+        if not shape:
+            raise ValueError("at least one point must be specified")
+        for i, point in enumerate(shape):
+            if not 0 <= point.utilization <= 100:
+                raise ValueError(
+                    f"shape[{i}].utilization {point.utilization} is not in the valid range [0, 100]"
+                )
+            if not 0 <= point.score <= reg.MAX_CUSTOM_PRIORITY_SCORE:
+                raise ValueError(
+                    f"shape[{i}].score {point.score} is not in the valid range "
+                    f"[0, {reg.MAX_CUSTOM_PRIORITY_SCORE}]"
+                )
+            if i and point.utilization <= shape[i - 1].utilization:
+                raise ValueError(
+                    f"shape[{i}].utilization {point.utilization}: utilization values must be "
+                    "sorted in strictly increasing order"
+                )
+        return shape
+
+
+StrategyType = Literal["LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"]
+
+DEFAULT_RESOURCES: Final = (names.RESOURCE_CPU, names.RESOURCE_MEMORY)
+DEFAULT_RECLAIMED_RESOURCES: Final = names.RECLAIMED_RESOURCES
+
+
+def _default_specs(names_: Sequence[str]) -> list[ResourceSpec]:
+    return [ResourceSpec(name=n, weight=1) for n in names_]
+
+
+class ScoringStrategy(_Strict):
+    type: StrategyType = "LeastAllocated"
+    resources: list[ResourceSpec] = Field(default_factory=list)
+    requestedToCapacityRatio: RequestedToCapacityRatioParam | None = None
+
+    def defaulted(self) -> None:
+        if not self.resources:
+            self.resources = _default_specs(DEFAULT_RESOURCES)
+
+
+class QoSScoringStrategy(ScoringStrategy):
+    reclaimedResources: list[ResourceSpec] = Field(default_factory=list)
+    reclaimedRequestedToCapacityRatio: RequestedToCapacityRatioParam | None = None
+
+    def defaulted(self) -> None:
+        ScoringStrategy.defaulted(self)
+        if not self.reclaimedResources:
+            self.reclaimedResources = _default_specs(DEFAULT_RECLAIMED_RESOURCES)
+
+
+class NodeResourcesFitArgs(_Strict):
+    ignoredResources: list[str] = Field(default_factory=list)
+    ignoredResourceGroups: list[str] = Field(default_factory=list)
+    scoringStrategy: ScoringStrategy = Field(default_factory=ScoringStrategy)
+
+    @field_validator("ignoredResourceGroups")
+    @classmethod
+    def _groups(cls, groups: list[str]) -> list[str]:
+        for g in groups:
+            if not g or "/" in g:
+                raise ValueError(f"{g!r} is not a resource group name (no '/' allowed)")
+        return groups
+
+    def ignored_groups(self) -> frozenset[str]:
+        """The groups the native fit skips. The legacy Katalyst group stands for the current
+        one too, so Katalyst's example policies keep ignoring the reclaimed resources after
+        their rename."""
+        out = set(self.ignoredResourceGroups)
+        if names.LEGACY_RESOURCE_GROUP in out:
+            out.add(names.RESOURCE_GROUP)
+        return frozenset(out)
+
+
+class NodeResourcesBalancedAllocationArgs(_Strict):
+    resources: list[ResourceSpec] = Field(default_factory=lambda: _default_specs(DEFAULT_RESOURCES))
+
+
+class QoSAwareNodeResourcesFitArgs(_Strict):
+    scoringStrategy: QoSScoringStrategy = Field(default_factory=QoSScoringStrategy)
+
+
+class QoSAwareNodeResourcesBalancedAllocationArgs(_Strict):
+    resources: list[ResourceSpec] = Field(default_factory=lambda: _default_specs(DEFAULT_RESOURCES))
+    reclaimedResources: list[ResourceSpec] = Field(
+        default_factory=lambda: _default_specs(DEFAULT_RECLAIMED_RESOURCES)
+    )
+
+
+NUMAStrategyType = Literal["LeastAllocated", "MostAllocated", "BalancedAllocation"]
+
+
+class NUMAScoringStrategy(_Strict):
+    type: NUMAStrategyType = "LeastAllocated"
+    resources: list[ResourceSpec] = Field(default_factory=list)
+
+
+class NodeResourceTopologyArgs(_Strict):
+    scoringStrategy: NUMAScoringStrategy = Field(default_factory=NUMAScoringStrategy)
+    alignedResources: list[str] = Field(default_factory=lambda: list(DEFAULT_RESOURCES))
+    resourcePluginPolicy: Literal["dynamic", "native"] = "dynamic"
+
+    @field_validator("alignedResources")
+    @classmethod
+    def _aligned(cls, value: list[str]) -> list[str]:
+        bad = [v for v in value if v not in DEFAULT_RESOURCES]
+        if bad:
+            raise ValueError(f"{bad[0]!r} cannot be NUMA-aligned; accepted: cpu, memory")
+        return value
+
+
+class TopologySpreadConstraintModel(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    maxSkew: int = 1
+    topologyKey: str
+    whenUnsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
+
+
+class PodTopologySpreadArgs(_Strict):
+    defaultConstraints: list[TopologySpreadConstraintModel] = Field(default_factory=list)
+    defaultingType: Literal["System", "List"] = "System"
+
+
+class NodeAffinityArgs(_Strict):
+    addedAffinity: dict[str, Any] | None = None
+
+
+class DefaultPreemptionArgs(_Strict):
+    minCandidateNodesPercentage: int = 10
+    minCandidateNodesAbsolute: int = 100
+
+
+class InterPodAffinityArgs(_Strict):
+    hardPodAffinityWeight: int = 1
+    ignorePreferredTermsOfExistingPods: bool = False
+
+
+class VolumeBindingArgs(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    bindTimeoutSeconds: int = 600
+
+
+class OpaqueArgs(BaseModel):
+    """Args of a plugin that has no typed args here; kept as written."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+ARGS_MODELS: Final[dict[str, type[BaseModel]]] = {
+    reg.NODE_RESOURCES_FIT: NodeResourcesFitArgs,
+    reg.NODE_RESOURCES_BALANCED_ALLOCATION: NodeResourcesBalancedAllocationArgs,
+    reg.QOS_FIT: QoSAwareNodeResourcesFitArgs,
+    reg.QOS_BALANCED: QoSAwareNodeResourcesBalancedAllocationArgs,
+    reg.NODE_RESOURCE_TOPOLOGY: NodeResourceTopologyArgs,
+    reg.POD_TOPOLOGY_SPREAD: PodTopologySpreadArgs,
+    reg.NODE_AFFINITY: NodeAffinityArgs,
+    reg.DEFAULT_PREEMPTION: DefaultPreemptionArgs,
+    reg.INTER_POD_AFFINITY: InterPodAffinityArgs,
+    reg.VOLUME_BINDING: VolumeBindingArgs,
+}
+
+
+def _default_args(model: BaseModel) -> None:
+    strategy = getattr(model, "scoringStrategy", None)
+    if isinstance(strategy, ScoringStrategy):
+        strategy.defaulted()
+        rtcr = strategy.type == "RequestedToCapacityRatio"
+        if rtcr and strategy.requestedToCapacityRatio is None:
+            raise ValueError(
+                "scoringStrategy.requestedToCapacityRatio: required when type is "
+                "RequestedToCapacityRatio"
+            )
+    if (
+        isinstance(strategy, QoSScoringStrategy)
+        and strategy.type == "RequestedToCapacityRatio"
+        and strategy.reclaimedRequestedToCapacityRatio is None
+    ):
+        # Katalyst falls back to the native shape for reclaimed resources.
+        strategy.reclaimedRequestedToCapacityRatio = strategy.requestedToCapacityRatio
+    if isinstance(strategy, NUMAScoringStrategy) and not strategy.resources:
+        strategy.resources = _default_specs(DEFAULT_RESOURCES)
+
+
+# --- resolved form -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedProfile:
+    """One profile after defaults and merging: what the framework runs."""
+
+    scheduler_name: str
+    points: Mapping[str, tuple[str, ...]]
+    score_weights: Mapping[str, int]
+    args: Mapping[str, BaseModel]
+    percentage_of_nodes_to_score: int | None
+
+    def plugins_at(self, point: str) -> tuple[str, ...]:
+        return self.points.get(point, ())
+
+    def enabled(self, plugin: str, point: str | None = None) -> bool:
+        if point is not None:
+            return plugin in self.points.get(point, ())
+        return any(plugin in p for p in self.points.values())
+
+    def args_of(self, plugin: str) -> BaseModel:
+        return self.args[plugin]
+
+    def to_json(self) -> dict[str, Any]:
+        plugins: dict[str, Any] = {}
+        for point in reg.EXTENSION_POINTS:
+            names_ = self.points.get(point, ())
+            if not names_:
+                continue
+            if point == reg.SCORE:
+                plugins[point] = [{"name": n, "weight": self.score_weights[n]} for n in names_]
+            else:
+                plugins[point] = list(names_)
+        used = sorted({n for p in self.points.values() for n in p})
+        out: dict[str, Any] = {
+            "schedulerName": self.scheduler_name,
+            "plugins": plugins,
+            "pluginConfig": [
+                {"name": n, "args": self.args[n].model_dump(mode="json", exclude_none=True)}
+                for n in used
+                if n in self.args
+            ],
+        }
+        if self.percentage_of_nodes_to_score is not None:
+            out["percentageOfNodesToScore"] = self.percentage_of_nodes_to_score
+        skipped = {n: reg.NOT_IMPLEMENTED[n] for n in used if n in reg.NOT_IMPLEMENTED}
+        if skipped:
+            out["notImplemented"] = skipped
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    api_version: str
+    profiles: tuple[ResolvedProfile, ...]
+    percentage_of_nodes_to_score: int | None
+    pod_initial_backoff_seconds: float
+    pod_max_backoff_seconds: float
+    parallelism: int
+    leader_election: Mapping[str, Any] = field(default_factory=dict)
+    extenders: tuple[Mapping[str, Any], ...] = ()
+
+    def profile(self, scheduler_name: str) -> ResolvedProfile | None:
+        for p in self.profiles:
+            if p.scheduler_name == scheduler_name:
+                return p
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "apiVersion": self.api_version,
+            "kind": KIND,
+            "parallelism": self.parallelism,
+            "percentageOfNodesToScore": self.percentage_of_nodes_to_score,
+            "podInitialBackoffSeconds": self.pod_initial_backoff_seconds,
+            "podMaxBackoffSeconds": self.pod_max_backoff_seconds,
+            "profiles": [p.to_json() for p in self.profiles],
+        }
+        if self.extenders:
+            out["extenders"] = [dict(e) for e in self.extenders]
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_json(), sort_keys=False)
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def _pydantic_problems(prefix: str, exc: ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        value = err.get("input")
+        shown = ""
+        if err["type"] != "missing" and not isinstance(value, dict):
+            shown = f" (got {value!r})"
+        out.append(f"{prefix}{loc}: {msg}{shown}")
+    return out
+
+
+def _find_config_document(doc: Any, source: str) -> Mapping[str, Any]:
+    if not isinstance(doc, Mapping):
+        raise SchedulerConfigError(["the file is not a YAML mapping"], source)
+    if doc.get("kind") == "ConfigMap":
+        data = doc.get("data") or {}
+        if not isinstance(data, Mapping):
+            raise SchedulerConfigError(["ConfigMap data is not a mapping"], source)
+        found: list[tuple[str, Mapping[str, Any]]] = []
+        for key, text in data.items():
+            try:
+                inner = yaml.safe_load(text) if isinstance(text, str) else None
+            except yaml.YAMLError:
+                continue
+            if isinstance(inner, Mapping) and inner.get("kind") == KIND:
+                found.append((str(key), inner))
+        if not found:
+            raise SchedulerConfigError(
+                [
+                    f"ConfigMap {doc.get('metadata', {}).get('name', '')!r} has no data key "
+                    f"holding a {KIND}"
+                ],
+                source,
+            )
+        if len(found) > 1:
+            keys = ", ".join(k for k, _ in found)
+            raise SchedulerConfigError(
+                [f"ConfigMap holds several {KIND} documents ({keys}); keep one"], source
+            )
+        return found[0][1]
+    return doc
+
+
+def load_config_text(text: str, source: str = "") -> SchedulerConfig:
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise SchedulerConfigError([f"not valid YAML: {exc}"], source) from exc
+    if not docs:
+        raise SchedulerConfigError(["the file is empty"], source)
+    candidates = [
+        d for d in docs if isinstance(d, Mapping) and d.get("kind") in (KIND, "ConfigMap")
+    ]
+    if len(candidates) != 1:
+        raise SchedulerConfigError(
+            [f"expected exactly one {KIND} (or a ConfigMap wrapping one), found {len(candidates)}"],
+            source,
+        )
+    return resolve(_find_config_document(candidates[0], source), source)
+
+
+def load_config(path: str | Path) -> SchedulerConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SchedulerConfigError([f"cannot read {p}: {exc.strerror}"], str(p)) from exc
+    return load_config_text(text, str(p))
+
+
+def default_config() -> SchedulerConfig:
+    """kube-scheduler's configuration when given none: one default profile."""
+    return resolve({"apiVersion": API_VERSIONS[-1], "kind": KIND})
+
+
+def resolve(raw: Mapping[str, Any], source: str = "") -> SchedulerConfig:
+    """Default, validate and resolve a KubeSchedulerConfiguration given as a mapping."""
+    api_version = raw.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        raise SchedulerConfigError(
+            [f"apiVersion {api_version!r} is not supported; accepted: {', '.join(API_VERSIONS)}"],
+            source,
+        )
+    try:
+        model = KubeSchedulerConfigurationModel.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise SchedulerConfigError(_pydantic_problems("", exc), source) from exc
+
+    problems: list[str] = []
+    if model.parallelism <= 0:
+        problems.append(f"parallelism: {model.parallelism} must be greater than 0")
+    pct = model.percentageOfNodesToScore
+    if pct is not None and not 0 <= pct <= 100:
+        problems.append(f"percentageOfNodesToScore: {pct} is not in the valid range [0, 100]")
+    if model.podInitialBackoffSeconds <= 0:
+        problems.append(
+            f"podInitialBackoffSeconds: {model.podInitialBackoffSeconds} must be greater than 0"
+        )
+    if model.podMaxBackoffSeconds < model.podInitialBackoffSeconds:
+        problems.append(
+            f"podMaxBackoffSeconds: {model.podMaxBackoffSeconds} must be greater than or equal "
+            f"to podInitialBackoffSeconds ({model.podInitialBackoffSeconds})"
+        )
+
+    profiles = model.profiles or [Profile()]
+    resolved: list[ResolvedProfile] = []
+    seen: set[str] = set()
+    for i, prof in enumerate(profiles):
+        label = f"profiles[{i}] ({prof.schedulerName})"
+        if not prof.schedulerName:
+            problems.append(f"profiles[{i}].schedulerName: required")
+            continue
+        if prof.schedulerName in seen:
+            problems.append(f"{label}.schedulerName: duplicate scheduler name")
+            continue
+        seen.add(prof.schedulerName)
+        r = _resolve_profile(prof, label, problems)
+        if r is not None:
+            resolved.append(r)
+    if len(resolved) > 1:
+        sorts = {p.plugins_at(reg.QUEUE_SORT) for p in resolved}
+        if len(sorts) > 1:
+            problems.append("profiles: queueSort must be the same for all profiles")
+    if problems:
+        raise SchedulerConfigError(problems, source)
+    return SchedulerConfig(
+        api_version=str(api_version),
+        profiles=tuple(resolved),
+        percentage_of_nodes_to_score=pct,
+        pod_initial_backoff_seconds=float(model.podInitialBackoffSeconds),
+        pod_max_backoff_seconds=float(model.podMaxBackoffSeconds),
+        parallelism=model.parallelism,
+        leader_election=dict(model.leaderElection),
+        extenders=tuple(e.model_dump() for e in model.extenders),
+    )
+
+
+def _merge_set(default: PluginSet, custom: PluginSet) -> PluginSet:
+    """kube-scheduler's mergePluginSet: defaults minus disabled (or all, with "*"), a custom
+    entry naming a default replaces it in place, other custom entries are appended."""
+    disabled = {p.name for p in custom.disabled}
+    custom_index = {p.name: i for i, p in enumerate(custom.enabled)}
+    replaced: set[int] = set()
+    enabled: list[PluginRef] = []
+    if "*" not in disabled:
+        for plugin in default.enabled:
+            if plugin.name in disabled:
+                continue
+            if plugin.name in custom_index:
+                idx = custom_index[plugin.name]
+                plugin = custom.enabled[idx]
+                replaced.add(idx)
+            enabled.append(plugin)
+    enabled.extend(p for i, p in enumerate(custom.enabled) if i not in replaced)
+    return PluginSet(enabled=enabled, disabled=list(custom.disabled))
+
+
+def _known(name: str) -> bool:
+    return name in reg.PLUGIN_POINTS
+
+
+def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> ResolvedProfile | None:
+    defaults = Plugins(
+        multiPoint=PluginSet(
+            enabled=[PluginRef(name=n, weight=w) for n, w in reg.DEFAULT_MULTI_POINT]
+        )
+    )
+    custom = prof.plugins or Plugins()
+    start = len(problems)
+    known_list = ", ".join(sorted(reg.PLUGIN_POINTS))
+    for point in (*reg.EXTENSION_POINTS, reg.MULTI_POINT):
+        pset = custom.point(point)
+        for kind, refs in (("enabled", pset.enabled), ("disabled", pset.disabled)):
+            for ref in refs:
+                if ref.name == "*" and kind == "disabled":
+                    continue
+                if not _known(ref.name):
+                    problems.append(
+                        f"{label}.plugins.{point}.{kind}: unknown plugin {ref.name!r} "
+                        f"(known: {known_list})"
+                    )
+                elif (
+                    point != reg.MULTI_POINT
+                    and kind == "enabled"
+                    and point not in (reg.PLUGIN_POINTS[ref.name])
+                ):
+                    implemented = ", ".join(sorted(reg.PLUGIN_POINTS[ref.name]))
+                    problems.append(
+                        f"{label}.plugins.{point}.enabled: plugin {ref.name!r} does not extend "
+                        f"{point} (it implements: {implemented})"
+                    )
+                if ref.weight is not None and ref.weight < 0:
+                    problems.append(
+                        f"{label}.plugins.{point}.{kind}[{ref.name}].weight: {ref.weight} must "
+                        "be a positive integer (0 means the default, 1)"
+                    )
+    points: dict[str, tuple[str, ...]] = {}
+    weights: dict[str, int] = {}
+    if len(problems) == start:
+        # the plugin lists are sound: merge them (args are checked in any case, so that
+        # every problem of the file is reported at once)
+        points, weights = _merge_profile(defaults, custom, label, problems)
+
+    used = {n for p in points.values() for n in p}
+    configs: dict[str, dict[str, Any]] = {}
+    for entry in prof.pluginConfig:
+        where = f"{label}.pluginConfig[{entry.name}]"
+        if not _known(entry.name):
+            problems.append(f"{where}: unknown plugin {entry.name!r} (known: {known_list})")
+            continue
+        if entry.name in configs:
+            problems.append(f"{where}: repeated config for plugin {entry.name!r}")
+            continue
+        configs[entry.name] = dict(entry.args or {})
+    args: dict[str, BaseModel] = {}
+    for name in sorted(used | set(configs)):
+        model_cls = ARGS_MODELS.get(name, OpaqueArgs)
+        where = f"{label}.pluginConfig[{name}].args"
+        try:
+            model = model_cls.model_validate(configs.get(name, {}))
+            _default_args(model)
+        except ValidationError as exc:
+            problems.extend(_pydantic_problems(where, exc))
+            continue
+        except ValueError as exc:
+            problems.append(f"{where}.{exc}")
+            continue
+        args[name] = model
+    pct = prof.percentageOfNodesToScore
+    if pct is not None and not 0 <= pct <= 100:
+        problems.append(f"{label}.percentageOfNodesToScore: {pct} is not in [0, 100]")
+    if len(problems) > start:
+        return None
+    return ResolvedProfile(
+        scheduler_name=prof.schedulerName,
+        points=points,
+        score_weights=weights,
+        args=args,
+        percentage_of_nodes_to_score=pct,
+    )
+
+
+def _merge_profile(
+    defaults: Plugins, custom: Plugins, label: str, problems: list[str]
+) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
+    """kube-scheduler's merge of default and configured plugin sets, multiPoint expansion
+    included: the ordered plugins of each extension point and the score weights."""
+    merged = {
+        point: _merge_set(defaults.point(point), custom.point(point))
+        for point in (*reg.EXTENSION_POINTS, reg.MULTI_POINT)
+    }
+    points: dict[str, tuple[str, ...]] = {}
+    multi = merged[reg.MULTI_POINT]
+    for point in reg.EXTENSION_POINTS:
+        pset = merged[point]
+        specific = [p.name for p in pset.enabled]
+        if len(set(specific)) != len(specific):
+            dup = next(n for n in specific if specific.count(n) > 1)
+            problems.append(f"{label}.plugins.{point}: plugin {dup!r} is enabled twice")
+            continue
+        disabled = {p.name for p in pset.disabled}
+        if "*" in disabled:
+            points[point] = tuple(specific)
+            continue
+        override: list[str] = []
+        from_multi: list[str] = []
+        for ref in multi.enabled:
+            if point not in reg.PLUGIN_POINTS[ref.name] or ref.name in disabled:
+                continue
+            if ref.name in specific:
+                override.append(ref.name)
+                continue
+            if ref.name in from_multi:
+                problems.append(
+                    f"{label}.plugins.multiPoint: plugin {ref.name!r} already registered as {point}"
+                )
+                continue
+            from_multi.append(ref.name)
+        ordered = [n for n in specific if n in override]
+        ordered += from_multi
+        ordered += [n for n in specific if n not in override]
+        points[point] = tuple(ordered)
+
+    weights: dict[str, int] = {}
+    for ref in [*merged[reg.SCORE].enabled, *multi.enabled]:
+        if ref.name not in points.get(reg.SCORE, ()) or ref.name in weights:
+            continue
+        weights[ref.name] = ref.weight or 1
+    total = sum(weights.values()) * reg.MAX_NODE_SCORE
+    if total > reg.MAX_TOTAL_WEIGHT:
+        problems.append(f"{label}.plugins.score: total score of Score plugins could overflow")
+
+    if len(points.get(reg.QUEUE_SORT, ())) != 1:
+        problems.append(
+            f"{label}.plugins.queueSort: exactly one queueSort plugin is required, got "
+            f"{list(points.get(reg.QUEUE_SORT, ()))}"
+        )
+    if not points.get(reg.BIND):
+        problems.append(f"{label}.plugins.bind: at least one bind plugin is required")
+    return points, weights

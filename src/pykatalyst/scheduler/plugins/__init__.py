@@ -1,0 +1,1 @@
+"""Scheduler plugins: each hook judges every node at once."""

@@ -1,0 +1,357 @@
+"""kube-scheduler's standard placement plugins, vectorised over node label codes and taint
+rows: NodeUnschedulable, NodeName, TaintToleration, NodeAffinity (with nodeSelector) and
+PodTopologySpread's DoNotSchedule constraints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel
+
+from pykatalyst.api import names
+from pykatalyst.cluster.protocol import ApiError
+from pykatalyst.cluster.selectors import label_selector_from_dict
+from pykatalyst.scheduler import registry as reg
+from pykatalyst.scheduler.config import NodeAffinityArgs
+from pykatalyst.scheduler.plugins.base import (
+    BOOL,
+    I64,
+    IDX,
+    CycleState,
+    Plugin,
+    PluginContext,
+    normalize_max,
+)
+from pykatalyst.scheduler.podinfo import PodInfo
+from pykatalyst.scheduler.snapshot import NodeSnapshot, Taint
+
+NO_SCHEDULE = "NoSchedule"
+NO_EXECUTE = "NoExecute"
+PREFER_NO_SCHEDULE = "PreferNoSchedule"
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
+    """core/v1 Toleration.ToleratesTaint."""
+    key, value, effect = taint
+    t_effect = str(toleration.get("effect") or "")
+    if t_effect and t_effect != effect:
+        return False
+    t_key = str(toleration.get("key") or "")
+    if t_key and t_key != key:
+        return False
+    op = str(toleration.get("operator") or "")
+    if op in ("", "Equal"):
+        return str(toleration.get("value") or "") == value
+    return op == "Exists"
+
+
+def tolerated_any(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
+    return any(tolerates(t, taint) for t in tolerations)
+
+
+class NodeUnschedulable(Plugin):
+    name = reg.NODE_UNSCHEDULABLE
+    static_filter = True
+    REASON = "node(s) were unschedulable"
+
+    def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
+        taint = (names.UNSCHEDULABLE_TAINT_KEY, "", NO_SCHEDULE)
+        if tolerated_any(pod.tolerations, taint):
+            return None
+        return ~snap.unschedulable[: snap.n]
+
+    def filter_reasons(
+        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
+    ) -> list[tuple[str, ...]]:
+        return [(self.REASON,)] * len(idx)
+
+
+class NodeName(Plugin):
+    name = reg.NODE_NAME
+    REASON = "node(s) didn't match the requested node name"
+
+    def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
+        if not pod.node_name:
+            return None
+        ok = np.zeros(snap.n, np.bool_)
+        slot = snap.index.get(pod.node_name)
+        if slot is not None:
+            ok[slot] = True
+        return ok
+
+    def filter_reasons(
+        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
+    ) -> list[tuple[str, ...]]:
+        return [(self.REASON,)] * len(idx)
+
+
+class TaintToleration(Plugin):
+    name = reg.TAINT_TOLERATION
+    static_filter = True
+    static_score = True
+
+    def _bad_rows(self, pod: PodInfo, snap: NodeSnapshot, effects: tuple[str, ...]) -> list[int]:
+        tolerations = pod.tolerations
+        if effects == (PREFER_NO_SCHEDULE,):
+            tolerations = [
+                t for t in tolerations if str(t.get("effect") or "") in ("", PREFER_NO_SCHEDULE)
+            ]
+        return [
+            row
+            for row, taint in enumerate(snap.taints)
+            if taint[2] in effects and not tolerated_any(tolerations, taint)
+        ]
+
+    def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
+        rows = self._bad_rows(pod, snap, (NO_SCHEDULE, NO_EXECUTE))
+        if not rows:
+            return None
+        hit = np.asarray(snap.taint_mat[rows, : snap.n].any(axis=0), np.bool_)
+        return ~hit
+
+    def filter_reasons(
+        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
+    ) -> list[tuple[str, ...]]:
+        bad = {snap.taints[r] for r in self._bad_rows(pod, snap, (NO_SCHEDULE, NO_EXECUTE))}
+        out: list[tuple[str, ...]] = []
+        for slot in idx:
+            taint = next((t for t in snap.node_taints[slot] if t in bad), None)
+            if taint is None:
+                out.append(("node(s) had untolerated taint",))
+            else:
+                out.append((f"node(s) had untolerated taint {{{taint[0]}: {taint[1]}}}",))
+        return out
+
+    def raw_score(self, pod: PodInfo, snap: NodeSnapshot) -> I64 | None:
+        rows = self._bad_rows(pod, snap, (PREFER_NO_SCHEDULE,))
+        if not rows:
+            return None
+        counts: I64 = snap.taint_mat[rows, : snap.n].sum(axis=0).astype(np.int64)
+        return counts
+
+    def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
+        raw = state.get("static_score", {}).get(self.name)
+        if raw is None:
+            return reg.MAX_NODE_SCORE
+        return normalize_max(raw[idx], reverse=True)
+
+
+# --- node selectors -----------------------------------------------------------------------
+
+
+def _codes(snap: NodeSnapshot, key: str) -> npt.NDArray[np.int32]:
+    codes = snap.label_codes.get(key)
+    if codes is None:
+        return np.full(snap.n, -1, np.int32)
+    return codes[: snap.n]
+
+
+def _value_codes(snap: NodeSnapshot, key: str, values: Sequence[str]) -> list[int]:
+    table = snap.label_values.get(key, {})
+    return [table[v] for v in values if v in table]
+
+
+def _int_lut(snap: NodeSnapshot, key: str) -> Any:
+    values = snap.label_value_list.get(key, [])
+    lut = np.full(len(values) + 1, np.nan)
+    for i, v in enumerate(values):
+        try:
+            lut[i] = int(v)
+        except ValueError:
+            continue
+    return lut
+
+
+def requirement_mask(snap: NodeSnapshot, expr: Mapping[str, Any]) -> BOOL:
+    key = str(expr.get("key", ""))
+    op = str(expr.get("operator", ""))
+    values = [str(v) for v in expr.get("values") or []]
+    codes = _codes(snap, key)
+    if op == "In":
+        return np.isin(codes, _value_codes(snap, key, values))
+    if op == "NotIn":
+        return ~np.isin(codes, _value_codes(snap, key, values))
+    if op == "Exists":
+        return np.asarray(codes >= 0, np.bool_)
+    if op == "DoesNotExist":
+        return np.asarray(codes < 0, np.bool_)
+    if op in ("Gt", "Lt") and len(values) == 1:
+        try:
+            bound = int(values[0])
+        except ValueError:
+            return np.zeros(snap.n, np.bool_)
+        vals = _int_lut(snap, key)[codes]  # code -1 picks the trailing NaN
+        with np.errstate(invalid="ignore"):
+            result: BOOL = (vals > bound) if op == "Gt" else (vals < bound)
+        return result
+    return np.zeros(snap.n, np.bool_)
+
+
+def field_mask(snap: NodeSnapshot, expr: Mapping[str, Any]) -> BOOL:
+    key = str(expr.get("key", ""))
+    op = str(expr.get("operator", ""))
+    values = [str(v) for v in expr.get("values") or []]
+    ok = np.zeros(snap.n, np.bool_)
+    if key != "metadata.name" or op not in ("In", "NotIn"):
+        return ok
+    for v in values:
+        slot = snap.index.get(v)
+        if slot is not None:
+            ok[slot] = True
+    return ok if op == "In" else ~ok
+
+
+def term_mask(snap: NodeSnapshot, term: Mapping[str, Any]) -> BOOL:
+    exprs = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not exprs and not fields:
+        return np.zeros(snap.n, np.bool_)  # an empty term matches no node
+    ok = np.ones(snap.n, np.bool_)
+    for e in exprs:
+        ok &= requirement_mask(snap, e)
+    for f in fields:
+        ok &= field_mask(snap, f)
+    return ok
+
+
+def terms_mask(snap: NodeSnapshot, terms: Sequence[Mapping[str, Any]]) -> BOOL:
+    ok = np.zeros(snap.n, np.bool_)
+    for t in terms:
+        ok |= term_mask(snap, t)
+    return ok
+
+
+def selector_mask(snap: NodeSnapshot, selector: Mapping[str, str]) -> BOOL:
+    ok = np.ones(snap.n, np.bool_)
+    for key, value in selector.items():
+        codes = _codes(snap, key)
+        code = snap.label_values.get(key, {}).get(value)
+        ok &= codes == (code if code is not None else -2)
+    return ok
+
+
+class NodeAffinity(Plugin):
+    name = reg.NODE_AFFINITY
+    static_filter = True
+    static_score = True
+    REASON = "node(s) didn't match Pod's node affinity/selector"
+
+    def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
+        super().__init__(args, ctx)
+        added = args.addedAffinity if isinstance(args, NodeAffinityArgs) else None
+        added = added or {}
+        req = added.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        self.added_terms: list[dict[str, Any]] | None = (
+            list(req.get("nodeSelectorTerms") or []) if req else None
+        )
+        self.added_preferred: list[dict[str, Any]] = list(
+            added.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+        )
+
+    def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
+        if not pod.node_selector and pod.required_terms is None and self.added_terms is None:
+            return None
+        ok = selector_mask(snap, pod.node_selector)
+        if pod.required_terms is not None:
+            ok &= terms_mask(snap, pod.required_terms)
+        if self.added_terms is not None:
+            ok &= terms_mask(snap, self.added_terms)
+        return ok
+
+    def filter_reasons(
+        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
+    ) -> list[tuple[str, ...]]:
+        return [(self.REASON,)] * len(idx)
+
+    def raw_score(self, pod: PodInfo, snap: NodeSnapshot) -> I64 | None:
+        terms = [*pod.preferred_terms, *self.added_preferred]
+        if not terms:
+            return None
+        total = np.zeros(snap.n, np.int64)
+        for t in terms:
+            try:
+                weight = int(t.get("weight", 0) or 0)
+            except (TypeError, ValueError):
+                continue  # the API server refuses such a pod; ignore the term
+            pref = t.get("preference") or {}
+            if weight:
+                total += np.where(term_mask(snap, pref), weight, 0)
+        return total
+
+    def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
+        raw = state.get("static_score", {}).get(self.name)
+        if raw is None:
+            return 0
+        return normalize_max(raw[idx])
+
+
+# --- pod topology spread --------------------------------------------------------------------
+
+
+class PodTopologySpread(Plugin):
+    """The DoNotSchedule constraints (hard spreading). ScheduleAnyway constraints and the
+    system default constraints only score upstream; they are not scored here."""
+
+    name = reg.POD_TOPOLOGY_SPREAD
+    REASON = "node(s) didn't match pod topology spread constraints"
+    MISSING = "node(s) didn't match pod topology spread constraints (missing required label)"
+
+    def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
+        if not pod.spread_constraints:
+            return None
+        n = snap.n
+        eligible = selector_mask(snap, pod.node_selector)
+        if pod.required_terms is not None:
+            eligible &= terms_mask(snap, pod.required_terms)
+        ok = np.ones(n, np.bool_)
+        missing = np.zeros(n, np.bool_)
+        for c in pod.spread_constraints:
+            key = str(c.get("topologyKey", ""))
+            max_skew = int(c.get("maxSkew", 1) or 1)
+            min_domains = int(c.get("minDomains", 1) or 1)
+            try:
+                selector = label_selector_from_dict(c.get("labelSelector"))
+            except ApiError as exc:
+                state["spread_error"] = f"invalid topologySpreadConstraints: {exc.message}"
+                return np.zeros(n, np.bool_)
+            codes = _codes(snap, key)
+            has_key = codes >= 0
+            missing |= ~has_key
+            ncodes = len(snap.label_value_list.get(key, []))
+            counts = np.zeros(ncodes + 1, np.int64)
+            domain_seen = np.zeros(ncodes + 1, np.bool_)
+            domain_seen[codes[eligible & has_key]] = True
+            for rec in snap.pods_by_namespace.get(pod.namespace, {}).values():
+                if not selector.matches(rec.labels):
+                    continue
+                slot = snap.index.get(rec.node)
+                if slot is None or not eligible[slot] or codes[slot] < 0:
+                    continue
+                counts[codes[slot]] += 1
+            domains = np.flatnonzero(domain_seen[:ncodes])
+            if len(domains) < min_domains or len(domains) == 0:
+                min_match = 0
+            else:
+                min_match = int(counts[domains].min())
+            self_match = 1 if selector.matches(pod.labels) else 0
+            skew = counts[np.where(has_key, codes, ncodes)] + self_match - min_match
+            ok &= has_key & (skew <= max_skew)
+        state["spread_missing"] = missing
+        return ok
+
+    def pre_score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> bool:
+        return False  # soft spreading is not scored here
+
+    def filter_reasons(
+        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
+    ) -> list[tuple[str, ...]]:
+        error = state.get("spread_error")
+        if isinstance(error, str):
+            return [(error,)] * len(idx)
+        missing = state.get("spread_missing")
+        return [
+            (self.MISSING,) if missing is not None and missing[i] else (self.REASON,) for i in idx
+        ]

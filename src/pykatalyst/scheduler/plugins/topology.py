@@ -1,0 +1,271 @@
+"""Katalyst's NodeResourceTopology: place NUMA-bound pods where the CNR's NUMA zones can
+hold them, the way the node agent will later pin them.
+
+Which pods it judges: under the `dynamic` policy, dedicated_cores pods with numa_binding
+(shared pods are elastic and never hold a zone); under `native`, Guaranteed pods with a
+whole number of cpus. Nodes whose CNR reports no zones, or a topology policy of None, are
+not topology-managed and pass.
+
+* single NUMA (SingleNUMANode* policies, and Numeric for non-exclusive pods): some zone
+  has the request free;
+* numeric masks (NumericContainerLevel): a set of zones — `numa_ids` if given, exactly
+  `numa_number` zones if given, else at least the fewest zones whose allocatable holds the
+  request; a set no larger than a socket's zones must stay on one socket;
+* exclusive (numa_exclusive): every zone of the set is completely free and the pod takes
+  them whole.
+
+Zone sets are bitmasks over a node's zone positions, so each candidate set is checked on
+every node with a handful of integer array operations.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel
+
+from pykatalyst.scheduler import registry as reg
+from pykatalyst.scheduler.config import NodeResourceTopologyArgs
+from pykatalyst.scheduler.plugins.base import (
+    BOOL,
+    I64,
+    IDX,
+    CycleState,
+    Plugin,
+    PluginContext,
+)
+from pykatalyst.scheduler.plugins.resources import (
+    balanced_matrix,
+    least_allocated,
+    most_allocated,
+)
+from pykatalyst.scheduler.podinfo import PodInfo
+from pykatalyst.scheduler.snapshot import (
+    POLICY_NONE,
+    POLICY_NUMERIC,
+    NodeSnapshot,
+    NUMAReservation,
+)
+
+REASON = "node(s) had no NUMA zone(s) that fit the pod"
+_STATE = "numa_eval"
+
+
+@dataclass(slots=True)
+class _Eval:
+    ok: BOOL  # per slot (all nodes)
+    managed: BOOL
+    score: I64
+    choice: I64  # per slot: index into combos, -1 when none
+    combos: list[tuple[int, ...]]
+    exclusive: bool
+
+
+def _combos(z: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
+    out: list[tuple[int, ...]] = []
+    for size in sizes:
+        if 1 <= size <= z:
+            out.extend(itertools.combinations(range(z), size))
+    return out
+
+
+class NodeResourceTopology(Plugin):
+    name = reg.NODE_RESOURCE_TOPOLOGY
+
+    def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
+        super().__init__(args, ctx)
+        assert isinstance(args, NodeResourceTopologyArgs)
+        self.policy = args.resourcePluginPolicy
+        self.strategy = args.scoringStrategy.type
+        self.weights = {r.name: r.weight for r in args.scoringStrategy.resources}
+        self.aligned = tuple(args.alignedResources)
+
+    # --- which pods -----------------------------------------------------------------------
+
+    def applies(self, pod: PodInfo) -> bool:
+        if self.policy == "dynamic":
+            return pod.is_dedicated_numa
+        cpu = pod.request("cpu")
+        return pod.k8s_qos_class == "Guaranteed" and cpu > 0 and cpu % 1000 == 0
+
+    def _request(self, pod: PodInfo) -> tuple[int, int]:
+        cpu = pod.request("cpu") if "cpu" in self.aligned else 0
+        mem = pod.request("memory") if "memory" in self.aligned else 0
+        return cpu, mem
+
+    # --- evaluation -----------------------------------------------------------------------
+
+    def evaluate(self, pod: PodInfo, snap: NodeSnapshot) -> _Eval:
+        n = snap.n
+        z = snap.numa_z
+        count = snap.numa_count[:n]
+        managed = (snap.policy[:n] != POLICY_NONE) & (count > 0)
+        req_cpu, req_mem = self._request(pod)
+        qos = pod.qos
+        exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
+        numa_ids = qos.enhancements.numa_ids if qos is not None else None
+        numa_number = qos.enhancements.numa_number if qos is not None else None
+        numeric = snap.policy[:n] == POLICY_NUMERIC
+
+        alloc_c = snap.numa_cpu_alloc[:, :n]
+        alloc_m = snap.numa_mem_alloc[:, :n]
+        used_c = snap.numa_cpu_used[:, :n]
+        used_m = snap.numa_mem_used[:, :n]
+        present = np.arange(z)[:, None] < count[None, :]
+        whole = present & (used_c == 0) & (used_m == 0)
+
+        if numa_ids is not None:
+            sizes: list[int] = [len(numa_ids)]
+        elif numa_number is not None and numa_number > 1:
+            sizes = [numa_number]
+        elif exclusive:
+            sizes = list(range(1, z + 1))
+        else:
+            sizes = [1]
+        combos = _combos(z, [1])
+        best = np.full(n, -1, np.int64)
+        best_score = np.full(n, -1, np.int64)
+        undecided = managed.copy()
+
+        if sizes[0] == 1 and numa_ids is None:
+            # one zone: every zone of every node in one set of (zones x nodes) operations
+            if exclusive:
+                ok = whole & (alloc_c >= req_cpu) & (alloc_m >= req_mem)
+                after_c = np.broadcast_to(np.int64(req_cpu), alloc_c.shape)
+                after_m = np.broadcast_to(np.int64(req_mem), alloc_m.shape)
+            else:
+                ok = present & (alloc_c - used_c >= req_cpu) & (alloc_m - used_m >= req_mem)
+                after_c, after_m = used_c + req_cpu, used_m + req_mem
+            score = np.where(ok, self._zone_score(after_c, alloc_c, after_m, alloc_m), -1)
+            if z:
+                if self.policy == "native":
+                    # the kubelet's topology manager takes the lowest zone that fits
+                    pick = ok.argmax(axis=0)
+                    top = np.take_along_axis(score, pick[None, :], axis=0)[0]
+                else:
+                    pick = score.argmax(axis=0)
+                    top = score.max(axis=0)
+                fits = managed & (top >= 0)
+                best = np.where(fits, pick, best)
+                best_score = np.where(fits, top, best_score)
+                undecided &= ~fits
+            sizes = sizes[1:]
+
+        free_count = whole.sum(axis=0)
+        for size in sizes:
+            if not undecided.any():
+                break
+            if exclusive and not (undecided & (free_count >= size)).any():
+                break
+            found = np.zeros(n, np.bool_)
+            for combo in itertools.combinations(range(z), size):
+                ci = len(combos)
+                combos.append(combo)
+                bits = sum(1 << p for p in combo)
+                ok = undecided & present[combo[-1]]
+                if size > 1:
+                    # a set that a socket could hold must not spread over sockets
+                    same = (snap.numa_socket_bits[combo[0], :n] & bits) == bits
+                    ok &= same | (size > snap.numa_per_socket[:n])
+                    ok &= numeric  # multi-zone sets exist only under the Numeric policy
+                if numa_ids is not None:
+                    ids = snap.numa_id[list(combo), :n]
+                    want = np.array(sorted(numa_ids), np.int64)[:, None]
+                    ok &= (np.sort(ids, axis=0) == want).all(axis=0)
+                rows = list(combo)
+                sum_alloc_c = alloc_c[rows].sum(axis=0)
+                sum_alloc_m = alloc_m[rows].sum(axis=0)
+                if exclusive:
+                    ok &= whole[rows].all(axis=0)
+                    ok &= (sum_alloc_c >= req_cpu) & (sum_alloc_m >= req_mem)
+                    after_c = np.full(n, req_cpu, np.int64)
+                    after_m = np.full(n, req_mem, np.int64)
+                else:
+                    sum_used_c = used_c[rows].sum(axis=0)
+                    sum_used_m = used_m[rows].sum(axis=0)
+                    ok &= sum_alloc_c - sum_used_c >= req_cpu
+                    ok &= sum_alloc_m - sum_used_m >= req_mem
+                    after_c = sum_used_c + req_cpu
+                    after_m = sum_used_m + req_mem
+                if not ok.any():
+                    continue
+                score = self._zone_score(after_c, sum_alloc_c, after_m, sum_alloc_m)
+                better = ok & (score > best_score)
+                best = np.where(better, ci, best)
+                best_score = np.where(better, score, best_score)
+                found |= ok
+            # fewer zones win: nodes placed at this size are not offered larger sets
+            undecided &= ~found
+        fits = best >= 0
+        return _Eval(
+            ok=~managed | fits,
+            managed=managed,
+            score=np.where(managed, np.maximum(best_score, 0), 0),
+            choice=best,
+            combos=combos,
+            exclusive=exclusive,
+        )
+
+    def _zone_score(self, req_c: I64, alloc_c: I64, req_m: I64, alloc_m: I64) -> I64:
+        if self.strategy == "BalancedAllocation":
+            return balanced_matrix(np.stack([req_c, req_m]), np.stack([alloc_c, alloc_m]))
+        fn = least_allocated if self.strategy == "LeastAllocated" else most_allocated
+        total = np.zeros(req_c.shape, np.int64)
+        wsum = 0
+        for res, req, alloc in (("cpu", req_c, alloc_c), ("memory", req_m, alloc_m)):
+            w = self.weights.get(res, 0)
+            if w:
+                total += fn(req, alloc) * w
+                wsum += w
+        return total // wsum if wsum else total
+
+    def _eval(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> _Eval:
+        cached = state.get(_STATE)
+        if isinstance(cached, _Eval):
+            return cached
+        ev = self.evaluate(pod, snap)
+        state[_STATE] = ev
+        return ev
+
+    # --- hooks ----------------------------------------------------------------------------
+
+    def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
+        if not self.applies(pod):
+            return None
+        return self._eval(pod, state, snap).ok
+
+    def filter_reasons(
+        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
+    ) -> list[tuple[str, ...]]:
+        return [(REASON,)] * len(idx)
+
+    def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
+        if not self.applies(pod):
+            return reg.MAX_NODE_SCORE
+        return self._eval(pod, state, snap).score[idx]
+
+    def reserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> None:
+        if not self.applies(pod):
+            return
+        slot = snap.index[node]
+        ev = self._eval(pod, state, snap)
+        choice = int(ev.choice[slot])
+        if not ev.managed[slot] or choice < 0:
+            return
+        combo = ev.combos[choice]
+        ids = tuple(int(snap.numa_id[p, slot]) for p in combo)
+        if ev.exclusive:
+            cpu = tuple(int(snap.numa_cpu_alloc[p, slot]) for p in combo)
+            mem = tuple(int(snap.numa_mem_alloc[p, slot]) for p in combo)
+        else:
+            req_c, req_m = pod.request("cpu"), pod.request("memory")
+            k = len(combo)
+            cpu = tuple(req_c // k + (1 if i < req_c % k else 0) for i in range(k))
+            mem = tuple(req_m // k + (1 if i < req_m % k else 0) for i in range(k))
+        state["numa_reservation"] = NUMAReservation(ids, cpu, mem, ev.exclusive)
+
+    def unreserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> None:
+        state.pop("numa_reservation", None)

@@ -1,0 +1,377 @@
+"""The scheduler: informers in, bindings and Events out, one pod per `schedule_one(now)`.
+
+It reads nodes, CNRs and pods through informers over any `Cluster`, keeps the numpy node
+snapshot current from their events, and writes only `pods/binding`, the pod's
+PodScheduled condition when it cannot be placed, and Events. Time comes from the caller.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pykatalyst.api import names
+from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.protocol import (
+    JSON,
+    AlreadyExists,
+    ApiError,
+    Cluster,
+    Conflict,
+    EventType,
+    NotFound,
+)
+from pykatalyst.scheduler.config import SchedulerConfig, default_config
+from pykatalyst.scheduler.framework import CycleResult, Framework
+from pykatalyst.scheduler.podinfo import PodInfo, pod_info
+from pykatalyst.scheduler.queue import QueuedPod, SchedulingQueue
+from pykatalyst.scheduler.snapshot import NodeSnapshot, NUMAReservation
+
+log = logging.getLogger(__name__)
+
+REASON_UNSCHEDULABLE: Final = "Unschedulable"
+EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
+EVENT_SCHEDULED: Final = "Scheduled"
+CONDITION_POD_SCHEDULED: Final = "PodScheduled"
+
+
+def rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleOutcome:
+    """What one scheduling attempt did. `node` is None when the pod was not bound."""
+
+    pod: str
+    uid: str
+    node: str | None
+    reason: str = ""
+    message: str = ""
+    feasible: int = 0
+    numa: NUMAReservation | None = None
+    # weighted score per plugin of the chosen node (empty when only one node was feasible)
+    scores: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+def _same_except_binding(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether only the binding/status/version changed: the scheduling inputs did not."""
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    if om.get("labels") != nm.get("labels") or om.get("annotations") != nm.get("annotations"):
+        return False
+    os_, ns_ = old.get("spec") or {}, new.get("spec") or {}
+    if os_ is ns_:
+        return True
+    keys = set(os_) | set(ns_)
+    return all(k == "nodeName" or os_.get(k) == ns_.get(k) for k in keys)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: SchedulerConfig | None = None,
+        *,
+        seed: int = 0,
+        record_scheduled_events: bool = True,
+        percentage_of_nodes_to_score: int | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.config = config or default_config()
+        pct = (
+            percentage_of_nodes_to_score
+            if percentage_of_nodes_to_score is not None
+            else self.config.percentage_of_nodes_to_score
+        )
+        self.frameworks: dict[str, Framework] = {
+            p.scheduler_name: Framework(p, pct, seed) for p in self.config.profiles
+        }
+        self.snapshot = NodeSnapshot()
+        self.queue = SchedulingQueue(
+            self.config.pod_initial_backoff_seconds, self.config.pod_max_backoff_seconds
+        )
+        self.record_scheduled_events = record_scheduled_events
+        self._now = 0.0
+        self._infos: dict[str, PodInfo] = {}
+        self._event_seq = itertools.count(1)
+        self._last_event: dict[tuple[str, str, str], tuple[str, int]] = {}
+        self.nodes = Informer(cluster, names.NODE)
+        self.cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
+        self.pods = Informer(cluster, names.POD)
+        self.nodes.add_handler(self._on_node)
+        self.cnrs.add_handler(self._on_cnr)
+        self.pods.add_handler(self._on_pod)
+
+    # --- informer events ------------------------------------------------------------------
+
+    def sync(self, now: float) -> int:
+        self._now = now
+        return self.nodes.sync() + self.cnrs.sync() + self.pods.sync()
+
+    def _on_node(self, etype: EventType, old: JSON | None, new: JSON | None) -> None:
+        if etype == "DELETED":
+            if old is not None:
+                self.snapshot.remove_node(str(old["metadata"]["name"]))
+            return
+        if new is not None and self.snapshot.upsert_node(new):
+            self.queue.move_all_unschedulable(self._now)
+
+    def _on_cnr(self, etype: EventType, old: JSON | None, new: JSON | None) -> None:
+        if etype == "DELETED":
+            if old is not None:
+                self.snapshot.remove_cnr(str(old["metadata"]["name"]))
+        elif new is not None and self.snapshot.upsert_cnr(new):
+            # only a change of reclaimed capacity or NUMA zones can help a waiting pod
+            self.queue.move_all_unschedulable(self._now)
+
+    def _info(self, old: JSON | None, new: JSON) -> PodInfo:
+        meta = new.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        cached = self._infos.get(uid)
+        if cached is not None and old is not None and _same_except_binding(old, new):
+            status = new.get("status") or {}
+            info = copy.copy(cached)
+            info.raw = new
+            info.resource_version = str(meta.get("resourceVersion", ""))
+            info.node_name = str((new.get("spec") or {}).get("nodeName", "") or "")
+            info.terminal = str(status.get("phase", "")) in ("Succeeded", "Failed")
+            info.deleting = "deletionTimestamp" in meta
+        else:
+            info = pod_info(new)
+        self._infos[info.uid] = info
+        return info
+
+    def _on_pod(self, etype: EventType, old: JSON | None, new: JSON | None) -> None:
+        if etype == "DELETED":
+            gone = old or new
+            if gone is None:
+                return
+            uid = str(gone["metadata"].get("uid", ""))
+            self._infos.pop(uid, None)
+            self.queue.delete(uid)
+            if self.snapshot.forget_pod(uid) is not None:
+                self.queue.move_all_unschedulable(self._now)
+            return
+        if new is None:
+            return
+        info = self._info(old, new)
+        if info.node_name:
+            was_counted = info.uid in self.snapshot.pods
+            self.snapshot.observe_pod(info)
+            self.queue.done(info.uid)
+            if was_counted and not info.counts_on_node:
+                self.queue.move_all_unschedulable(self._now)
+            return
+        if info.scheduler_name not in self.frameworks or info.terminal or info.deleting:
+            self.queue.delete(info.uid)
+            return
+        if self.snapshot.is_assumed(info.uid):
+            return  # our binding is on its way; this is an older view of the pod
+        if info.scheduling_gates:
+            self.queue.delete(info.uid)
+            return
+        if info.uid in self.queue and old is not None and _same_except_binding(old, new):
+            self.queue.update(info)
+            return
+        self.queue.add(info, self._now)
+
+    # --- the cycle ------------------------------------------------------------------------
+
+    def schedule_one(self, now: float) -> ScheduleOutcome | None:
+        """Sync, then try the next due pod; None when no pod is due."""
+        self.sync(now)
+        entry = self.queue.pop(now)
+        if entry is None:
+            return None
+        info = entry.info
+        fw = self.frameworks.get(info.scheduler_name)
+        if fw is None:
+            self.queue.delete(info.uid)
+            return ScheduleOutcome(info.key, info.uid, None, "NoProfile")
+        if info.problem:
+            self._unschedulable(entry, fw, info.problem, now)
+            return ScheduleOutcome(info.key, info.uid, None, info.problem_reason, info.problem)
+        try:
+            result = fw.schedule(info, self.snapshot)
+        except Exception as exc:  # one malformed pod must not stop the scheduler
+            log.exception("pod %s: scheduling cycle failed", info.key)
+            self.queue.retry(entry, now)
+            return ScheduleOutcome(info.key, info.uid, None, "Error", f"internal error: {exc}")
+        if result.node is None:
+            message = result.diagnosis.message(info, result.state, self.snapshot)
+            self._unschedulable(entry, fw, message, now)
+            return ScheduleOutcome(info.key, info.uid, None, REASON_UNSCHEDULABLE, message)
+        return self._bind(entry, fw, result, now)
+
+    def _bind(
+        self, entry: QueuedPod, fw: Framework, result: CycleResult, now: float
+    ) -> ScheduleOutcome:
+        info = entry.info
+        node = result.node
+        assert node is not None
+        fw.reserve(info, result, self.snapshot)
+        self.snapshot.assume(info, node, result.numa)
+        try:
+            self.cluster.bind(info.namespace, info.name, node)
+        except ApiError as exc:
+            fw.unreserve(info, result, self.snapshot)
+            self.snapshot.forget_pod(info.uid)
+            message = f"Binding rejected: {exc.message}"
+            if isinstance(exc, NotFound):
+                self.queue.delete(info.uid)
+            elif isinstance(exc, Conflict) and "already assigned" in exc.message:
+                self.queue.done(info.uid)
+            else:
+                self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
+                self.queue.retry(entry, now)
+            return ScheduleOutcome(info.key, info.uid, None, "BindingFailed", message)
+        self.queue.done(info.uid)
+        if self.record_scheduled_events:
+            self._event(
+                info,
+                fw,
+                "Normal",
+                EVENT_SCHEDULED,
+                f"Successfully assigned {info.key} to {node}",
+                now,
+            )
+        return ScheduleOutcome(
+            info.key,
+            info.uid,
+            node,
+            EVENT_SCHEDULED,
+            feasible=result.feasible,
+            numa=result.numa,
+            scores=result.scores,
+        )
+
+    def run_until_idle(self, now: float, max_attempts: int | None = None) -> list[ScheduleOutcome]:
+        """Schedule every pod due at `now`; pods in backoff wait for a later `now`."""
+        out: list[ScheduleOutcome] = []
+        while max_attempts is None or len(out) < max_attempts:
+            outcome = self.schedule_one(now)
+            if outcome is None:
+                break
+            out.append(outcome)
+        return out
+
+    # --- writing back ---------------------------------------------------------------------
+
+    def _unschedulable(self, entry: QueuedPod, fw: Framework, message: str, now: float) -> None:
+        info = entry.info
+        self.queue.unschedulable(entry, now)
+        self._set_condition(info, message, now)
+        self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
+
+    def _set_condition(self, info: PodInfo, message: str, now: float) -> None:
+        for attempt in range(2):
+            # the informer's copy first (no request); a fresh read after a conflict
+            cached = self.pods.get(info.name, info.namespace) if attempt == 0 else None
+            try:
+                pod = (
+                    dict(cached)
+                    if cached is not None
+                    else self.cluster.get(names.POD, info.name, info.namespace)
+                )
+            except NotFound:
+                return
+            if (pod.get("spec") or {}).get("nodeName"):
+                return
+            status = dict(pod.get("status") or {})
+            conditions = [dict(c) for c in status.get("conditions") or []]
+            current = next(
+                (c for c in conditions if c.get("type") == CONDITION_POD_SCHEDULED), None
+            )
+            wanted: dict[str, Any] = {
+                "type": CONDITION_POD_SCHEDULED,
+                "status": "False",
+                "reason": REASON_UNSCHEDULABLE,
+                "message": message,
+            }
+            if current is not None and all(current.get(k) == v for k, v in wanted.items()):
+                return
+            transition = (
+                current.get("lastTransitionTime")
+                if current is not None and current.get("status") == "False"
+                else None
+            )
+            wanted["lastProbeTime"] = None
+            wanted["lastTransitionTime"] = transition or rfc3339(now)
+            conditions = [c for c in conditions if c.get("type") != CONDITION_POD_SCHEDULED]
+            conditions.append(wanted)
+            status["conditions"] = conditions
+            pod["status"] = status
+            try:
+                self.cluster.update_status(names.POD, pod)
+                return
+            except Conflict:
+                if attempt:
+                    log.info("pod %s: PodScheduled condition not written (conflict)", info.key)
+            except ApiError as exc:
+                log.warning("pod %s: cannot write PodScheduled condition: %s", info.key, exc)
+                return
+
+    def _event(
+        self, info: PodInfo, fw: Framework, etype: str, reason: str, message: str, now: float
+    ) -> None:
+        source = fw.profile.scheduler_name
+        key = (info.uid, reason, message)
+        ts = rfc3339(now)
+        last = self._last_event.get(key)
+        try:
+            if last is not None:
+                name, count = last
+                self.cluster.patch(
+                    names.EVENT,
+                    name,
+                    {"count": count + 1, "lastTimestamp": ts},
+                    info.namespace,
+                )
+                self._last_event[key] = (name, count + 1)
+                return
+        except NotFound:
+            pass
+        except ApiError as exc:
+            log.warning("cannot update Event for %s: %s", info.key, exc)
+            return
+        name = f"{info.name}.{next(self._event_seq):x}{int(now * 1000) & 0xFFFFFFFF:08x}"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": info.namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": info.name,
+                "namespace": info.namespace,
+                "uid": info.uid,
+                "resourceVersion": info.resource_version,
+            },
+            "reason": reason,
+            "message": message,
+            "type": etype,
+            "action": "Scheduling" if reason == EVENT_FAILED_SCHEDULING else "Binding",
+            "source": {"component": source},
+            "reportingComponent": source,
+            "reportingInstance": source,
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+            "count": 1,
+        }
+        try:
+            self.cluster.create(names.EVENT, event, info.namespace)
+        except AlreadyExists:
+            return
+        except ApiError as exc:
+            log.warning("cannot record Event for %s: %s", info.key, exc)
+            return
+        if reason == EVENT_FAILED_SCHEDULING:
+            if len(self._last_event) > 100_000:
+                self._last_event.clear()
+            self._last_event[key] = (name, 1)

@@ -1,0 +1,607 @@
+"""The scheduler's view of every node, held as numpy arrays so plugins judge all nodes at once.
+
+Each node owns one slot (the last axis of every array). Resource amounts are int64 in the
+units kube-scheduler counts (milli-cores for cpu, bytes, counts). Requested amounts are
+kept up to date incrementally: from bound pods the informer reports, and from pods this
+scheduler assumed on a node before the binding is seen, so a pod in flight counts at once.
+
+Node labels, taints and the unschedulable flag change rarely; `static_gen` changes with
+them, so per-pod-spec results over them can be cached until it moves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from pykatalyst.api import names
+from pykatalyst.api.objects import CustomNodeResource, Node
+from pykatalyst.api.quantity import QuantityError
+from pykatalyst.scheduler.config import canonical_resource
+from pykatalyst.scheduler.podinfo import PodInfo, amount
+
+log = logging.getLogger(__name__)
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+BOOL = npt.NDArray[np.bool_]
+
+# Fixed resource rows; extended resources get rows as they are first seen.
+CPU: Final = 0
+MEMORY: Final = 1
+EPHEMERAL: Final = 2
+PODS: Final = 3
+RECLAIMED_CPU: Final = 4
+RECLAIMED_MEMORY: Final = 5
+# kube-scheduler's "non-zero" cpu/memory sums (used only by scores) live in `req` too, so
+# one gather fetches every requested row a score needs.
+NONZERO_CPU: Final = 6
+NONZERO_MEMORY: Final = 7
+FIXED_RESOURCES: Final = (
+    names.RESOURCE_CPU,
+    names.RESOURCE_MEMORY,
+    names.RESOURCE_EPHEMERAL_STORAGE,
+    names.RESOURCE_PODS,
+    names.RECLAIMED_MILLICPU,
+    names.RECLAIMED_MEMORY,
+    "(non-zero cpu)",
+    "(non-zero memory)",
+)
+
+POLICY_NONE: Final = 0
+POLICY_SINGLE_NUMA: Final = 1
+POLICY_NUMERIC: Final = 2
+_POLICY_CODES: Final = {
+    names.TOPOLOGY_POLICY_NONE: POLICY_NONE,
+    names.TOPOLOGY_POLICY_SINGLE_NUMA_CONTAINER: POLICY_SINGLE_NUMA,
+    names.TOPOLOGY_POLICY_SINGLE_NUMA_POD: POLICY_SINGLE_NUMA,
+    names.TOPOLOGY_POLICY_NUMERIC_CONTAINER: POLICY_NUMERIC,
+}
+
+Taint = tuple[str, str, str]  # key, value, effect
+
+
+@dataclass(frozen=True, slots=True)
+class NUMAReservation:
+    """Cpu (milli) and memory taken from each NUMA zone of a node by one pod."""
+
+    numa_ids: tuple[int, ...]
+    cpu: tuple[int, ...]
+    memory: tuple[int, ...]
+    exclusive: bool = False
+
+
+@dataclass(slots=True)
+class PodRecord:
+    uid: str
+    key: str
+    namespace: str
+    labels: Mapping[str, str]
+    node: str
+    entries: tuple[tuple[int, int], ...]
+    nonzero_cpu: int
+    nonzero_mem: int
+    dedicated_numa: bool
+    assumed: bool = False
+    numa: NUMAReservation | None = None
+    # required pod anti-affinity terms: they keep other pods out of this pod's domains
+    anti_affinity: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(slots=True)
+class _CNRNuma:
+    """What a node's CNR says about its NUMA zones, with its own consumers."""
+
+    ids: list[int] = field(default_factory=list)
+    sockets: list[int] = field(default_factory=list)
+    cpu_alloc: list[int] = field(default_factory=list)
+    mem_alloc: list[int] = field(default_factory=list)
+    cpu_used: list[int] = field(default_factory=list)
+    mem_used: list[int] = field(default_factory=list)
+    consumers: set[str] = field(default_factory=set)
+
+
+class NodeSnapshot:
+    def __init__(self, capacity: int = 64) -> None:
+        self.n = 0
+        self._cap = max(capacity, 1)
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.resources: list[str] = list(FIXED_RESOURCES)
+        self.resource_index: dict[str, int] = {r: i for i, r in enumerate(self.resources)}
+        cap = self._cap
+        nr = len(self.resources)
+        self.alloc: I64 = np.zeros((nr, cap), np.int64)
+        self.req: I64 = np.zeros((nr, cap), np.int64)
+        # alloc - req, kept current with every change so a fit check is one comparison
+        self.free: I64 = np.zeros((nr, cap), np.int64)
+        self.rc_alloc: I64 = np.zeros((2, cap), np.int64)
+        self.has_cnr: BOOL = np.zeros(cap, np.bool_)
+        self.unschedulable: BOOL = np.zeros(cap, np.bool_)
+        # labels: key -> per-slot value code (-1: no such label)
+        self.label_codes: dict[str, I32] = {}
+        self.label_values: dict[str, dict[str, int]] = {}
+        self.label_value_list: dict[str, list[str]] = {}
+        self.node_labels: list[dict[str, str]] = []
+        # taints: distinct (key, value, effect) -> row of taint_mat
+        self.taints: list[Taint] = []
+        self.taint_index: dict[Taint, int] = {}
+        self.taint_mat: BOOL = np.zeros((0, cap), np.bool_)
+        self.node_taints: list[list[Taint]] = []
+        # NUMA zones: row z of each array is the node's z-th zone by NUMA id
+        self.numa_z = 0
+        self.numa_count: I32 = np.zeros(cap, np.int32)
+        self.numa_id: I32 = np.zeros((0, cap), np.int32)
+        self.numa_socket: I32 = np.zeros((0, cap), np.int32)
+        self.numa_cpu_alloc: I64 = np.zeros((0, cap), np.int64)
+        self.numa_mem_alloc: I64 = np.zeros((0, cap), np.int64)
+        self.numa_cpu_used: I64 = np.zeros((0, cap), np.int64)
+        self.numa_mem_used: I64 = np.zeros((0, cap), np.int64)
+        self.numa_socket_bits: I64 = np.zeros((0, cap), np.int64)
+        self.numa_per_socket: I32 = np.zeros(cap, np.int32)
+        self.policy: npt.NDArray[np.int8] = np.zeros(cap, np.int8)
+        self._cnr_numa: dict[str, _CNRNuma] = {}
+        self._cnr_raw_alloc: dict[str, tuple[int, int]] = {}
+        self._cnr_policy: dict[str, int] = {}
+        self.cnr_problems: dict[str, str] = {}
+        # pod accounting
+        self.pods: dict[str, PodRecord] = {}
+        self.pods_by_node: dict[str, dict[str, PodRecord]] = {}
+        self.pods_by_namespace: dict[str, dict[str, PodRecord]] = {}
+        self.anti_affinity_pods: dict[str, PodRecord] = {}
+        self.static_gen = 0
+
+    # --- storage helpers ------------------------------------------------------------------
+
+    def _arrays(self) -> list[str]:
+        return [
+            "alloc",
+            "req",
+            "free",
+            "rc_alloc",
+            "has_cnr",
+            "unschedulable",
+            "taint_mat",
+            "numa_count",
+            "numa_id",
+            "numa_socket",
+            "numa_cpu_alloc",
+            "numa_mem_alloc",
+            "numa_cpu_used",
+            "numa_mem_used",
+            "numa_socket_bits",
+            "numa_per_socket",
+            "policy",
+        ]
+
+    def _grow(self) -> None:
+        new_cap = self._cap * 2
+        for name in self._arrays():
+            arr = getattr(self, name)
+            shape = (*arr.shape[:-1], new_cap)
+            grown = np.zeros(shape, arr.dtype)
+            grown[..., : self._cap] = arr
+            setattr(self, name, grown)
+        for key, codes in self.label_codes.items():
+            grown_codes = np.full(new_cap, -1, np.int32)
+            grown_codes[: self._cap] = codes
+            self.label_codes[key] = grown_codes
+        self._cap = new_cap
+
+    def resource_row(self, resource: str) -> int:
+        """The row of a resource, adding one for an extended resource seen the first time."""
+        row = self.resource_index.get(resource)
+        if row is None:
+            row = len(self.resources)
+            self.resources.append(resource)
+            self.resource_index[resource] = row
+            self.alloc = np.vstack([self.alloc, np.zeros((1, self._cap), np.int64)])
+            self.req = np.vstack([self.req, np.zeros((1, self._cap), np.int64)])
+            self.free = np.vstack([self.free, np.zeros((1, self._cap), np.int64)])
+        return row
+
+    def _taint_row(self, taint: Taint) -> int:
+        row = self.taint_index.get(taint)
+        if row is None:
+            row = len(self.taints)
+            self.taints.append(taint)
+            self.taint_index[taint] = row
+            self.taint_mat = np.vstack([self.taint_mat, np.zeros((1, self._cap), np.bool_)])
+        return row
+
+    def _ensure_numa_rows(self, z: int) -> None:
+        while self.numa_z < z:
+            for name in (
+                "numa_id",
+                "numa_socket",
+                "numa_cpu_alloc",
+                "numa_mem_alloc",
+                "numa_cpu_used",
+                "numa_mem_used",
+                "numa_socket_bits",
+            ):
+                arr = getattr(self, name)
+                setattr(self, name, np.vstack([arr, np.zeros((1, self._cap), arr.dtype)]))
+            self.numa_id[self.numa_z, :] = -1
+            self.numa_z += 1
+
+    def _set_label(self, key: str, slot: int, value: str | None) -> None:
+        codes = self.label_codes.get(key)
+        if codes is None:
+            if value is None:
+                return
+            codes = np.full(self._cap, -1, np.int32)
+            self.label_codes[key] = codes
+            self.label_values[key] = {}
+            self.label_value_list[key] = []
+        if value is None:
+            codes[slot] = -1
+            return
+        table = self.label_values[key]
+        code = table.get(value)
+        if code is None:
+            code = len(table)
+            table[value] = code
+            self.label_value_list[key].append(value)
+        codes[slot] = code
+
+    # --- nodes ----------------------------------------------------------------------------
+
+    def upsert_node(self, raw: Mapping[str, Any]) -> bool:
+        """Add or refresh a node; returns whether anything a pending pod may care about
+        changed (so unschedulable pods get another try)."""
+        name = str((raw.get("metadata") or {}).get("name", ""))
+        if not name:
+            return False
+        view = Node(dict(raw))
+        alloc: dict[str, int] = {}
+        try:
+            for res, q in view.allocatable().items():
+                canon = canonical_resource(res)
+                alloc[canon] = amount(canon, q)
+        except (QuantityError, ValueError, TypeError) as exc:
+            log.warning("node %s: unreadable status.allocatable ignored: %s", name, exc)
+            alloc = {}
+        labels = {str(k): str(v) for k, v in (view.labels or {}).items()}
+        taints = [
+            (t.key, t.value, t.effect) for t in view.taints() if t.effect in names.TAINT_EFFECTS
+        ]
+        unschedulable = view.unschedulable
+        slot = self.index.get(name)
+        new = slot is None
+        if slot is None:
+            if self.n == self._cap:
+                self._grow()
+            slot = self.n
+            self.n += 1
+            self.names.append(name)
+            self.index[name] = slot
+            self.node_labels.append({})
+            self.node_taints.append([])
+            self._clear_slot(slot)
+            static_changed = True
+        else:
+            static_changed = (
+                self.node_labels[slot] != labels
+                or self.node_taints[slot] != taints
+                or bool(self.unschedulable[slot]) != unschedulable
+            )
+        old_alloc = self.alloc[:, slot].copy()
+        self.alloc[:, slot] = 0
+        for res, value in alloc.items():
+            row = self.resource_row(res)  # may grow self.alloc: look it up afterwards
+            self.alloc[row, slot] = value
+        if static_changed:
+            for key in self.node_labels[slot]:
+                if key not in labels:
+                    self._set_label(key, slot, None)
+            for key, label in labels.items():
+                self._set_label(key, slot, label)
+            self.node_labels[slot] = labels
+            self.taint_mat[:, slot] = False
+            for t in taints:
+                row = self._taint_row(t)  # may grow self.taint_mat
+                self.taint_mat[row, slot] = True
+            self.node_taints[slot] = taints
+            self.unschedulable[slot] = unschedulable
+            self.static_gen += 1
+        if new:
+            self._apply_cnr_to_slot(name, slot)
+            self._reaccount_node(name, slot)
+        self.free[:, slot] = self.alloc[:, slot] - self.req[:, slot]
+        resized = old_alloc.shape != self.alloc[:, slot].shape
+        return static_changed or resized or bool(np.any(old_alloc != self.alloc[:, slot]))
+
+    def _clear_slot(self, slot: int) -> None:
+        for name in self._arrays():
+            getattr(self, name)[..., slot] = 0
+        self.numa_id[:, slot] = -1
+        for codes in self.label_codes.values():
+            codes[slot] = -1
+
+    def remove_node(self, name: str) -> bool:
+        slot = self.index.pop(name, None)
+        if slot is None:
+            return False
+        last = self.n - 1
+        if slot != last:
+            moved = self.names[last]
+            for arr_name in self._arrays():
+                arr = getattr(self, arr_name)
+                arr[..., slot] = arr[..., last]
+            for codes in self.label_codes.values():
+                codes[slot] = codes[last]
+            self.names[slot] = moved
+            self.node_labels[slot] = self.node_labels[last]
+            self.node_taints[slot] = self.node_taints[last]
+            self.index[moved] = slot
+        self.names.pop()
+        self.node_labels.pop()
+        self.node_taints.pop()
+        self._clear_slot(last)
+        self.n -= 1
+        self.static_gen += 1
+        return True
+
+    def _reaccount_node(self, name: str, slot: int) -> None:
+        """Recompute requested amounts of one node from the pods recorded on it."""
+        self.req[:, slot] = 0
+        for rec in self.pods_by_node.get(name, {}).values():
+            self._charge(rec, slot, 1)
+        self.free[:, slot] = self.alloc[:, slot] - self.req[:, slot]
+        self._refresh_numa(name, slot)
+
+    # --- CNRs -----------------------------------------------------------------------------
+
+    def upsert_cnr(self, raw: Mapping[str, Any]) -> bool:
+        name = str((raw.get("metadata") or {}).get("name", ""))
+        if not name:
+            return False
+        view = CustomNodeResource(dict(raw))
+        old_policy = self._cnr_policy.get(name)
+        try:
+            alloc = view.allocatable()
+            rc_cpu = rc_mem = 0
+            for res, q in alloc.items():
+                canon = canonical_resource(res)
+                if canon == names.RECLAIMED_MILLICPU:
+                    rc_cpu = amount(canon, q)
+                elif canon == names.RECLAIMED_MEMORY:
+                    rc_mem = amount(canon, q)
+            if rc_cpu < 0 or rc_mem < 0:
+                raise ValueError("negative reclaimed allocatable")
+            numa = _read_numa(view, self)
+        except (QuantityError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            problem = f"CNR {name} ignored: {exc}"
+            if self.cnr_problems.get(name) != problem:
+                log.warning("%s", problem)
+            self.cnr_problems[name] = problem
+            self.remove_cnr(name)
+            return True
+        self.cnr_problems.pop(name, None)
+        before = (self._cnr_raw_alloc.get(name), self._cnr_numa.get(name), old_policy)
+        changed = before != ((rc_cpu, rc_mem), numa, self._cnr_policy.get(name))
+        self._cnr_raw_alloc[name] = (rc_cpu, rc_mem)
+        self._cnr_numa[name] = numa
+        slot = self.index.get(name)
+        if slot is not None and changed:
+            self._apply_cnr_to_slot(name, slot)
+        return changed
+
+    def remove_cnr(self, name: str) -> bool:
+        self._cnr_raw_alloc.pop(name, None)
+        self._cnr_numa.pop(name, None)
+        slot = self.index.get(name)
+        if slot is not None:
+            self._apply_cnr_to_slot(name, slot)
+        return True
+
+    def _apply_cnr_to_slot(self, name: str, slot: int) -> None:
+        rc = self._cnr_raw_alloc.get(name)
+        self.has_cnr[slot] = rc is not None
+        self.rc_alloc[:, slot] = rc if rc is not None else (0, 0)
+        numa = self._cnr_numa.get(name)
+        self.numa_id[:, slot] = -1
+        self.numa_socket[:, slot] = 0
+        self.numa_cpu_alloc[:, slot] = 0
+        self.numa_mem_alloc[:, slot] = 0
+        self.numa_count[slot] = 0
+        self.numa_socket_bits[:, slot] = 0
+        self.numa_per_socket[slot] = 0
+        self.policy[slot] = POLICY_NONE
+        if numa is not None and numa.ids:
+            z = len(numa.ids)
+            self._ensure_numa_rows(z)
+            self.numa_count[slot] = z
+            self.numa_id[:z, slot] = numa.ids
+            self.numa_socket[:z, slot] = numa.sockets
+            self.numa_cpu_alloc[:z, slot] = numa.cpu_alloc
+            self.numa_mem_alloc[:z, slot] = numa.mem_alloc
+            # bit j of row i: zone j sits on the same socket as zone i
+            for i, si in enumerate(numa.sockets):
+                self.numa_socket_bits[i, slot] = sum(
+                    1 << j for j, sj in enumerate(numa.sockets) if sj == si
+                )
+            self.numa_per_socket[slot] = max(numa.sockets.count(s) for s in set(numa.sockets))
+            self.policy[slot] = self._cnr_policy.get(name, POLICY_NONE)
+        self._refresh_numa(name, slot)
+
+    def _refresh_numa(self, name: str, slot: int) -> None:
+        """NUMA use = what the CNR reports + what this scheduler reserved for pods the CNR
+        does not list yet."""
+        self.numa_cpu_used[:, slot] = 0
+        self.numa_mem_used[:, slot] = 0
+        numa = self._cnr_numa.get(name)
+        if numa is None or not numa.ids:
+            return
+        z = len(numa.ids)
+        cpu = list(numa.cpu_used)
+        mem = list(numa.mem_used)
+        pos = {nid: i for i, nid in enumerate(numa.ids)}
+        for rec in self.pods_by_node.get(name, {}).values():
+            res = rec.numa
+            if res is None or rec.uid in numa.consumers:
+                continue
+            for nid, c, m in zip(res.numa_ids, res.cpu, res.memory, strict=True):
+                i = pos.get(nid)
+                if i is not None:
+                    cpu[i] += c
+                    mem[i] += m
+        self.numa_cpu_used[:z, slot] = cpu
+        self.numa_mem_used[:z, slot] = mem
+
+    # --- pods -----------------------------------------------------------------------------
+
+    def _charge(self, rec: PodRecord, slot: int, sign: int) -> None:
+        req, free = self.req, self.free
+        for row, value in rec.entries:
+            req[row, slot] += sign * value
+            free[row, slot] -= sign * value
+
+    def _record(self, info: PodInfo, node: str, assumed: bool) -> PodRecord:
+        entries = [(self.resource_row(r), v) for r, v in info.requests.items() if v]
+        entries.append((PODS, 1))
+        entries.append((NONZERO_CPU, info.nonzero_cpu))
+        entries.append((NONZERO_MEMORY, info.nonzero_mem))
+        return PodRecord(
+            uid=info.uid,
+            key=info.key,
+            namespace=info.namespace,
+            labels=info.labels,
+            node=node,
+            entries=tuple(entries),
+            nonzero_cpu=info.nonzero_cpu,
+            nonzero_mem=info.nonzero_mem,
+            dedicated_numa=info.is_dedicated_numa,
+            assumed=assumed,
+            anti_affinity=tuple(required_pod_terms(info.raw, "podAntiAffinity")),
+        )
+
+    def _attach(self, rec: PodRecord) -> None:
+        self.pods[rec.uid] = rec
+        self.pods_by_node.setdefault(rec.node, {})[rec.uid] = rec
+        self.pods_by_namespace.setdefault(rec.namespace, {})[rec.uid] = rec
+        if rec.anti_affinity:
+            self.anti_affinity_pods[rec.uid] = rec
+        slot = self.index.get(rec.node)
+        if slot is not None:
+            self._charge(rec, slot, 1)
+            if rec.numa is not None:
+                self._refresh_numa(rec.node, slot)
+
+    def _detach(self, uid: str) -> PodRecord | None:
+        rec = self.pods.pop(uid, None)
+        if rec is None:
+            return None
+        self.anti_affinity_pods.pop(uid, None)
+        for index, key in ((self.pods_by_node, rec.node), (self.pods_by_namespace, rec.namespace)):
+            bucket = index.get(key)
+            if bucket is not None:
+                bucket.pop(uid, None)
+                if not bucket:
+                    del index[key]
+        slot = self.index.get(rec.node)
+        if slot is not None:
+            self._charge(rec, slot, -1)
+            if rec.numa is not None:
+                self._refresh_numa(rec.node, slot)
+        return rec
+
+    def observe_pod(self, info: PodInfo) -> None:
+        """The informer's view of a pod: count it on its node while it holds resources. A
+        pod this scheduler assumed keeps its NUMA reservation once the binding shows up."""
+        current = self.pods.get(info.uid)
+        if not info.counts_on_node:
+            if current is not None:
+                self._detach(info.uid)
+            return
+        if current is not None:
+            if current.node == info.node_name:
+                current.assumed = False
+                return
+            self._detach(info.uid)
+        self._attach(self._record(info, info.node_name, assumed=False))
+
+    def forget_pod(self, uid: str) -> PodRecord | None:
+        return self._detach(uid)
+
+    def assume(self, info: PodInfo, node: str, numa: NUMAReservation | None = None) -> None:
+        """Count a pod on `node` before its binding is seen."""
+        self._detach(info.uid)
+        rec = self._record(info, node, assumed=True)
+        rec.numa = numa
+        self._attach(rec)
+
+    def is_assumed(self, uid: str) -> bool:
+        rec = self.pods.get(uid)
+        return rec is not None and rec.assumed
+
+    def pods_on(self, node: str) -> Iterable[PodRecord]:
+        return self.pods_by_node.get(node, {}).values()
+
+    # --- views ----------------------------------------------------------------------------
+
+    def free_numa_ids(self, slot: int) -> list[int]:
+        z = int(self.numa_count[slot])
+        return [
+            int(self.numa_id[i, slot])
+            for i in range(z)
+            if self.numa_cpu_used[i, slot] == 0 and self.numa_mem_used[i, slot] == 0
+        ]
+
+    def allocatable(self, node: str, resource: str) -> int:
+        return int(self.alloc[self.resource_index[resource], self.index[node]])
+
+    def requested(self, node: str, resource: str) -> int:
+        row = self.resource_index.get(resource)
+        return 0 if row is None else int(self.req[row, self.index[node]])
+
+
+def required_pod_terms(pod: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    """A pod's required podAffinity / podAntiAffinity terms (`kind` names which)."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}
+    terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+    return [t for t in terms if isinstance(t, Mapping)]
+
+
+def _read_numa(view: CustomNodeResource, snap: NodeSnapshot) -> _CNRNuma:
+    out = _CNRNuma()
+    zones = view.numa_zones()
+    sockets: dict[str, int] = {}
+    for zone in zones:
+        if not zone.name.isdigit():
+            raise ValueError(f"NUMA zone name {zone.name!r} is not a number")
+        socket = sockets.setdefault(zone.parent, len(sockets))
+        if zone.parent.isdigit():
+            socket = int(zone.parent)
+        out.ids.append(int(zone.name))
+        out.sockets.append(socket)
+        cpu = zone.allocatable.get(names.RESOURCE_CPU)
+        mem = zone.allocatable.get(names.RESOURCE_MEMORY)
+        out.cpu_alloc.append(cpu.milli_value() if cpu is not None else 0)
+        out.mem_alloc.append(mem.value() if mem is not None else 0)
+        used_cpu = used_mem = 0
+        for consumer, reqs in zone.allocations:
+            uid = consumer.rsplit("/", 1)[-1] if consumer else ""
+            rec = snap.pods.get(uid)
+            # Only NUMA-bound dedicated pods hold cpus of a zone; shared pods are elastic.
+            if rec is not None and not rec.dedicated_numa:
+                continue
+            if uid:
+                out.consumers.add(uid)
+            c = reqs.get(names.RESOURCE_CPU)
+            m = reqs.get(names.RESOURCE_MEMORY)
+            used_cpu += c.milli_value() if c is not None else 0
+            used_mem += m.value() if m is not None else 0
+        out.cpu_used.append(used_cpu)
+        out.mem_used.append(used_mem)
+    if len(set(out.ids)) != len(out.ids):
+        raise ValueError("duplicate NUMA zone ids")
+    policy = view.topology_policy
+    snap._cnr_policy[view.name] = _POLICY_CODES.get(policy, POLICY_NONE)
+    return out

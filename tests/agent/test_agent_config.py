@@ -1,0 +1,85 @@
+"""Agent configuration: Katalyst's defaults, validated, refused with the field named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pykatalyst.agent.config import AgentConfig, ConfigError, load_config, parse_config
+from pykatalyst.api.crds import AdminQoSConfiguration
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent" / "agent-config.yaml"
+
+
+def test_defaults_are_katalysts_with_reclaim_on() -> None:
+    cfg = AgentConfig()
+    assert cfg.advisor.enable_reclaim is True
+    assert cfg.advisor.reserved_for_allocate_cpu == 4
+    assert cfg.advisor.reserved_for_allocate_memory == 5 << 30
+    assert cfg.advisor.max_ramp_up_step == 10 and cfg.advisor.max_ramp_down_step == 2
+    assert cfg.reporter.sliding_window_s == 120
+    assert cfg.reporter.min_reclaimed_for_report_cpu == 4
+    assert cfg.cpu.ramp_up_period_s == 30
+
+
+def test_example_file_loads_and_matches_the_defaults() -> None:
+    assert load_config(EXAMPLE) == AgentConfig()
+
+
+def test_quantities_are_accepted_for_cores_and_bytes() -> None:
+    cfg = parse_config({"advisor": {"reserved_for_allocate_cpu": "1500m"}})
+    assert cfg.advisor.reserved_for_allocate_cpu == 1.5
+    cfg = parse_config({"reporter": {"min_step_memory": "1Gi"}})
+    assert cfg.reporter.min_step_memory == 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"advisor": {"usage_coefficient": 0}}, "advisor.usage_coefficient"),
+        ({"advisor": {"reserved_for_allocate_memory": "lots"}}, "reserved_for_allocate_memory"),
+        ({"cpu": {"reserved_cpu_list": "3-1"}}, "reserved_cpu_list"),
+        ({"cpu": {"reserved_cpus": -1}}, "cpu.reserved_cpus"),
+        ({"reporter": {"max_step_cpu": 1, "min_step_cpu": 2}}, "min_step_cpu"),
+        ({"advisr": {}}, "advisr"),
+        ({"period_s": 0}, "period_s"),
+        ({"admin_qos_config": "no-namespace"}, "admin_qos_config"),
+    ],
+)
+def test_invalid_config_is_refused_naming_the_field(data: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert field in str(err.value)
+
+
+def test_unreadable_or_malformed_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("advisor: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_admin_qos_overlay_changes_only_what_it_sets() -> None:
+    aqc = AdminQoSConfiguration.from_json(
+        {
+            "metadata": {"name": "a", "namespace": "default"},
+            "spec": {
+                "config": {
+                    "reclaimedResourceConfig": {
+                        "enableReclaim": False,
+                        "minReclaimedResourceForReport": {"cpu": "2", "memory": "1Gi"},
+                    }
+                }
+            },
+        }
+    )
+    cfg = AgentConfig().with_admin_qos(aqc)
+    assert cfg.advisor.enable_reclaim is False
+    assert cfg.reporter.min_reclaimed_for_report_cpu == 2
+    assert cfg.reporter.min_reclaimed_for_report_memory == 1 << 30
+    assert cfg.advisor.reserved_for_allocate_cpu == 4
+    empty = AdminQoSConfiguration.from_json({"metadata": {"name": "b", "namespace": "d"}})
+    assert AgentConfig().with_admin_qos(empty) == AgentConfig()

@@ -1,0 +1,234 @@
+"""LinuxHost and the enforcer on this machine's real cgroup v1 hierarchies.
+
+A kubelet-like hierarchy is built under a unique prefix (`CgroupTestbed`), with processes
+running as the containers of a shared (burstable), a reclaimed (best-effort) and a
+dedicated (guaranteed) pod. Here the kernel, not a fake tree, accepts or refuses each
+write, and the processes' own affinity shows the cpusets took hold.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pykatalyst.agent.enforcer import Enforcer
+from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, KnobWrite
+from pykatalyst.agent.host.linux import LinuxHost
+from pykatalyst.agent.host.testbed import CgroupTestbed, testbed_unavailable_reason
+from pykatalyst.cluster.clock import RealClock
+from pykatalyst.topology.cpuset import CPUSet
+
+pytestmark = pytest.mark.cgroup
+
+SHARED, RECLAIMED, DEDICATED = "5a4e0000-0000-4000-8000-00000000000a", "reclaimed-1", "dedicated-1"
+BUSY = [sys.executable, "-c", "while True: pass"]
+SLEEP = ["sleep", "600"]
+
+
+@pytest.fixture
+def testbed() -> Iterator[CgroupTestbed]:
+    reason = testbed_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"real cgroup v1 test: {reason}")
+    tb = CgroupTestbed()
+    try:
+        yield tb
+    finally:
+        tb.close()
+
+
+def _all_cpus() -> CPUSet:
+    return CPUSet.parse(Path("/sys/fs/cgroup/cpuset/cpuset.cpus").read_text())
+
+
+def _allowed_cpus(pid: int) -> CPUSet:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return CPUSet.parse(line.split(":", 1)[1])
+    raise AssertionError(f"no Cpus_allowed_list for pid {pid}")
+
+
+def _pods(tb: CgroupTestbed) -> None:
+    tb.add_pod(SHARED, "burstable", {"web": 500, "sidecar": 100})
+    tb.add_pod(RECLAIMED, "besteffort", ["batch"])
+    tb.add_pod(DEDICATED, "guaranteed", {"db": 1000})
+
+
+def test_discover_finds_the_pods_the_hierarchy_holds(testbed: CgroupTestbed) -> None:
+    _pods(testbed)
+    testbed.spawn(SHARED, "web", SLEEP)
+    found = {p.pod_uid: p for p in testbed.host().discover()}
+    assert set(found) == {SHARED, RECLAIMED, DEDICATED}
+    assert found[SHARED].qos_class == "burstable"
+    assert found[RECLAIMED].qos_class == "besteffort"
+    assert found[DEDICATED].qos_class == "guaranteed"
+    assert {c.cgroup for c in found[SHARED].containers} == {
+        testbed.container_cgroup(SHARED, "web"),
+        testbed.container_cgroup(SHARED, "sidecar"),
+    }
+    # the kubelet's defaults are what the host reads back
+    knobs = testbed.host().read_knobs(testbed.container_cgroup(SHARED, "web"))
+    assert knobs[Knob.CPU_SHARES] == 512
+    assert knobs[Knob.CPU_QUOTA] == CpuQuota(None, 100_000)
+
+
+def test_enforced_knobs_are_in_the_files_and_hold_the_processes(testbed: CgroupTestbed) -> None:
+    cpus = _all_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs at least 2 cpus to give a dedicated pod its own")
+    _pods(testbed)
+    web = testbed.spawn(SHARED, "web", BUSY)
+    batch = testbed.spawn(RECLAIMED, "batch", BUSY)
+    db = testbed.spawn(DEDICATED, "db", SLEEP)
+    dedicated_cpus = CPUSet.of([cpus.max()])
+    rest = cpus - dedicated_cpus
+    t = testbed
+    desired: dict[str, dict[Knob, KnobValue]] = {
+        t.pod_cgroup(DEDICATED): {Knob.CPUSET_CPUS: dedicated_cpus},
+        t.container_cgroup(DEDICATED, "db"): {Knob.CPUSET_CPUS: dedicated_cpus},
+        t.pod_cgroup(SHARED): {Knob.CPUSET_CPUS: rest},
+        t.container_cgroup(SHARED, "web"): {Knob.CPUSET_CPUS: rest, Knob.CPU_SHARES: 1024},
+        t.container_cgroup(SHARED, "sidecar"): {Knob.CPUSET_CPUS: rest},
+        t.pod_cgroup(RECLAIMED): {
+            Knob.CPUSET_CPUS: rest,
+            Knob.CPU_IDLE: 1,
+            Knob.MEMORY_LIMIT: 256 << 20,
+        },
+        t.container_cgroup(RECLAIMED, "batch"): {
+            Knob.CPUSET_CPUS: rest,
+            Knob.CPU_QUOTA: CpuQuota(50_000, 100_000),
+        },
+    }
+    enforcer = Enforcer(t.host(), clock=RealClock())
+    report = enforcer.apply(desired)
+    assert report.ok, report.failed
+    # straight from the cgroup files
+    assert (
+        CPUSet.parse(t.read(t.container_cgroup(DEDICATED, "db"), "cpuset.cpus")) == dedicated_cpus
+    )
+    assert CPUSet.parse(t.read(t.container_cgroup(SHARED, "web"), "cpuset.cpus")) == rest
+    assert t.read(t.container_cgroup(SHARED, "web"), "cpu.shares") == "1024"
+    assert t.read(t.pod_cgroup(RECLAIMED), "cpu.idle") == "1"
+    assert t.read(t.pod_cgroup(RECLAIMED), "memory.limit_in_bytes") == str(256 << 20)
+    batch_cg = t.container_cgroup(RECLAIMED, "batch")
+    assert t.read(batch_cg, "cpu.cfs_quota_us") == "50000"
+    assert t.read(batch_cg, "cpu.cfs_period_us") == "100000"
+    # and the kernel applies them to the tasks
+    assert _allowed_cpus(db.pid) == dedicated_cpus
+    assert _allowed_cpus(web.pid) == rest
+    assert _allowed_cpus(batch.pid) == rest
+    # converged: nothing left to write
+    assert enforcer.plan(desired) == []
+
+
+def test_cpus_move_from_child_to_child_in_an_order_the_kernel_accepts(
+    testbed: CgroupTestbed,
+) -> None:
+    cpus = _all_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs at least 2 cpus to move one")
+    first, last = CPUSet.of([cpus.min()]), CPUSet.of([cpus.max()])
+    testbed.add_pod(SHARED, "burstable", {"web": 500})
+    pod, ctr = testbed.pod_cgroup(SHARED), testbed.container_cgroup(SHARED, "web")
+    proc = testbed.spawn(SHARED, "web", SLEEP)
+    host = testbed.host()
+    enforcer = Enforcer(host, clock=RealClock())
+    assert enforcer.apply({ctr: {Knob.CPUSET_CPUS: first}}).ok
+    # Written parent-first, as a naive writer would, the kernel refuses the move:
+    naive = host.apply(
+        [KnobWrite(pod, Knob.CPUSET_CPUS, last), KnobWrite(ctr, Knob.CPUSET_CPUS, last)]
+    )
+    assert naive.failed and naive.failed[0].errno == errno.EBUSY
+    assert "cpuset.cpus" in naive.failed[0].error
+    assert "narrow these children first" in naive.failed[0].error  # names the blocker
+    # The enforcer widens the child to the union, then narrows child before parent.
+    report = enforcer.apply({pod: {Knob.CPUSET_CPUS: last}, ctr: {Knob.CPUSET_CPUS: last}})
+    assert report.ok, report.failed
+    assert CPUSet.parse(testbed.read(pod, "cpuset.cpus")) == last
+    assert _allowed_cpus(proc.pid) == last
+
+
+def test_sample_sees_the_busy_loop(testbed: CgroupTestbed) -> None:
+    _pods(testbed)
+    testbed.spawn(SHARED, "web", BUSY)
+    testbed.spawn(SHARED, "sidecar", SLEEP)
+    host = testbed.host()
+    busy, idle = (
+        testbed.container_cgroup(SHARED, "web"),
+        testbed.container_cgroup(SHARED, "sidecar"),
+    )
+    pod = testbed.pod_cgroup(SHARED)
+    host.sample(time.time(), [busy, idle, pod])
+    time.sleep(1.0)
+    sample = host.sample(time.time(), [busy, idle, pod])
+    b, i, p = sample.cgroups[busy], sample.cgroups[idle], sample.cgroups[pod]
+    assert b.cpu_usage_cores is not None and i.cpu_usage_cores is not None
+    # a spinning process uses a good share of a cpu even on a loaded machine; a sleeper ~0
+    assert b.cpu_usage_cores > 0.2
+    assert i.cpu_usage_cores < 0.05
+    assert p.cpu_usage_cores is not None and p.cpu_usage_cores >= b.cpu_usage_cores * 0.9
+    assert i.nr_running == 0
+    assert sample.cpu_usage_ratio and max(sample.cpu_usage_ratio) > 0.2
+    assert sample.memory is not None and sample.memory.total > 0
+
+
+def test_kernel_refusals_are_named_and_vanished_pods_forgotten(testbed: CgroupTestbed) -> None:
+    _pods(testbed)
+    host = testbed.host()
+    enforcer = Enforcer(host, clock=RealClock())
+    web = testbed.container_cgroup(SHARED, "web")
+    beyond = CPUSet.of([4095])  # no such cpu here
+    report = enforcer.apply({web: {Knob.CPUSET_CPUS: beyond}})
+    assert report.failed  # the widening write and the final one are both refused
+    for failure in report.failed:
+        assert failure.errno in (errno.EINVAL, errno.ERANGE, errno.EACCES)
+        assert "cpuset.cpus" in failure.error and not failure.vanished
+    assert len(report.new_failures) == 1  # one knob, one complaint
+    assert enforcer.apply({web: {Knob.CPUSET_CPUS: beyond}}).new_failures == ()
+    # memory.high has no v1 file: said once, then no longer tried
+    pod = testbed.pod_cgroup(SHARED)
+    high = enforcer.apply({pod: {Knob.MEMORY_HIGH: 1 << 30}})
+    assert [f.unsupported for f in high.new_failures] == [True]
+    assert enforcer.apply({pod: {Knob.MEMORY_HIGH: 1 << 30}}).planned == ()
+    batch = testbed.container_cgroup(RECLAIMED, "batch")
+    testbed.remove_pod(RECLAIMED)
+    gone = enforcer.apply({batch: {Knob.CPU_IDLE: 1}})
+    assert gone.vanished == (batch,) and gone.failed == ()
+    assert batch not in enforcer.desired
+    assert RECLAIMED not in {p.pod_uid for p in host.discover()}
+
+
+def test_testbed_leaves_nothing_behind() -> None:
+    reason = testbed_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"real cgroup v1 test: {reason}")
+    tb = CgroupTestbed()
+    _pods(tb)
+    proc = tb.spawn(SHARED, "web", SLEEP)
+    tb.close()
+    assert proc.poll() is not None
+    for ctl in ("cpu", "cpuacct", "cpuset", "memory"):
+        assert not (Path("/sys/fs/cgroup") / ctl / tb.prefix).exists()
+    assert not os.path.exists(f"/proc/{proc.pid}/status") or proc.returncode is not None
+
+
+def test_this_machine_is_read_as_it_is() -> None:
+    if not Path("/proc/self/mounts").exists() or not Path("/sys/devices/system/cpu").exists():
+        pytest.skip("no /proc or /sys here")
+    host = LinuxHost()
+    assert host.cgroup_version in (1, 2)
+    assert CPUSet.of(os.sched_getaffinity(0)).issubset(host.topology().all_cpus)
+    host.sample(time.time(), [])
+    time.sleep(0.2)
+    sample = host.sample(time.time(), [])
+    assert len(sample.cpu_usage_ratio) >= len(os.sched_getaffinity(0))
+    assert all(0.0 <= r <= 1.0 for r in sample.cpu_usage_ratio)
+    assert sample.memory is not None and 0 < sample.memory.available <= sample.memory.total
+    assert sample.numa_memory and all(n.total > 0 for n in sample.numa_memory.values())
+    assert sample.load[0] >= 0.0

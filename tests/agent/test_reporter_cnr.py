@@ -1,0 +1,125 @@
+"""The reporter: CNR (created if missing), Node extended resources, heartbeat, terms."""
+
+from __future__ import annotations
+
+import json
+
+from pykatalyst.agent.config import ReporterConfig
+from pykatalyst.agent.reporter import NumaAllocation, Reporter, ReportInput
+from pykatalyst.api import names
+from pykatalyst.cluster.clock import VirtualClock
+from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.topology.cpuset import CPUSet
+from pykatalyst.topology.machine import CPUTopology
+from tests.agent.inmemory_host import GIB, node_json
+
+TOPO = CPUTopology.synthetic(2, 4, 2, memory_per_numa=16 * GIB)
+
+
+def setup() -> tuple[VirtualClock, MemoryCluster, Reporter]:
+    clock = VirtualClock(100)
+    cluster = MemoryCluster(clock=clock)
+    cluster.create(names.NODE, node_json("n1"))
+    return clock, cluster, Reporter("n1", cluster, ReporterConfig(period_s=5))
+
+
+def inp(cpu: float | None = 12.0, mem: float | None = 20 * GIB) -> ReportInput:
+    return ReportInput(
+        TOPO,
+        CPUSet(),
+        cpu,
+        mem,
+        {0: (cpu or 0) / 2, 1: (cpu or 0) / 2},
+        {0: (mem or 0) / 2, 1: (mem or 0) / 2},
+        [NumaAllocation("default/db/uid-1", 1, 2, GIB)],
+        {"why": "test"},
+    )
+
+
+def test_creates_the_cnr_and_publishes_reclaimed_figures() -> None:
+    _, cluster, rep = setup()
+    rep.report(inp(), 100)
+    cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")
+    res = cnr["status"]["resources"]
+    assert res["allocatable"][names.RECLAIMED_MILLICPU] == "12k"
+    assert res["capacity"][names.RECLAIMED_MEMORY] == "20Gi"
+    node = cluster.get(names.NODE, "n1")
+    assert node["status"]["allocatable"][names.RECLAIMED_MILLICPU] == "12k"
+    assert cnr["metadata"]["ownerReferences"][0]["name"] == "n1"
+    ann = json.loads(cnr["metadata"]["annotations"][names.RECLAIMED_TERMS_ANNOTATION])
+    assert ann == {"why": "test"}
+
+
+def test_topology_zones_are_sockets_with_numa_children_and_allocations() -> None:
+    _, cluster, rep = setup()
+    rep.report(inp(), 100)
+    zones = cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")["status"]["topologyZone"]
+    assert [z["type"] for z in zones] == [names.ZONE_SOCKET, names.ZONE_SOCKET]
+    numa1 = zones[1]["children"][0]
+    assert numa1["type"] == names.ZONE_NUMA and numa1["name"] == "1"
+    assert numa1["resources"]["capacity"]["cpu"] == "8"
+    assert numa1["resources"]["allocatable"][names.RECLAIMED_MILLICPU] == "6k"
+    assert numa1["allocations"][0]["consumer"] == "default/db/uid-1"
+    assert "allocations" not in zones[0]["children"][0]
+
+
+def test_writes_only_on_change_but_refreshes_the_heartbeat() -> None:
+    _, cluster, rep = setup()
+    rep.report(inp(), 100)
+    rv = cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")["metadata"]["resourceVersion"]
+    assert rep.report(inp(), 102)["cnr"] == "unchanged"
+    assert cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")["metadata"]["resourceVersion"] == rv
+    assert rep.report(inp(), 105)["cnr"] == "heartbeat"
+    cond = cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")["status"]["conditions"][0]
+    assert cond["type"] == names.CNR_CONDITION_AGENT_READY
+    assert cond["lastHeartbeatTime"] == "1970-01-01T00:01:45Z"
+    assert rep.report(inp(cpu=10.0), 106)["cnr"] == "status written"
+
+
+def test_nothing_is_published_while_the_window_fills() -> None:
+    _, cluster, rep = setup()
+    rep.report(inp(cpu=None, mem=None), 100)
+    cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")
+    assert "resources" not in cnr["status"] or not cnr["status"]["resources"].get("allocatable")
+    # but the heartbeat is there
+    assert cnr["status"]["conditions"][0]["status"] == "True"
+    node = cluster.get(names.NODE, "n1")
+    assert names.RECLAIMED_MILLICPU not in node["status"].get("allocatable", {})
+
+
+def test_an_existing_cnr_is_updated_not_recreated() -> None:
+    _, cluster, rep = setup()
+    created = cluster.create(
+        names.CUSTOM_NODE_RESOURCE,
+        {"metadata": {"name": "n1", "labels": {"keep": "me"}}, "spec": {}},
+    )
+    rep.report(inp(), 100)
+    cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")
+    assert cnr["metadata"]["uid"] == created["metadata"]["uid"]
+    assert cnr["metadata"]["labels"] == {"keep": "me"}
+
+
+def test_a_deleted_cnr_is_recreated_after_an_api_error() -> None:
+    _, cluster, rep = setup()
+    rep.report(inp(), 100)
+    cluster.delete(names.CUSTOM_NODE_RESOURCE, "n1")
+    out = rep.report(inp(cpu=8.0), 110)
+    assert "error" in out
+    rep.report(inp(cpu=8.0), 111)
+    cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")
+    assert cnr["status"]["resources"]["allocatable"][names.RECLAIMED_MILLICPU] == "8k"
+
+
+def test_node_figures_are_sent_again_after_someone_erased_them() -> None:
+    _, cluster, rep = setup()
+    rep.report(inp(), 100)
+    cluster.patch(
+        names.NODE,
+        "n1",
+        {"status": {"capacity": {names.RECLAIMED_MILLICPU: None}}},
+        subresource="status",
+    )
+    assert rep.report(inp(), 110)["node"] == "unchanged"
+    assert rep.report(inp(), 400)["node"] == "written"
+    node = cluster.get(names.NODE, "n1")
+    assert node["status"]["capacity"][names.RECLAIMED_MILLICPU] == "12k"

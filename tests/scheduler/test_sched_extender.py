@@ -1,0 +1,149 @@
+"""The extender endpoints with the JSON a stock kube-scheduler sends (Go field names)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from pykatalyst.api import names
+from pykatalyst.cluster.clock import VirtualClock
+from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.scheduler.config import load_config_text
+from pykatalyst.scheduler.extender import NOT_IN_CACHE, ExtenderService, make_app
+from pykatalyst.scheduler.scheduler import Scheduler
+from tests.scheduler.sched_helpers import add_node, add_pod, node, pod
+
+FIT_ONLY = """\
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - plugins:
+      score:
+        disabled: [{name: "*"}]
+        enabled: [{name: NodeResourcesFit, weight: 2}]
+"""
+TAINT = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+
+
+def setup() -> tuple[MemoryCluster, ExtenderService]:
+    c = MemoryCluster(VirtualClock())
+    add_node(c, node("n0", cpu="1"))
+    add_node(c, node("n1", cpu="8"))
+    add_node(c, node("n2", taints=[TAINT]))
+    sched = Scheduler(c, load_config_text(FIT_ONLY))
+    return c, ExtenderService(sched)
+
+
+def kube_pod(c: MemoryCluster, name: str = "web", cpu: str = "2") -> dict[str, Any]:
+    # what kube-scheduler forwards: the stored v1.Pod, camelCase inside
+    return add_pod(c, pod(name, {"cpu": cpu, "memory": "1Gi"}))
+
+
+def test_filter_with_node_names() -> None:
+    c, svc = setup()
+    args = {"Pod": kube_pod(c), "Nodes": None, "NodeNames": ["n0", "n1", "n2", "ghost"]}
+    result = svc.filter(args, 0.0)
+    assert set(result) == {
+        "Nodes",
+        "NodeNames",
+        "FailedNodes",
+        "FailedAndUnresolvableNodes",
+        "Error",
+    }
+    assert result["NodeNames"] == ["n1"]
+    assert result["Nodes"] is None
+    assert result["FailedNodes"] == {"n0": "Insufficient cpu", "ghost": NOT_IN_CACHE}
+    assert result["FailedAndUnresolvableNodes"] == {
+        "n2": "node(s) had untolerated taint {dedicated: infra}"
+    }
+    assert result["Error"] == ""
+
+
+def test_filter_with_a_node_list_returns_the_passing_nodes() -> None:
+    c, svc = setup()
+    fresh = node("n3", cpu="16")  # kube-scheduler knows a node our informer has not seen
+    listed = [c.get(names.NODE, "n0"), c.get(names.NODE, "n1"), fresh]
+    args = {"Pod": kube_pod(c), "Nodes": {"metadata": {}, "items": listed}, "NodeNames": None}
+    result = svc.filter(args, 0.0)
+    assert result["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["n1", "n3"]
+    assert result["FailedNodes"] == {"n0": "Insufficient cpu"}
+
+
+def test_filter_reports_invalid_qos_as_unresolvable() -> None:
+    c, svc = setup()
+    bad = add_pod(c, pod("bad", {"cpu": "1"}, qos="gold_cores"))
+    result = svc.filter({"Pod": bad, "NodeNames": ["n1"]}, 0.0)
+    assert result["NodeNames"] == []
+    assert "gold_cores" in result["FailedAndUnresolvableNodes"]["n1"]
+
+
+def test_prioritize_scores_are_on_the_extender_scale() -> None:
+    c, svc = setup()
+    add_node(c, node("n3", cpu="4", memory="8Gi"))
+    add_pod(c, pod("busy", {"cpu": "1", "memory": "2Gi"}, node_name="n3"))
+    add_node(c, node("n4", cpu="4", memory="8Gi"))
+    empty = add_pod(c, pod("p"))  # asks for nothing: scored as 100m cpu / 200Mi memory
+    result = svc.prioritize({"Pod": empty, "NodeNames": ["n3", "n4", "zz"]}, 0.0)
+    # n3: LeastAllocated 72 (see the plugin tests) x weight 2 = 144 of 200 -> 7 of 10
+    # n4: 97 x 2 = 194 -> 9; an unknown node scores 0
+    assert result == [
+        {"Host": "n3", "Score": 7},
+        {"Host": "n4", "Score": 9},
+        {"Host": "zz", "Score": 0},
+    ]
+
+
+def test_bind_creates_the_binding_and_counts_the_pod() -> None:
+    c, svc = setup()
+    p = kube_pod(c)
+    args = {
+        "PodName": "web",
+        "PodNamespace": "default",
+        "PodUID": p["metadata"]["uid"],
+        "Node": "n1",
+    }
+    assert svc.bind(args, 0.0) == {"Error": ""}
+    assert c.get(names.POD, "web", "default")["spec"]["nodeName"] == "n1"
+    assert svc.scheduler.snapshot.requested("n1", "cpu") == 2000
+    again = svc.bind(args, 0.0)
+    assert "already assigned" in again["Error"]
+    wrong = svc.bind({**args, "PodName": "web2"}, 0.0)
+    assert "not found" in wrong["Error"]
+
+
+def test_http_endpoints_speak_kube_scheduler_json() -> None:
+    c, svc = setup()
+    body = {"Pod": kube_pod(c), "Nodes": None, "NodeNames": ["n0", "n1"]}
+
+    async def run() -> None:
+        client = TestClient(TestServer(make_app(svc, lambda: 0.0)))
+        await client.start_server()
+        try:
+            resp = await client.post(
+                "/scheduler/filter",
+                data=json.dumps(body),
+                headers={"Content-Type": "application/json"},
+            )
+            assert resp.status == 200
+            got = await resp.json()
+            assert got["NodeNames"] == ["n1"]
+            assert got["FailedNodes"] == {"n0": "Insufficient cpu"}
+            resp = await client.post("/prioritize", data=json.dumps(body))
+            scores = await resp.json()
+            assert [s["Host"] for s in scores] == ["n0", "n1"]
+            assert all(0 <= s["Score"] <= 10 for s in scores)
+            resp = await client.post("/filter", data="{not json")
+            assert resp.status == 400
+            assert "not JSON" in (await resp.json())["Error"]
+            resp = await client.post("/preempt", data="{}")
+            assert resp.status == 404
+            resp = await client.get("/healthz")
+            assert await resp.text() == "ok"
+        finally:
+            await client.close()
+
+    asyncio.run(run())
