@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from pykatalyst.agent.host.fake import make_kubelet_tree
@@ -73,3 +74,60 @@ def test_summary_output_names_the_pools(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "share=" in result.stdout and "reclaim=" in result.stdout
+
+
+def _run_once(tmp_path: Path, *extra: str) -> tuple[int, str]:
+    make_kubelet_tree(tmp_path, version=1)
+    args = ["agent", "--node", "n1", "--dry-run", "--once", "-o", "json"]
+    result = CliRunner().invoke(app, [*args, "--host-root", str(tmp_path), *extra])
+    return result.exit_code, result.output
+
+
+def test_eviction_section_of_the_config_file_reaches_the_eviction_stage(tmp_path: Path) -> None:
+    code, out = _run_once(tmp_path / "on")
+    assert code == 0, out
+    kinds = [a["kind"] for a in _json(out)["eviction_actions"]]  # type: ignore[attr-defined]
+    assert "eviction-plan" in kinds
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("eviction:\n  enabled: false\n")
+    code, out = _run_once(tmp_path / "off", "--config", str(cfg))
+    assert code == 0, out
+    assert _json(out)["eviction_actions"] == []
+
+
+def test_invalid_eviction_config_is_refused_at_start_naming_the_field(tmp_path: Path) -> None:
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("eviction:\n  reclaimed_resource:\n    eviction_threshold: {cpu: 2}\n")
+    code, out = _run_once(tmp_path / "root", "--config", str(cfg))
+    assert code == 2
+    assert "eviction.reclaimed_resource.eviction_threshold" in out
+    assert "'cpu'" in out
+
+
+def test_in_cluster_outside_a_pod_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code, out = _run_once(tmp_path, "--in-cluster")
+    assert code == 2
+    assert "--in-cluster" in out and "KUBERNETES_SERVICE_HOST" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--context", "prod"], "--context needs --kubeconfig"),
+        (["--kubeconfig", "KUBECONFIG", "--in-cluster"], "exclude each other"),
+        (["--kubeconfig", "missing.yaml"], "no such file"),
+    ],
+)
+def test_cluster_options_are_checked_before_the_agent_runs(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    args = [str(kubeconfig) if a == "KUBECONFIG" else a for a in args]
+    args = [str(tmp_path / a) if a == "missing.yaml" else a for a in args]
+    code, out = _run_once(tmp_path / "root", *args)
+    assert code == 2
+    assert message in out

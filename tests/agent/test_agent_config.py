@@ -83,3 +83,66 @@ def test_admin_qos_overlay_changes_only_what_it_sets() -> None:
     assert cfg.advisor.reserved_for_allocate_cpu == 4
     empty = AdminQoSConfiguration.from_json({"metadata": {"name": "b", "namespace": "d"}})
     assert AgentConfig().with_admin_qos(empty) == AgentConfig()
+
+
+def test_eviction_section_is_the_base_the_admin_qos_overlays(tmp_path: Path) -> None:
+    from pykatalyst.agent.eviction import EvictionStage
+    from pykatalyst.api import names
+    from pykatalyst.cluster.clock import VirtualClock
+    from pykatalyst.cluster.memory import MemoryCluster
+
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        "admin_qos_config: kube-system/eviction\n"
+        "eviction:\n"
+        "  eviction_burst: 1\n"
+        "  dry_run: [system-memory-pressure-eviction-plugin]\n"
+        "  reclaimed_resource:\n"
+        "    eviction_threshold: {katalyst.kubewharf.io/reclaimed_memory: 3}\n"
+    )
+    cfg = load_config(path)
+    assert cfg.eviction.eviction_burst == 1
+    assert cfg.eviction.is_dry_run(names.EVICTION_PLUGIN_SYSTEM_MEMORY)
+    assert not cfg.eviction.is_dry_run(names.EVICTION_PLUGIN_RECLAIMED_RESOURCE)
+    # The legacy resource spelling is read as the current one; a map in the file replaces
+    # the default map, so reclaimed cpu is not checked until the cluster sets it.
+    assert cfg.eviction.reclaimed_resource.eviction_threshold == {names.RECLAIMED_MEMORY: 3.0}
+
+    cluster = MemoryCluster(clock=VirtualClock(0), namespaces=("default", "kube-system"))
+    aqc = {
+        "apiVersion": names.ADMIN_QOS_CONFIGURATION.api_version,
+        "kind": names.ADMIN_QOS_CONFIGURATION.kind,
+        "metadata": {"name": "eviction", "namespace": "kube-system"},
+        "spec": {
+            "config": {
+                "evictionConfig": {
+                    "reclaimedResourcesEvictionConfig": {
+                        "evictionThreshold": {names.RECLAIMED_MILLICPU: 8}
+                    }
+                }
+            }
+        },
+    }
+    cluster.create(names.ADMIN_QOS_CONFIGURATION, aqc, "kube-system")
+    stage = EvictionStage("n1", cluster, cfg.eviction, admin_qos=cfg.admin_qos_config)
+    stage.refresh_config(0)
+    live = stage.manager.config
+    assert live.reclaimed_resource.eviction_threshold == {
+        names.RECLAIMED_MILLICPU: 8.0,
+        names.RECLAIMED_MEMORY: 3.0,
+    }
+    assert live.eviction_burst == 1
+    assert live.is_dry_run(names.EVICTION_PLUGIN_SYSTEM_MEMORY)
+
+
+def test_reclaim_overlay_keeps_the_eviction_section() -> None:
+    cfg = parse_config({"eviction": {"eviction_burst": 7, "load": {"enabled": True}}})
+    aqc = AdminQoSConfiguration.from_json(
+        {
+            "metadata": {"name": "a", "namespace": "default"},
+            "spec": {"config": {"reclaimedResourceConfig": {"enableReclaim": False}}},
+        }
+    )
+    overlaid = cfg.with_admin_qos(aqc)
+    assert overlaid.advisor.enable_reclaim is False
+    assert overlaid.eviction == cfg.eviction

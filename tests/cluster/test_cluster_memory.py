@@ -325,3 +325,19 @@ def test_watch_and_informer_replay_equals_list(steps: list[tuple[str, str]], win
     if not gone:
         assert replay == expected
     assert {o["metadata"]["name"]: o for o in inf.list()} == expected
+
+
+def test_a_fresh_cluster_has_the_namespaces_the_manifests_and_components_use() -> None:
+    from pykatalyst.api import names
+
+    mc = MemoryCluster()
+    have = {ns["metadata"]["name"] for ns in mc.list(NAMESPACE).items}
+    assert {
+        names.DEFAULT_NAMESPACE,
+        names.KUBE_SYSTEM_NAMESPACE,
+        names.SYSTEM_NAMESPACE,
+    } <= have
+    # The controller's leader Lease and the system's ConfigMaps go there without setup.
+    lease = {"metadata": {"name": names.CONTROLLER_LEASE_NAME}, "spec": {}}
+    mc.create(names.LEASE, lease, names.SYSTEM_NAMESPACE)
+    assert mc.get(names.LEASE, names.CONTROLLER_LEASE_NAME, names.SYSTEM_NAMESPACE)

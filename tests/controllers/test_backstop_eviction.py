@@ -213,3 +213,51 @@ def test_backstop_records_read_back_by_katalyst_explain(tmp_path: Path) -> None:
     assert [r["kind"] for r in data] == ["backstop-taint", "backstop-eviction"]
     assert data[1]["object"] == "Pod/default/batch"
     assert data[1]["observed"] >= data[1]["threshold"] == 120
+
+
+def test_one_records_file_from_agent_and_backstop_is_explained_together(tmp_path: Path) -> None:
+    from pykatalyst.agent.eviction import EvictionRecord, EvictionRecorder
+    from pykatalyst.api.records import DecisionRecord, read_records
+
+    path = tmp_path / "records.jsonl"
+    # Before its agent went silent, it had evicted one reclaimed pod itself.
+    agent_record = EvictionRecord(
+        time=100_010.0,
+        node="node-1",
+        kind="eviction",
+        plugin=names.EVICTION_PLUGIN_RECLAIMED_RESOURCE,
+        reason="reclaimed_millicpu hard",
+        message="evicting default/early",
+        object_key="default/early",
+        signal="sum of reclaimed_millicpu requests",
+        observed=6000.0,
+        threshold=5000.0,
+        operator=">",
+        unit="m",
+    )
+    EvictionRecorder(path=path).add([agent_record])
+    c = Cluster(taint_after_s=60, evict_after_s=120)
+    c.controller.records_path = path
+    c.cluster.create(names.POD, pod("batch", "node-1", names.QOS_RECLAIMED_CORES))
+    c.step(5)
+    c.alive.clear()
+    c.step(130)
+
+    back = read_records(path)
+    assert all(type(r) is DecisionRecord for r in back)
+    assert back[0] == agent_record
+    assert [r.plugin for r in back] == [
+        names.EVICTION_PLUGIN_RECLAIMED_RESOURCE,
+        "backstop",
+        "backstop",
+    ]
+    result = CliRunner().invoke(
+        app, ["explain", "--records", str(path), "--node", "node-1", "-o", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [r["kind"] for r in data] == ["eviction", "backstop-taint", "backstop-eviction"]
+    assert data[1]["signal"] == data[2]["signal"] and "AgentReady" in data[1]["signal"]
+    table = CliRunner().invoke(app, ["explain", "--records", str(path)])
+    assert table.exit_code == 0, table.output
+    assert "6000" in table.output and "AgentSilent" not in table.output.split("6000")[0]

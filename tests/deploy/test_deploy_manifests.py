@@ -736,14 +736,53 @@ def test_controller_replicas_elect_a_leader_and_the_scheduler_never_runs_twice()
 # --- the agent's command line, end to end ---------------------------------------------------
 
 
+def _pretend_in_cluster(monkeypatch: pytest.MonkeyPatch, url: str, sa: Path) -> None:
+    """What a pod sees: KUBERNETES_SERVICE_HOST/PORT and the ServiceAccount files (here under
+    `sa`). The official client's own in-cluster loader reads them; only the scheme is
+    turned back to the test server's plain HTTP, since the loader always says https."""
+    from urllib.parse import urlsplit
+
+    from kubernetes.config import incluster_config
+
+    from pykatalyst.cluster.kube import KubeCluster
+
+    where = urlsplit(url)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", str(where.hostname))
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(where.port))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(sa / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(sa / "ca.crt"))
+    real = KubeCluster.in_cluster
+
+    def over_http(**kw: Any) -> KubeCluster:
+        cluster = real(**kw)
+        assert cluster.host == f"https://{where.netloc}"
+        configuration = cluster._client.configuration
+        # The loader re-applies its settings (fresh token, https host, and its own hook)
+        # before each request.
+        refresh = configuration.refresh_api_key_hook
+
+        def refresh_over_http(conf: Any) -> None:
+            if refresh is not None:
+                refresh(conf)
+            conf.host = url.rstrip("/")
+            conf.refresh_api_key_hook = refresh_over_http
+
+        configuration.refresh_api_key_hook = refresh_over_http
+        configuration.host = url.rstrip("/")
+        return cluster
+
+    monkeypatch.setattr(KubeCluster, "in_cluster", over_http)
+
+
 @pytest.mark.parametrize("version", [1, 2])
 def test_the_daemonsets_agent_command_runs_against_a_node_tree_and_a_cluster(
-    tmp_path: Path, version: int
+    tmp_path: Path, version: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The DaemonSet's own arguments, with its mounts laid out under tmp_path: the node's
     filesystem at /host (a fake kubelet node, cgroup v1 or v2), the ConfigMap at
-    /etc/katalyst, and the ServiceAccount files the kubeconfig names; the API server is the
-    embedded one over HTTP."""
+    /etc/katalyst, and the ServiceAccount files (named by a kubeconfig, or found by
+    `--in-cluster` with the KUBERNETES_SERVICE_* environment Kubernetes sets); the API
+    server is the embedded one over HTTP."""
     from pykatalyst.agent.host.fake import make_kubelet_tree
     from pykatalyst.cluster.http import ApiServer
 
@@ -763,7 +802,8 @@ def test_the_daemonsets_agent_command_runs_against_a_node_tree_and_a_cluster(
     sa = tmp_path / "serviceaccount"
     sa.mkdir()
     (sa / "token").write_text("a-service-account-token")
-    (sa / "ca.crt").write_text("")
+    # The in-cluster loader refuses an empty CA file; plain HTTP never reads it.
+    (sa / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
     # The node's /proc, /sys and cgroups are one tree; the three mounts show parts of it.
     host = tmp_path / "node"
     make_kubelet_tree(host, version=version)
@@ -792,6 +832,8 @@ def test_the_daemonsets_agent_command_runs_against_a_node_tree_and_a_cluster(
                 file.write_text(text)
         env = {"NODE_NAME": "node-7"}
         args = [_expand(a, env) for a in container["args"]]
+        if "--in-cluster" in args:
+            _pretend_in_cluster(monkeypatch, server.url, sa)
         args = [
             f"{a.split('=', 1)[0]}={local(a.split('=', 1)[1])}" if "=/" in a else a for a in args
         ]

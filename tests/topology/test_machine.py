@@ -198,3 +198,60 @@ def test_bad_shapes_and_json_are_rejected() -> None:
         topo.info(9)
     with pytest.raises(TopologyError, match="no NUMA node 3"):
         topo.cpus_in_numa(3)
+
+
+# --- node memory against /proc/meminfo ------------------------------------------------------
+
+FOUR_CPUS = {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}
+
+
+def test_node_memory_short_of_meminfo_is_scaled_to_the_machine_total(tmp_path: Path) -> None:
+    # Like a sandboxed kernel: the node files say 6 GB in all, /proc/meminfo 24 GB.
+    gb_kb = 1024 * 1024
+    root = write_tree(
+        tmp_path,
+        FOUR_CPUS,
+        {0: ("0-1", 2 * gb_kb), 1: ("2-3", 4 * gb_kb)},
+        meminfo_kb=24 * gb_kb,
+    )
+    topo = CPUTopology.from_sysfs(root)
+    assert topo.total_memory == 24 * gb_kb * 1024
+    # The kernel's split between the nodes is kept.
+    assert topo.memory_per_numa == {0: 8 * gb_kb * 1024, 1: 16 * gb_kb * 1024}
+
+
+def test_node_memory_close_to_meminfo_is_kept_as_the_kernel_says(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, FOUR_CPUS, {0: ("0-1", 1000), 1: ("2-3", 2000)}, meminfo_kb=3050)
+    topo = CPUTopology.from_sysfs(root)
+    assert topo.memory_per_numa == {0: 1000 * 1024, 1: 2000 * 1024}
+
+
+def test_nodes_without_meminfo_share_the_machine_total(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, FOUR_CPUS, {0: ("0-1", 1), 1: ("2-3", 1)}, meminfo_kb=4001)
+    for node in (0, 1):
+        (root / f"sys/devices/system/node/node{node}/meminfo").unlink()
+    topo = CPUTopology.from_sysfs(root)
+    assert topo.total_memory == 4001 * 1024
+    assert abs(topo.memory_of_numa(0) - topo.memory_of_numa(1)) <= 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(1, 10**9), min_size=1, max_size=4),
+    st.integers(1, 10**10),
+)
+def test_scaled_node_memory_adds_up_and_keeps_the_split(
+    tmp_path_factory: pytest.TempPathFactory, node_kb: list[int], total_kb: int
+) -> None:
+    cpus = {i: (0, i) for i in range(len(node_kb))}
+    nodes = {i: (str(i), kb) for i, kb in enumerate(node_kb)}
+    root = write_tree(tmp_path_factory.mktemp("sysfs"), cpus, nodes, meminfo_kb=total_kb)
+    topo = CPUTopology.from_sysfs(root)
+    counted = sum(node_kb)
+    if abs(counted - total_kb) <= 0.03 * total_kb:
+        assert topo.memory_per_numa == {i: kb * 1024 for i, kb in enumerate(node_kb)}
+        return
+    assert topo.total_memory == total_kb * 1024
+    for i, kb in enumerate(node_kb):
+        share = kb * total_kb * 1024 / counted
+        assert abs(topo.memory_of_numa(i) - share) <= len(node_kb) + 1

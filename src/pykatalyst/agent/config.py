@@ -7,7 +7,9 @@ turns it on; an agent whose whole point is colocation should publish what it fin
 
 The configuration is read once at start (`load_config`) and refused with the field named
 when it is wrong. Part of it can be overlaid at run time by an AdminQoSConfiguration from
-the cluster (`AgentConfig.with_admin_qos`), as Katalyst's dynamic configuration does.
+the cluster (`AgentConfig.with_admin_qos`), as Katalyst's dynamic configuration does; the
+`eviction` section is the eviction manager's base configuration, which the same object's
+`evictionConfig` overlays in the eviction stage.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from pykatalyst.agent.eviction.config import EvictionConfig
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.quantity import Quantity, QuantityError, parse_quantity
 from pykatalyst.topology.cpuset import CPUSet
@@ -152,6 +155,10 @@ class AgentConfig(_Section):
     advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
     reporter: ReporterConfig = Field(default_factory=ReporterConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    eviction: EvictionConfig = Field(
+        default_factory=EvictionConfig,
+        description="the eviction manager: thresholds, dry-run plugins (docs/eviction.md)",
+    )
     reclaimed_cpu_idle: bool = Field(True, description="cpu.idle=1 (SCHED_IDLE) on reclaimed pods")
     admin_qos_config: str | None = Field(
         None,

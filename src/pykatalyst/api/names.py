@@ -245,6 +245,10 @@ CRD: Final = Kind(
     ("crd", "crds"),
 )
 CORE_KINDS: Final = (POD, NODE, EVENT, NAMESPACE, CONFIG_MAP, LEASE, CRD)
+# Namespaces every Kubernetes cluster has. Events about cluster-scoped objects (Nodes) are
+# written to DEFAULT_NAMESPACE, as the kubelet does.
+DEFAULT_NAMESPACE: Final = "default"
+KUBE_SYSTEM_NAMESPACE: Final = "kube-system"
 
 # --- scheduler --------------------------------------------------------------------------
 

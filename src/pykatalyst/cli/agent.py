@@ -16,6 +16,12 @@ from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
+from pykatalyst.cli.kubeopts import (
+    CONTEXT_OPTION,
+    IN_CLUSTER_OPTION,
+    KUBECONFIG_OPTION,
+    cluster_from_options,
+)
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.protocol import ApiError, Cluster, NotFound
@@ -81,7 +87,7 @@ def create_pods(cluster: Cluster, node: str, pods: list[dict[str, Any]]) -> list
     created = []
     for pod in pods:
         meta = pod.setdefault("metadata", {})
-        ns = meta.setdefault("namespace", "default")
+        ns = meta.setdefault("namespace", names.DEFAULT_NAMESPACE)
         pod.setdefault("spec", {})["nodeName"] = node
         obj = cluster.create(names.POD, pod, ns)
         created.append(f"{ns}/{obj['metadata']['name']}")
@@ -121,10 +127,9 @@ def agent(
         Path | None,
         typer.Option("--host-root", help="Read sysfs, /proc and cgroups under this directory."),
     ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option("--kubeconfig", help="Talk to this cluster instead of the embedded one."),
-    ] = None,
+    kubeconfig: Path | None = KUBECONFIG_OPTION,
+    in_cluster: bool = IN_CLUSTER_OPTION,
+    context: str | None = CONTEXT_OPTION,
 ) -> None:
     """Run the node agent: pools, cpusets, headroom and reporting for NODE."""
     try:
@@ -139,15 +144,7 @@ def agent(
         topo = host.topology()
     except (OSError, ValueError) as exc:
         raise _fail(f"cannot read this machine: {exc}") from None
-    cluster: Cluster
-    if kubeconfig is not None:
-        from pykatalyst.cluster.kube import KubeCluster
-
-        cluster = KubeCluster.from_kubeconfig(str(kubeconfig))
-    else:
-        from pykatalyst.cluster.memory import MemoryCluster
-
-        cluster = MemoryCluster(clock=clock)
+    cluster: Cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
     notes: list[str] = []
     try:
         ensure_node(cluster, node, topo)
@@ -170,7 +167,17 @@ def agent(
     enforcer = Enforcer(host, checkpoint, clock)
     from pykatalyst.agent.eviction import EvictionStage
 
-    eviction = EvictionStage(node, cluster, dry_run=dry_run, admin_qos=cfg.admin_qos_config)
+    # The file's eviction section is the base; the AdminQoSConfiguration's evictionConfig
+    # is overlaid on it every config_ttl_s inside the stage.
+    eviction = EvictionStage(
+        node,
+        cluster,
+        cfg.eviction,
+        records_path=cfg.eviction.records_path,
+        dry_run=dry_run,
+        admin_qos=cfg.admin_qos_config,
+        config_ttl_s=cfg.config_ttl_s,
+    )
     runner = Agent(
         node, cluster, host, clock, cfg, enforcer, eviction_stages=[eviction], dry_run=dry_run
     )

@@ -16,9 +16,8 @@ from typing import Any
 
 import typer
 
-from pykatalyst.agent.eviction.records import filter_records, read_records
-from pykatalyst.agent.eviction.types import EvictionRecord
 from pykatalyst.api import names
+from pykatalyst.api.records import DecisionRecord, filter_records, read_records
 from pykatalyst.cli.output import OutputFormat, print_json, print_message, print_table
 from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
 
@@ -35,7 +34,7 @@ EXPLAINED_REASONS = {
 PLUGIN_MARK = "from plugin: "
 
 
-def records_from_events(path: Path) -> list[EvictionRecord]:
+def records_from_events(path: Path) -> list[DecisionRecord]:
     """Records rebuilt from Events (a List, a JSON array, one Event, or JSON lines)."""
     text = path.read_text(encoding="utf-8")
     try:
@@ -78,7 +77,7 @@ def records_from_events(path: Path) -> list[EvictionRecord]:
             key = f"{obj['namespace']}/{key}"
         node = str(source.get("host", "")) or (key if obj_kind == names.NODE.kind else "")
         out.append(
-            EvictionRecord(
+            DecisionRecord(
                 time=when,
                 node=node,
                 kind=kind,
@@ -93,7 +92,7 @@ def records_from_events(path: Path) -> list[EvictionRecord]:
     return out
 
 
-def _value(r: EvictionRecord) -> str:
+def _value(r: DecisionRecord) -> str:
     if r.observed is None:
         return ""
     threshold = "" if r.threshold is None else f" {r.operator} {r.threshold:g}"
@@ -119,7 +118,7 @@ def explain(
     if not records and not events:
         print_message("error: give --records FILE and/or --events FILE", stderr=True)
         raise typer.Exit(code=2)
-    found: list[EvictionRecord] = []
+    found: list[DecisionRecord] = []
     try:
         for path in records:
             found.extend(read_records(path))

@@ -30,12 +30,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from pykatalyst.api.names import (
     CONFIG_MAP,
     CRD,
+    DEFAULT_NAMESPACE,
     EVENT,
     KATALYST_KINDS,
+    KUBE_SYSTEM_NAMESPACE,
     LEASE,
     NAMESPACE,
     NODE,
     POD,
+    SYSTEM_NAMESPACE,
     Kind,
 )
 from pykatalyst.cluster.clock import Clock, VirtualClock
@@ -73,7 +76,7 @@ from pykatalyst.cluster.selectors import (
     valid_label_value,
 )
 
-DEFAULT_NAMESPACES: Final = ("default", "kube-system", "katalyst-system")
+DEFAULT_NAMESPACES: Final = (DEFAULT_NAMESPACE, KUBE_SYSTEM_NAMESPACE, SYSTEM_NAMESPACE)
 DEFAULT_SCHEDULER: Final = "default-scheduler"
 DEFAULT_TERMINATION_GRACE_SECONDS: Final = 30
 

@@ -5,7 +5,7 @@ from pykatalyst.controllers.backstop import (
     BackstopConfig,
     BackstopController,
     BackstopPlan,
-    BackstopRecord,
+    backstop_record,
     decide,
     last_heartbeat,
 )
@@ -15,7 +15,7 @@ __all__ = [
     "BackstopConfig",
     "BackstopController",
     "BackstopPlan",
-    "BackstopRecord",
+    "backstop_record",
     "decide",
     "last_heartbeat",
 ]

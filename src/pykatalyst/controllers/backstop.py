@@ -15,8 +15,6 @@ that smells of a problem on the controller's side, not of dead agents.
 
 from __future__ import annotations
 
-import json
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pykatalyst.api import names
 from pykatalyst.api.objects import CustomNodeResource, Pod, Taint
 from pykatalyst.api.qos import QoSError, parse_pod_qos
+from pykatalyst.api.records import DecisionLog, DecisionRecord
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
@@ -36,7 +35,7 @@ from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFo
 CRITICAL_PRIORITY = 2_000_000_000
 CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
-EVENT_NAMESPACE_FOR_NODES = "default"
+EVENT_NAMESPACE_FOR_NODES = names.DEFAULT_NAMESPACE
 
 BACKSTOP_TAINT = Taint(
     key=names.UNSCHEDULABLE_TAINT_KEY, effect="NoSchedule", qos_level=names.QOS_RECLAIMED_CORES
@@ -102,42 +101,42 @@ def reclaimed_pod(obj: JSON) -> ReclaimedPod | None:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class BackstopRecord:
-    """Why the backstop acted; printed like the agent's eviction records."""
+BACKSTOP_PLUGIN = "backstop"
+HEARTBEAT_SIGNAL = "seconds since the AgentReady heartbeat"
 
-    time: float
-    node: str
-    kind: str  # backstop-taint | backstop-untaint | backstop-eviction
-    reason: str
-    message: str
-    object_kind: str = names.NODE.kind
-    object_key: str = ""
-    object_uid: str = ""
-    observed: float | None = None
-    threshold: float | None = None
-    dry_run: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "time": self.time,
-            "node": self.node,
-            "kind": self.kind,
-            "plugin": "backstop",
-            "reason": self.reason,
-            "message": self.message,
-            "object": f"{self.object_kind}/{self.object_key}",
-            "uid": self.object_uid,
-            "dry_run": self.dry_run,
-            "signal": "seconds since the AgentReady heartbeat",
-            "operator": ">=",
-            "unit": "s",
-        }
-        if self.observed is not None:
-            out["observed"] = round(self.observed, 3)
-        if self.threshold is not None:
-            out["threshold"] = self.threshold
-        return out
+def backstop_record(
+    now: float,
+    node: str,
+    kind: str,
+    reason: str,
+    message: str,
+    *,
+    object_kind: str = names.NODE.kind,
+    object_key: str = "",
+    object_uid: str = "",
+    silent_s: float | None = None,
+    threshold: float | None = None,
+) -> DecisionRecord:
+    """Why the backstop acted (kind backstop-taint | backstop-untaint | backstop-eviction),
+    in the record shape the agent's eviction manager uses, so `katalyst explain` reads both.
+    The signal is always the heartbeat's age."""
+    return DecisionRecord(
+        time=now,
+        node=node,
+        kind=kind,
+        plugin=BACKSTOP_PLUGIN,
+        reason=reason,
+        message=message,
+        object_kind=object_kind,
+        object_key=object_key,
+        object_uid=object_uid,
+        signal=HEARTBEAT_SIGNAL,
+        observed=silent_s,
+        threshold=threshold,
+        operator=">=",
+        unit="s",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +159,7 @@ class NodeHealth:
 class BackstopAction:
     kind: str  # taint | untaint | evict
     node: str
-    record: BackstopRecord
+    record: DecisionRecord
     pod: ReclaimedPod | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -272,44 +271,44 @@ def decide(
     return BackstopPlan(now, tuple(health), tuple(actions), tuple(notes))
 
 
-def _taint_record(h: NodeHealth, now: float, cfg: BackstopConfig) -> BackstopRecord:
-    return BackstopRecord(
-        time=now,
-        node=h.node,
-        kind="backstop-taint",
-        reason="AgentSilent",
-        message=(
+def _taint_record(h: NodeHealth, now: float, cfg: BackstopConfig) -> DecisionRecord:
+    return backstop_record(
+        now,
+        h.node,
+        "backstop-taint",
+        "AgentSilent",
+        (
             f"agent on {h.node} silent for {h.silent_s or 0:g}s (>= {cfg.taint_after_s:g}s): "
             f"CNR tainted {BACKSTOP_TAINT.key}:{BACKSTOP_TAINT.effect} qosLevel="
             f"{BACKSTOP_TAINT.qos_level}; no new reclaimed pods will land there"
         ),
         object_key=h.node,
-        observed=h.silent_s,
+        silent_s=h.silent_s,
         threshold=cfg.taint_after_s,
     )
 
 
-def _untaint_record(h: NodeHealth, now: float) -> BackstopRecord:
-    return BackstopRecord(
-        time=now,
-        node=h.node,
-        kind="backstop-untaint",
-        reason="AgentBack",
-        message=f"agent on {h.node} heartbeating again: CNR taint {BACKSTOP_TAINT.key} removed",
+def _untaint_record(h: NodeHealth, now: float) -> DecisionRecord:
+    return backstop_record(
+        now,
+        h.node,
+        "backstop-untaint",
+        "AgentBack",
+        f"agent on {h.node} heartbeating again: CNR taint {BACKSTOP_TAINT.key} removed",
         object_key=h.node,
-        observed=h.silent_s,
+        silent_s=h.silent_s,
     )
 
 
 def _evict_record(
     h: NodeHealth, pod: ReclaimedPod, now: float, cfg: BackstopConfig
-) -> BackstopRecord:
-    return BackstopRecord(
-        time=now,
-        node=h.node,
-        kind="backstop-eviction",
-        reason="AgentSilent",
-        message=(
+) -> DecisionRecord:
+    return backstop_record(
+        now,
+        h.node,
+        "backstop-eviction",
+        "AgentSilent",
+        (
             f"evicting reclaimed pod {pod.key}: the agent on {h.node} has been silent for "
             f"{h.silent_s or 0:g}s (>= {cfg.evict_after_s:g}s), so nothing protects the "
             "node's shared pods from it"
@@ -317,7 +316,7 @@ def _evict_record(
         object_kind=names.POD.kind,
         object_key=pod.key,
         object_uid=pod.uid,
-        observed=h.silent_s,
+        silent_s=h.silent_s,
         threshold=cfg.evict_after_s,
     )
 
@@ -375,8 +374,7 @@ class BackstopController:
             ["action", "reason"],
             registry=self.registry,
         )
-        self.records: deque[BackstopRecord] = deque(maxlen=self.config.records_limit)
-        self.records_path = Path(records_path) if records_path is not None else None
+        self.log = DecisionLog(self.config.records_limit, records_path)
         self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self._pods = Informer(cluster, names.POD)
         self._taint_bucket = _Bucket(self.config.taint_qps, self.config.burst)
@@ -405,7 +403,7 @@ class BackstopController:
     def apply(self, plan: BackstopPlan) -> BackstopResult:
         done: list[str] = []
         failed: list[str] = []
-        records: list[BackstopRecord] = []
+        records: list[DecisionRecord] = []
         for action in plan.actions:
             what = f"{action.kind} {action.pod.key if action.pod else action.node}"
             if self.config.dry_run:
@@ -437,16 +435,23 @@ class BackstopController:
         plan = self.reconcile(now)
         return plan, self.apply(plan)
 
-    def _remember(self, records: Iterable[BackstopRecord]) -> None:
-        new = list(records)
-        for r in new:
-            self.records.append(r)
+    @property
+    def records(self) -> list[DecisionRecord]:
+        """The records kept in memory, oldest first."""
+        return list(self.log)
+
+    @property
+    def records_path(self) -> Path | None:
+        return self.log.path
+
+    @records_path.setter
+    def records_path(self, value: Path | None) -> None:
+        self.log.path = value
+
+    def _remember(self, records: Iterable[DecisionRecord]) -> None:
+        for r in self.log.add(records):
             if not r.dry_run:
                 self.actions_total.labels(r.kind.removeprefix("backstop-"), r.reason).inc()
-        if self.records_path is not None and new:
-            with self.records_path.open("a", encoding="utf-8") as fh:
-                for r in new:
-                    fh.write(json.dumps(r.to_json(), sort_keys=True) + "\n")
 
     def _set_taint(self, node: str, *, present: bool) -> None:
         # The whole list is replaced, so the patch carries the resourceVersion it was built
@@ -475,7 +480,7 @@ class BackstopController:
                 if attempt == 2:
                     raise
 
-    def _event(self, record: BackstopRecord) -> None:
+    def _event(self, record: DecisionRecord) -> None:
         ts = rfc3339(record.time)
         if record.object_kind == names.POD.kind:
             ns, _, name = record.object_key.partition("/")

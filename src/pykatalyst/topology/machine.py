@@ -307,6 +307,10 @@ class CPUTopology:
         ``sys/devices/system/node/node*/{cpulist,meminfo}``. Without node directories
         (kernels built without NUMA) everything is NUMA 0 and memory comes from
         ``proc/meminfo`` when present.
+
+        ``proc/meminfo``'s MemTotal, when present, is the machine's memory: per-node
+        figures that disagree with it by more than ``NODE_MEMORY_TOLERANCE`` are scaled to
+        it (see ``_fit_memory``).
         """
         cpu_dir = root / "sys/devices/system/cpu"
         online = _read_cpuset(cpu_dir / "online")
@@ -334,11 +338,13 @@ class CPUTopology:
             total = _mem_total(path / "meminfo")
             if total is not None:
                 memory[numa] = total
+        machine_total = _mem_total(root / "proc/meminfo")
         if not node_paths:
             numa_of_cpu = dict.fromkeys(online, 0)
-            total = _mem_total(root / "proc/meminfo")
-            if total is not None:
-                memory[0] = total
+            if machine_total is not None:
+                memory[0] = machine_total
+        elif machine_total is not None:
+            memory = _fit_memory(memory, machine_total, [int(p.name[4:]) for p in node_paths])
         raw: list[tuple[int, int, int, int]] = []  # cpu, socket, die, core_id
         for cpu in online:
             topo = cpu_dir / f"cpu{cpu}" / "topology"
@@ -392,6 +398,35 @@ def _read_int(path: Path) -> int:
         return int(text)
     except ValueError:
         raise TopologyError(f"{path}: expected an integer, found {text!r}") from None
+
+
+# Per-node MemTotal figures normally add up to /proc/meminfo's exactly; within this share
+# they are the kernel's own split and are kept as they are.
+NODE_MEMORY_TOLERANCE = 0.03
+
+
+def _fit_memory(per_node: dict[int, int], machine_total: int, nodes: list[int]) -> dict[int, int]:
+    """Per-node memory that adds up to the machine's MemTotal.
+
+    Some machines (containers on a sandboxed kernel, some VMs) report node meminfo that
+    covers only part of the memory /proc/meminfo says the machine has. Capacity published
+    from the node figures would then understate the machine several times over, so the
+    nodes are scaled in proportion to keep their split; the rounding remainder goes to
+    the largest node so the sum is exact. Nodes without a meminfo share the total evenly
+    when no node has one.
+    """
+    counted = sum(per_node.values())
+    if counted <= 0:
+        if not nodes or machine_total <= 0:
+            return per_node
+        share, rest = divmod(machine_total, len(nodes))
+        return {n: share + (rest if i == 0 else 0) for i, n in enumerate(sorted(nodes))}
+    if abs(counted - machine_total) <= NODE_MEMORY_TOLERANCE * machine_total:
+        return per_node
+    scaled = {n: v * machine_total // counted for n, v in per_node.items()}
+    largest = max(scaled, key=lambda n: (scaled[n], -n))
+    scaled[largest] += machine_total - sum(scaled.values())
+    return scaled
 
 
 _MEM_TOTAL = re.compile(r"^(?:Node\s+\d+\s+)?MemTotal:\s+(\d+)\s*kB\s*$", re.MULTILINE)

@@ -163,6 +163,9 @@ class EvictionConfig(_Section):
         300.0, description="forget a victim still running this long after its eviction"
     )
     records_limit: int = Field(1000, ge=1, description="decision records kept in memory")
+    records_path: str | None = Field(
+        None, description="also append every record to this JSON-lines file (katalyst explain)"
+    )
     reclaimed_resource: ReclaimedResourcePressureConfig = Field(
         default_factory=ReclaimedResourcePressureConfig
     )

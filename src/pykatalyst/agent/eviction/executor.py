@@ -21,7 +21,7 @@ from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFo
 
 TAINT_RESYNC_S = 30.0
 CONFLICT_RETRIES = 3
-EVENT_NAMESPACE_FOR_NODES = "default"
+EVENT_NAMESPACE_FOR_NODES = names.DEFAULT_NAMESPACE
 
 
 def event_body(

@@ -12,7 +12,12 @@ from pykatalyst.agent.host.base import HostSample
 from pykatalyst.api import names
 from pykatalyst.api.objects import Pod, Taint
 from pykatalyst.api.qos import QoSError, parse_pod_qos
+from pykatalyst.api.records import DecisionRecord
+from pykatalyst.api.records import RankEntry as RankEntry
 from pykatalyst.cluster.protocol import JSON
+
+# The record shape is shared with the backstop controller and `katalyst explain`.
+EvictionRecord = DecisionRecord
 
 # Kubernetes' own markers of pods that must never be evicted by a node agent.
 CRITICAL_PRIORITY = 2_000_000_000
@@ -237,123 +242,6 @@ class Threshold:
         if self.terms:
             out["terms"] = dict(self.terms)
         return out
-
-
-@dataclass(frozen=True, slots=True)
-class RankEntry:
-    """A candidate as ranked: its place and the key that put it there."""
-
-    pod: str
-    qos_level: str
-    priority: int
-    evict_score: float
-    usage: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pod": self.pod,
-            "qos_level": self.qos_level,
-            "priority": self.priority,
-            "evict_score": self.evict_score,
-            "usage": _round(self.usage),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class EvictionRecord:
-    """Why something happened: kept in memory, written as an Event, counted in metrics.
-
-    kind: "eviction" | "dry-run-eviction" | "eviction-succeeded" | "eviction-failed" |
-    "condition-set" | "condition-cleared"; the backstop controller writes records of the
-    same shape with "backstop-taint" | "backstop-untaint" | "backstop-eviction".
-    """
-
-    time: float
-    node: str
-    kind: str
-    plugin: str
-    reason: str
-    message: str
-    object_kind: str = names.POD.kind
-    object_key: str = ""
-    object_uid: str = ""
-    signal: str = ""
-    observed: float | None = None
-    threshold: float | None = None
-    operator: str = ""
-    unit: str = ""
-    window: str = ""
-    grace_period_s: float | None = None
-    met: str = ""
-    condition: str = ""
-    ranking: tuple[RankEntry, ...] = ()
-    dry_run: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "time": self.time,
-            "node": self.node,
-            "kind": self.kind,
-            "plugin": self.plugin,
-            "reason": self.reason,
-            "message": self.message,
-            "object": f"{self.object_kind}/{self.object_key}",
-            "uid": self.object_uid,
-            "dry_run": self.dry_run,
-        }
-        for name in ("signal", "operator", "unit", "window", "met", "condition"):
-            value = getattr(self, name)
-            if value:
-                out[name] = value
-        for name in ("observed", "threshold", "grace_period_s"):
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = _round(value)
-        if self.ranking:
-            out["ranking"] = [r.to_json() for r in self.ranking]
-        return out
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> EvictionRecord:
-        kind, _, key = str(raw.get("object", "/")).partition("/")
-        ranking = tuple(
-            RankEntry(
-                str(r.get("pod", "")),
-                str(r.get("qos_level", "")),
-                int(r.get("priority", 0)),
-                float(r.get("evict_score", 0.0)),
-                float(r.get("usage", 0.0)),
-            )
-            for r in raw.get("ranking", []) or []
-            if isinstance(r, Mapping)
-        )
-
-        def num(name: str) -> float | None:
-            v = raw.get(name)
-            return float(v) if isinstance(v, int | float) else None
-
-        return cls(
-            time=float(raw.get("time", 0.0)),
-            node=str(raw.get("node", "")),
-            kind=str(raw.get("kind", "")),
-            plugin=str(raw.get("plugin", "")),
-            reason=str(raw.get("reason", "")),
-            message=str(raw.get("message", "")),
-            object_kind=kind,
-            object_key=key,
-            object_uid=str(raw.get("uid", "")),
-            signal=str(raw.get("signal", "")),
-            observed=num("observed"),
-            threshold=num("threshold"),
-            operator=str(raw.get("operator", "")),
-            unit=str(raw.get("unit", "")),
-            window=str(raw.get("window", "")),
-            grace_period_s=num("grace_period_s"),
-            met=str(raw.get("met", "")),
-            condition=str(raw.get("condition", "")),
-            ranking=ranking,
-            dry_run=bool(raw.get("dry_run", False)),
-        )
 
 
 @dataclass(frozen=True, slots=True)
