@@ -232,3 +232,11 @@ def test_this_machine_is_read_as_it_is() -> None:
     assert sample.memory is not None and 0 < sample.memory.available <= sample.memory.total
     assert sample.numa_memory and all(n.total > 0 for n in sample.numa_memory.values())
     assert sample.load[0] >= 0.0
+
+
+def test_a_missing_hierarchy_is_named_not_assumed(tmp_path: Path) -> None:
+    reason = testbed_unavailable_reason(tmp_path)
+    assert reason is not None
+    assert "root" in reason or str(tmp_path / "cpu") in reason
+    with pytest.raises(RuntimeError, match="unavailable"):
+        CgroupTestbed(base=tmp_path)

@@ -245,6 +245,19 @@ def test_a_knob_the_machine_lacks_is_reported_once_then_skipped(tmp_path: Path) 
     assert second.ok and second.unsupported == (Knob.MEMORY_HIGH,)
 
 
+def test_a_file_missing_in_one_cgroup_is_skipped_there_only(tmp_path: Path) -> None:
+    node = _node(tmp_path, 2)
+    enf = _enforcer(node, tmp_path)
+    a, b = node.pod_cgroup(A_UID), node.pod_cgroup(B_UID)
+    node.path(a, "cpuset.cpus").unlink()  # cpuset not delegated to this cgroup
+    desired = {a: {Knob.CPUSET_CPUS: C("0-3")}, b: {Knob.CPUSET_CPUS: C("0-3")}}
+    first = enf.apply(desired)
+    assert [f.write.cgroup for f in first.new_failures] == [a]
+    assert [w.cgroup for w in first.applied] == [b]
+    assert first.unsupported == ()
+    assert enf.apply(desired).planned == ()  # not retried every pass
+
+
 def test_shares_of_an_idle_cgroup_are_left_alone(tmp_path: Path) -> None:
     node = _node(tmp_path, 1)
     enf = _enforcer(node, tmp_path)

@@ -59,6 +59,10 @@ DesiredState = Mapping[str, Mapping[Knob, KnobValue]]
 Outcome = Literal["applied", "failed", "vanished", "unsupported", "dry-run"]
 
 CHECKPOINT_VERSION: Final = 1
+# Knobs whose absence is the kernel's or the cgroup version's (cpu.idle before 5.15,
+# memory.high on v1): missing once means missing everywhere. Other missing files are
+# remembered per cgroup.
+_MACHINE_WIDE: Final = frozenset({Knob.CPU_IDLE, Knob.MEMORY_HIGH})
 
 
 class DesiredStateError(ValueError):
@@ -150,6 +154,7 @@ class Enforcer:
         self._journal: deque[JournalEntry] = deque(maxlen=journal_size)
         self._reported: set[tuple[str, Knob, str]] = set()
         self._unsupported: dict[Knob, str] = {}
+        self._missing_at: set[tuple[str, Knob]] = set()
         self._desired: dict[str, dict[Knob, KnobValue]] = {}
         self._complete = True
         self.checkpoint_error: str | None = None
@@ -214,7 +219,11 @@ class Enforcer:
             # A SCHED_IDLE group has no weight: the kernel refuses shares while cpu.idle is 1.
             idle = knobs.get(Knob.CPU_IDLE, actual.get(Knob.CPU_IDLE)) == 1
             for knob, value in knobs.items():
-                if knob in self._unsupported or (idle and knob is Knob.CPU_SHARES):
+                if (
+                    knob in self._unsupported
+                    or (cg, knob) in self._missing_at
+                    or (idle and knob is Knob.CPU_SHARES)
+                ):
                     continue
                 has = knob in actual
                 old = actual.get(knob)
@@ -346,8 +355,13 @@ class Enforcer:
             failed.append(f)
             if f.unsupported:
                 self._record(now, by_write.get(w), "unsupported", w, f.error)
-                if w.knob not in self._unsupported:
-                    self._unsupported[w.knob] = f.error
+                if w.knob in _MACHINE_WIDE:
+                    if w.knob not in self._unsupported:
+                        self._unsupported[w.knob] = f.error
+                        new.append(f)
+                elif (w.cgroup, w.knob) not in self._missing_at:
+                    # e.g. a v2 cgroup whose parent does not delegate the cpuset controller
+                    self._missing_at.add((w.cgroup, w.knob))
                     new.append(f)
                 continue
             self._record(now, by_write.get(w), "failed", w, f.error)
@@ -385,6 +399,7 @@ class Enforcer:
     def _forget(self, cg: str) -> None:
         self._desired.pop(cg, None)
         self._reported = {r for r in self._reported if r[0] != cg}
+        self._missing_at = {m for m in self._missing_at if m[0] != cg}
 
     def _record(
         self,
