@@ -353,8 +353,9 @@ def controller(
         typer.Option("--output", "-o", help="table (a line per reconcile) or json (the plans)."),
     ] = OutputFormat.TABLE,
 ) -> None:
-    """Run the centralized backstop: taint the CNRs of nodes whose agent went silent and
-    evict their reclaimed pods, on one elected replica."""
+    """Run the centralized backstop for nodes whose agent went silent.
+
+    Taints the CNRs of such nodes and evicts their reclaimed pods, on one elected replica."""
     taint_s = parse_duration(taint_after, "--taint-after")
     evict_s = parse_duration(evict_after, "--evict-after")
     period_s = parse_duration(period, "--period")

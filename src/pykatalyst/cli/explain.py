@@ -113,8 +113,10 @@ def explain(
         OutputFormat.TABLE, "--output", "-o", help="table or json."
     ),
 ) -> None:
-    """Show why pods were evicted and nodes tainted: plugin, signal, value, threshold,
-    window and the ranking behind each victim."""
+    """Show why pods were evicted and nodes tainted.
+
+    For each decision: plugin, signal, value, threshold, window and the ranking behind
+    each victim."""
     if not records and not events:
         print_message("error: give --records FILE and/or --events FILE", stderr=True)
         raise typer.Exit(code=2)

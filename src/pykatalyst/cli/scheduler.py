@@ -135,8 +135,10 @@ def scheduler(
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
 ) -> None:
-    """Place pending pods whose schedulerName matches a profile, with Katalyst's QoS- and
-    NUMA-aware plugins, binding them through pods/binding."""
+    """Place pending pods with Katalyst's QoS- and NUMA-aware plugins.
+
+    Schedules every pod whose schedulerName matches a profile, binding it through
+    pods/binding."""
     cfg = _load(config)
     if print_config:
         print_message(cfg.to_yaml().rstrip("\n"))
