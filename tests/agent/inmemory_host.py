@@ -159,7 +159,8 @@ class InMemoryHost:
     def apply(self, writes: Sequence[KnobWrite]) -> ApplyResult:
         applied: list[KnobWrite] = []
         failed: list[WriteFailure] = []
-        existing = {p.cgroup for p in self.pods.values()}
+        existing = {"kubepods", "kubepods/burstable", "kubepods/besteffort"}  # the kubelet's
+        existing.update(p.cgroup for p in self.pods.values())
         existing.update(c.cgroup for p in self.pods.values() for c in p.containers.values())
         for w in writes:
             if w.cgroup not in existing:

@@ -45,6 +45,7 @@ def test_quantities_are_accepted_for_cores_and_bytes() -> None:
         ({"advisr": {}}, "advisr"),
         ({"period_s": 0}, "period_s"),
         ({"admin_qos_config": "no-namespace"}, "admin_qos_config"),
+        ({"reclaimed_root": "kubepods/../etc"}, "reclaimed_root"),
     ],
 )
 def test_invalid_config_is_refused_naming_the_field(data: dict[str, object], field: str) -> None:
@@ -146,3 +147,27 @@ def test_reclaim_overlay_keeps_the_eviction_section() -> None:
     overlaid = cfg.with_admin_qos(aqc)
     assert overlaid.advisor.enable_reclaim is False
     assert overlaid.eviction == cfg.eviction
+
+
+def test_admin_qos_overlap_switch_overlays_the_cpu_policy() -> None:
+    base = AgentConfig()
+    assert base.cpu.overlap_reclaim_with_share is True
+    assert base.reclaimed_root == "auto" and base.reclaimed_root_quota is False
+    aqc = AdminQoSConfiguration.from_json(
+        {
+            "metadata": {"name": "a", "namespace": "default"},
+            "spec": {
+                "config": {
+                    "advisorConfig": {
+                        "cpuAdvisorConfig": {"allowSharedCoresOverlapReclaimedCores": False}
+                    }
+                }
+            },
+        }
+    )
+    off = base.with_admin_qos(aqc)
+    assert off.cpu.overlap_reclaim_with_share is False
+    assert off.advisor == base.advisor and off.cpu.ramp_up_period_s == base.cpu.ramp_up_period_s
+    # an AdminQoSConfiguration that does not mention it leaves it alone
+    silent = AdminQoSConfiguration.from_json({"metadata": {"name": "b", "namespace": "default"}})
+    assert base.with_admin_qos(silent).cpu.overlap_reclaim_with_share is True

@@ -80,9 +80,13 @@ def test_dedicated_numa_bound_pod_gets_exclusive_aligned_cpus_released_when_gone
         assert cpuset(n, other).isdisjoint(mine)
     for pool in plan.pools:
         assert pool.cpuset.isdisjoint(mine)
-    assert n.host.knobs[n.host.pods[db].cgroup][Knob.CPUSET_MEMS] == CPUSet.of([numa])
+    assert n.host.knobs[n.host.pods[db].containers["app"].cgroup][Knob.CPUSET_MEMS] == CPUSet.of(
+        [numa]
+    )
     # shared and reclaimed pods keep their memory off the bound NUMA node
-    assert n.host.knobs[n.host.pods[web].cgroup][Knob.CPUSET_MEMS] == CPUSet.of([1 - numa])
+    assert n.host.knobs[n.host.pods[web].containers["app"].cgroup][Knob.CPUSET_MEMS] == CPUSet.of(
+        [1 - numa]
+    )
     # the CNR shows the allocation in the NUMA zone
     zones = n.cluster.get(names.CUSTOM_NODE_RESOURCE, "node-1")["status"]["topologyZone"]
     numa_zone = next(c for z in zones for c in z["children"] if c["name"] == str(numa))
@@ -178,9 +182,12 @@ def test_reclaimed_pods_run_idle_on_the_reclaim_pool_with_their_memory_limit() -
     pod_cg = n.host.pods[batch].cgroup
     assert n.host.knobs[pod_cg][Knob.CPU_IDLE] == 1
     assert n.host.knobs[pod_cg][Knob.MEMORY_LIMIT] == 2 * GIB
-    reclaim = plan.pool(names.POOL_RECLAIM)
-    assert reclaim is not None and cpuset(n, batch) == reclaim.cpuset
-    # its own usage does not eat the headroom it runs on
+    assert n.host.knobs["kubepods/besteffort"][Knob.CPU_IDLE] == 1  # the reclaimed root
+    reclaim, share = plan.pool(names.POOL_RECLAIM), plan.pool(names.POOL_SHARE)
+    assert reclaim is not None and share is not None
+    # overlap mode: the reclaim pool and, under SCHED_IDLE, the share pool
+    assert cpuset(n, batch) == reclaim.cpuset | share.cpuset
+    # its own usage does not eat the headroom it runs on, nor inflate it beyond the pool
     assert plan.reclaimed_cpu.reported == pytest.approx(44, abs=0.5)
 
 
@@ -225,7 +232,7 @@ def test_dry_run_writes_nothing_and_publishes_nothing() -> None:
 def test_unwritable_knob_is_reported_once_and_the_loop_goes_on() -> None:
     n = Node()
     web = n.pod("web")
-    n.host.fail_knobs.add((n.host.pods[web].cgroup, Knob.CPUSET_MEMS))
+    n.host.fail_knobs.add((n.host.pods[web].containers["app"].cgroup, Knob.CPUSET_MEMS))
     n.run(120)
     assert len(n.events("KnobWriteFailed")) == 1
     assert cpuset(n, web)  # the other knobs were written
@@ -335,10 +342,14 @@ def test_shared_pod_with_numa_binding_gets_a_pool_on_its_numa_node() -> None:
     pool = plan.pool(pod.pool)
     assert pool is not None and pool.cpuset.issubset(TOPO.cpus_in_numa(numa))
     assert cpuset(n, snb) == pool.cpuset
-    assert n.host.knobs[n.host.pods[snb].cgroup][Knob.CPUSET_MEMS] == CPUSet.of([numa])
+    assert n.host.knobs[n.host.pods[snb].containers["app"].cgroup][Knob.CPUSET_MEMS] == CPUSet.of(
+        [numa]
+    )
     # unbound pods stay off the bound node, memory included
     assert cpuset(n, web).isdisjoint(TOPO.cpus_in_numa(numa))
-    assert n.host.knobs[n.host.pods[web].cgroup][Knob.CPUSET_MEMS] == CPUSet.of([1 - numa])
+    assert n.host.knobs[n.host.pods[web].containers["app"].cgroup][Knob.CPUSET_MEMS] == CPUSet.of(
+        [1 - numa]
+    )
     # the rest of the bound node is reclaim
     reclaim = plan.pool(names.POOL_RECLAIM)
     assert reclaim is not None

@@ -10,19 +10,28 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pykatalyst.agent.agent import Agent
+from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, KnobWrite
+from pykatalyst.agent.host.fake import container_id
 from pykatalyst.agent.host.linux import LinuxHost
-from pykatalyst.agent.host.testbed import CgroupTestbed, testbed_unavailable_reason
+from pykatalyst.agent.host.testbed import SANDBOX, CgroupTestbed, testbed_unavailable_reason
+from pykatalyst.agent.plan import AgentPlan
+from pykatalyst.api import names
 from pykatalyst.cluster.clock import RealClock
+from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
+from tests.agent.inmemory_host import node_json, pod_json
 
 pytestmark = pytest.mark.cgroup
 
@@ -240,3 +249,115 @@ def test_a_missing_hierarchy_is_named_not_assumed(tmp_path: Path) -> None:
     assert "root" in reason or str(tmp_path / "cpu") in reason
     with pytest.raises(RuntimeError, match="unavailable"):
         CgroupTestbed(base=tmp_path)
+
+
+# -- the whole agent on the real hierarchy ---------------------------------------------------
+
+
+class _AgentOnTestbed:
+    """An in-memory cluster whose pods are the testbed's cgroups (uids from the cluster)."""
+
+    def __init__(self, tb: CgroupTestbed, config: AgentConfig) -> None:
+        self.tb = tb
+        self.clock = RealClock()
+        self.cluster = MemoryCluster(clock=self.clock)
+        self.cluster.create(names.NODE, node_json("n1"))
+        self.host = tb.host()
+        self.enforcer = Enforcer(self.host, clock=self.clock)
+        self.agent = Agent("n1", self.cluster, self.host, self.clock, config, self.enforcer)
+        self.sandboxes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def pod(self, name: str, qos: str, **kw: Any) -> str:
+        obj = self.cluster.create(names.POD, pod_json(name, node="n1", **kw), "default")
+        uid = str(obj["metadata"]["uid"])
+        cid = container_id(uid, "app")
+        status = {"containerStatuses": [{"name": "app", "containerID": f"containerd://{cid}"}]}
+        self.cluster.patch(names.POD, name, {"status": status}, "default", subresource="status")
+        self.tb.add_pod(uid, qos, {"app": 1000 if qos != "besteffort" else 0}, sandbox=True)
+        self.sandboxes[uid] = self.tb.spawn(uid, SANDBOX, SLEEP)  # the pause process
+        return uid
+
+    def run(self, ticks: int = 3) -> AgentPlan:
+        plan = self.agent.reconcile()
+        for _ in range(ticks - 1):
+            plan = self.agent.reconcile()
+        return plan
+
+
+RECLAIMED_POD = {
+    "level": "reclaimed_cores",
+    "cpu": None,
+    "memory": None,
+    "reclaimed_cpu": "1k",
+    "reclaimed_memory": "256Mi",
+}
+
+
+def test_agent_confines_sandboxes_and_containers_without_ebusy(testbed: CgroupTestbed) -> None:
+    """A kubelet pod has a sandbox cgroup beside its containers, holding every cpu: the
+    agent's plan applies (no EBUSY, no refusal at all) and the processes, pause included,
+    run where the plan says; the pod cgroups keep every cpu, as the kubelet leaves them."""
+    cpus = _all_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs at least 2 cpus to split shared and reclaimed pods")
+    config = AgentConfig.model_validate(
+        {
+            "cpu": {"overlap_reclaim_with_share": False, "ramp_up_period_s": 0},
+            "checkpoint_path": None,
+        }
+    )
+    world = _AgentOnTestbed(testbed, config)
+    web = world.pod("web", "burstable", cpu="1")
+    batch = world.pod("batch", "besteffort", **RECLAIMED_POD)
+    web_proc = testbed.spawn(web, "app", SLEEP)
+    batch_proc = testbed.spawn(batch, "app", BUSY)
+    plan = world.run()
+    assert plan.enforce.get("failed", 0) == 0, plan.warnings
+    assert not [e for e in world.enforcer.explain() if e.outcome == "failed"]
+    web_plan, batch_plan = plan.pod(web), plan.pod(batch)
+    assert web_plan is not None and batch_plan is not None
+    # the split is real: shared and reclaimed pods hold disjoint cpus here
+    assert web_plan.cpuset.isdisjoint(batch_plan.cpuset)
+    for uid, pp in ((web, web_plan), (batch, batch_plan)):
+        for container in ("app", SANDBOX):
+            cg = testbed.container_cgroup(uid, container)
+            assert CPUSet.parse(testbed.read(cg, "cpuset.cpus")) == pp.cpuset
+        assert CPUSet.parse(testbed.read(testbed.pod_cgroup(uid), "cpuset.cpus")) == cpus
+    assert _allowed_cpus(web_proc.pid) == web_plan.cpuset
+    assert _allowed_cpus(batch_proc.pid) == batch_plan.cpuset
+    assert _allowed_cpus(world.sandboxes[web].pid) == web_plan.cpuset
+    assert _allowed_cpus(world.sandboxes[batch].pid) == batch_plan.cpuset
+    # the reclaimed root and the reclaimed pod run SCHED_IDLE; the burstable root does not
+    root = f"{testbed.kubepods}/besteffort"
+    assert testbed.read(root, "cpu.idle") == "1"
+    assert testbed.read(testbed.pod_cgroup(batch), "cpu.idle") == "1"
+    assert testbed.read(f"{testbed.kubepods}/burstable", "cpu.idle") == "0"
+    assert testbed.read(root, "cpu.cfs_quota_us") == "-1"
+
+
+def test_agent_overlap_mode_and_root_quota_on_the_real_hierarchy(testbed: CgroupTestbed) -> None:
+    cpus = _all_cpus()
+    config = AgentConfig.model_validate(
+        {
+            "cpu": {"overlap_reclaim_with_share": True, "ramp_up_period_s": 0},
+            "reclaimed_root_quota": True,
+            "checkpoint_path": None,
+        }
+    )
+    world = _AgentOnTestbed(testbed, config)
+    web = world.pod("web", "burstable", cpu="1")
+    batch = world.pod("batch", "besteffort", **RECLAIMED_POD)
+    batch_proc = testbed.spawn(batch, "app", BUSY)
+    plan = world.run()
+    assert plan.enforce.get("failed", 0) == 0, plan.warnings
+    reclaim, share = plan.pool(names.POOL_RECLAIM), plan.pool(names.POOL_SHARE)
+    assert reclaim is not None and share is not None
+    web_plan = plan.pod(web)
+    assert web_plan is not None and web_plan.cpuset == share.cpuset
+    # reclaimed pods may use every pooled cpu, under SCHED_IDLE ...
+    assert _allowed_cpus(batch_proc.pid) == reclaim.cpuset | share.cpuset
+    root = f"{testbed.kubepods}/besteffort"
+    assert testbed.read(root, "cpu.idle") == "1"
+    # ... and no more cpu time in all than the reclaim pool's size
+    assert testbed.read(root, "cpu.cfs_quota_us") == str(reclaim.size * 100_000)
+    assert reclaim.size <= len(cpus)

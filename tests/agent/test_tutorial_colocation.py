@@ -164,8 +164,9 @@ def test_the_cgroups_follow_the_pools(story: dict[str, object]) -> None:
     share = three.pool(names.POOL_SHARE)
     assert share is not None
     pod = t.host.pods[str(story["uid"])]
-    assert t.host.knobs[pod.cgroup][Knob.CPUSET_CPUS] == share.cpuset
     assert t.host.knobs[pod.containers["app"].cgroup][Knob.CPUSET_CPUS] == share.cpuset
+    # cpusets go on containers only: the pod cgroup keeps what the kubelet gave it
+    assert Knob.CPUSET_CPUS not in t.host.knobs.get(pod.cgroup, {})
 
 
 def test_node_status_and_terms_annotation_publish_the_same_figure(

@@ -168,10 +168,3 @@ def test_missing_path_fails() -> None:
     code, out = run("validate", "-f", "/no/such/place")
     assert code == 1
     assert "no such file or folder" in out
-
-
-def test_demo_validates_bundled_examples(tmp_path: Path) -> None:
-    code, out = run("demo", "--out", str(tmp_path))
-    assert code == 0, out
-    report = json.loads((tmp_path / "validate.json").read_text())
-    assert report["valid"] and len(report["pods"]) == 9

@@ -39,7 +39,7 @@ from pykatalyst.agent.advisor import (
 )
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest, Layout
-from pykatalyst.agent.host.base import Host, HostSample, Knob, KnobValue, PodCgroup
+from pykatalyst.agent.host.base import CpuQuota, Host, HostSample, Knob, KnobValue, PodCgroup
 from pykatalyst.agent.metrics import MetricStore
 from pykatalyst.agent.plan import (
     AgentPlan,
@@ -65,6 +65,7 @@ REDISCOVER_PERIOD_S = 30.0
 RESYNC_PERIOD_S = 30.0
 UNMANAGED = "(unmanaged)"
 SYSTEM_ALL_CPUS = "(all)"  # a system_cores pod without a cpuset_pool: every cpu but dedicated
+BESTEFFORT = "besteffort"  # the kubelet's QoS class whose cgroup holds reclaimed pods
 
 
 class KnobEnforcer(Protocol):
@@ -156,6 +157,9 @@ class Agent:
         self._last_desired: dict[str, dict[Knob, KnobValue]] | None = None
         self._last_enforce: float | None = None
         self._last_config_read: float | None = None
+        self._root_key: str | None = None  # reset by each discovery
+        self._root: str | None = None
+        self._container_ids: set[str] = set()
         rc = self.config.reporter
         self._cpu_smoother = HeadroomSmoother(
             rc.sliding_window_s,
@@ -389,6 +393,13 @@ class Agent:
             # SCHED_IDLE there, so they only take what shared pods leave).
             reclaim = lay.share_domain
             warnings.append(f"no cpu left for the reclaim pool: it overlaps {reclaim}")
+        # Overlap mode: reclaimed pods also run on the share pools' cpus, where SCHED_IDLE
+        # (cpu.idle on the reclaimed root) lets any shared task's wakeup take the cpu back.
+        # The reclaim pool proper, and what is published from it, stay as they are.
+        overlap = CPUSet()
+        if cfg.cpu.overlap_reclaim_with_share:
+            overlap = CPUSet().union(*pools.values()) - reclaim
+        reclaimed_cpus = reclaim | overlap
         pool_plans = []
         if lay.reserve:
             pool_plans.append(PoolPlan(names.POOL_RESERVE, lay.reserve))
@@ -402,16 +413,25 @@ class Agent:
                     "share_domain_cpus": len(lay.share_domain),
                     "reserved_for_reclaim": lay.reserved_for_reclaim,
                     "numa_bound_leftover_cpus": len(lay.bound_leftover),
+                    "overlap_cpus": str(overlap),
+                    "reclaimed_pods_cpus": str(reclaimed_cpus),
                 },
             )
         )
 
-        # headroom
+        # headroom: from the reclaim pool proper; in overlap mode reclaimed pods may run
+        # beyond it, so their usage there must not be published as more capacity.
         reclaimed_usage = self._reclaimed_usage(valid, now)
-        cpu_fig, mem_fig = self._headroom(now, reclaim, reclaimed_usage, valid)
+        cap = float(len(reclaim)) if overlap else None
+        cpu_fig, mem_fig = self._headroom(now, reclaim, reclaimed_usage, valid, cap)
 
         # per-pod plans and knobs
-        pod_plans, desired = self._pod_plans(now, specs, valid, lay, pools, reclaim, estimates)
+        pod_plans, desired = self._pod_plans(
+            now, specs, valid, lay, pools, reclaimed_cpus, estimates
+        )
+        root = self._reclaimed_root()
+        if root is not None:
+            desired[root] = self._root_knobs(len(reclaim))
         for uid, why in lay.failed.items():
             warnings.append(f"{valid[uid].key}: {why}")
 
@@ -470,8 +490,10 @@ class Agent:
     def _discover(self, now: float, specs: Mapping[str, PodSpec]) -> None:
         # Discovery walks the cgroup tree: do it when a pod appears whose cgroup is not
         # known yet (once per such pod, not every tick while it has none), when a write
-        # found a cgroup gone, and every REDISCOVER_PERIOD_S.
-        unknown = {uid for uid in specs if uid not in self._cgroups}
+        # found a cgroup gone, and every REDISCOVER_PERIOD_S. A container the pod status
+        # names but no cgroup was found for (a restart) counts too: cpusets sit on the
+        # container cgroups, so a new one runs unconfined until it is found.
+        unknown = self._unknown(specs)
         due = (
             self._last_discovery is None
             or now - self._last_discovery >= REDISCOVER_PERIOD_S
@@ -485,8 +507,75 @@ class Agent:
         except OSError:
             return
         self._cgroups = {p.pod_uid: p for p in found}
-        self._unknown_at_discovery = {uid for uid in specs if uid not in self._cgroups}
+        self._root_key = None
+        self._container_ids = {c.container_id for p in found for c in p.containers}
+        self._unknown_at_discovery = self._unknown(specs)
         self._sample_key = None
+
+    def _unknown(self, specs: Mapping[str, PodSpec]) -> set[str]:
+        ids = self._container_ids
+        out: set[str] = set()
+        for uid, s in specs.items():
+            if uid not in self._cgroups:
+                out.add(uid)
+                continue
+            for c in s.containers:
+                if c.container_id and c.container_id not in ids:
+                    out.add(f"{uid}/{c.container_id}")
+        return out
+
+    def _reclaimed_root(self) -> str | None:
+        """The cgroup above every reclaimed pod, when it exists on this machine.
+
+        'auto' asks the host for the kubelet's best-effort cgroup, or else takes the parent
+        of a discovered best-effort pod. The root is only written while it holds a
+        discovered pod: that is how the agent knows it is there.
+        """
+        configured = self.config.reclaimed_root.strip("/")
+        if not configured:
+            return None
+        key = configured
+        if self._root_key == key:
+            return self._root
+        root: str | None = configured
+        if configured == "auto":
+            root = None
+            qos_cgroup = getattr(self.host, "qos_cgroup", None)
+            if callable(qos_cgroup):
+                try:
+                    root = str(qos_cgroup(BESTEFFORT)).strip("/")
+                except ValueError:
+                    root = None
+            if root is None:
+                root = next(
+                    (
+                        p.cgroup.rsplit("/", 1)[0]
+                        for p in self._cgroups.values()
+                        if p.qos_class == BESTEFFORT and "/" in p.cgroup
+                    ),
+                    None,
+                )
+        if root is not None:
+            prefix = root + "/"
+            if not any(p.cgroup.startswith(prefix) for p in self._cgroups.values()):
+                root = None
+        self._root_key, self._root = key, root
+        return root
+
+    def _root_knobs(self, reclaim_cpus: int) -> dict[Knob, KnobValue]:
+        """cpu.idle on the reclaimed root: the kernel decides wakeup preemption between the
+        entities just below the common ancestor of the waking task and the running one, so
+        a shared pod (under kubepods/burstable) preempts a reclaimed one at once only when
+        the best-effort root itself is idle. The quota, when enabled, caps everything below
+        the root at the reclaim pool's size (what Katalyst writes for its quota knob)."""
+        cfg = self.config
+        knobs: dict[Knob, KnobValue] = {Knob.CPU_IDLE: 1 if cfg.reclaimed_cpu_idle else 0}
+        period = 100_000
+        if cfg.reclaimed_root_quota:
+            knobs[Knob.CPU_QUOTA] = CpuQuota(max(reclaim_cpus, 1) * period, period)
+        else:
+            knobs[Knob.CPU_QUOTA] = CpuQuota(None, period)
+        return knobs
 
     def _cgroup_list(self, specs: Mapping[str, PodSpec]) -> list[str]:
         """The cgroups worth sampling: every pod's (usage, memory), and containers only
@@ -628,12 +717,13 @@ class Agent:
         reclaim: CPUSet,
         reclaimed_usage: float | None,
         valid: Mapping[str, PodSpec],
+        cap: float | None = None,
     ) -> tuple[ReclaimedFigure, ReclaimedFigure]:
         cfg = self.config
         rc = cfg.reporter
         topo = self.topology
         cpu_value, cpu_numa, cpu_terms = cpu_headroom(
-            reclaim, self.metrics.cpu_usage_ratio(now), reclaimed_usage, None, self._numa_of
+            reclaim, self.metrics.cpu_usage_ratio(now), reclaimed_usage, cap, self._numa_of
         )
         users: list[MemoryUser] = []
         for s in valid.values():
@@ -784,8 +874,10 @@ class Agent:
             limit = memory_policy.reclaimed_memory_limit(s.reclaimed_memory)
             if limit is not None:
                 pod_knobs[Knob.MEMORY_LIMIT] = limit
-        pod_knobs[Knob.CPUSET_CPUS] = cpus
-        pod_knobs[Knob.CPUSET_MEMS] = mems
+        # Cpusets go on the containers' cgroups only, the sandbox's included, never on the
+        # pod's: the kubelet leaves pod cgroups with every cpu, and on cgroup v1 a pod cgroup
+        # cannot narrow below a child that still holds a cpu (EBUSY), nor can a container
+        # later be widened beyond its pod. v2 gets the same rule, so both behave alike.
         knobs: dict[Knob, KnobValue] = {Knob.CPUSET_CPUS: cpus, Knob.CPUSET_MEMS: mems}
         writes: list[tuple[str, dict[Knob, KnobValue]]] = []
         cg = self._match(s)
@@ -797,12 +889,11 @@ class Agent:
             containers.append(
                 ContainerPlan(c.name, path, est[0] if est else None, est[1] if est else None, knobs)
             )
-        if cg.pod is not None:
+        if cg.pod is not None and pod_knobs:
             writes.append((cg.pod, pod_knobs))
         if pc is not None and len(pc.containers) > len(cg.containers):
             # Cgroups of the pod that match no spec container (the sandbox, a container whose
-            # status is not reported yet) follow the pod: on cgroup v1 a parent cannot narrow
-            # its cpuset below a child's.
+            # status is not reported yet) get the same cpus as the pod's containers.
             known = set(cg.containers.values())
             writes.extend((o.cgroup, knobs) for o in pc.containers if o.cgroup not in known)
         plan = PodPlan(

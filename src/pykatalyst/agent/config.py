@@ -76,6 +76,11 @@ class CpuPolicyConfig(_Section):
     ramp_up_period_s: Seconds = Field(
         30.0, description="a new shared pod runs on all pooled cpus this long"
     )
+    overlap_reclaim_with_share: bool = Field(
+        True,
+        description="reclaimed pods may also run on the share pools' cpus, under SCHED_IDLE "
+        "(Katalyst's allowSharedCoresOverlapReclaimedCores; Katalyst: false)",
+    )
 
     @model_validator(mode="after")
     def _reserved_list(self) -> CpuPolicyConfig:
@@ -159,7 +164,20 @@ class AgentConfig(_Section):
         default_factory=EvictionConfig,
         description="the eviction manager: thresholds, dry-run plugins (docs/eviction.md)",
     )
-    reclaimed_cpu_idle: bool = Field(True, description="cpu.idle=1 (SCHED_IDLE) on reclaimed pods")
+    reclaimed_cpu_idle: bool = Field(
+        True, description="cpu.idle=1 (SCHED_IDLE) on reclaimed pods and on the reclaimed root"
+    )
+    reclaimed_root: str = Field(
+        "auto",
+        description="cgroup all reclaimed pods live under, relative to the hierarchy root "
+        "(Katalyst's --reclaim-relative-root-cgroup-path); 'auto' is the kubelet's "
+        "best-effort cgroup in the node's layout; '' leaves the root alone",
+    )
+    reclaimed_root_quota: bool = Field(
+        False,
+        description="cap the reclaimed root's cfs quota at the advisor's reclaim pool size; "
+        "off, the root's quota is kept unlimited",
+    )
     admin_qos_config: str | None = Field(
         None,
         description="namespace/name of an AdminQoSConfiguration to overlay; when unset the "
@@ -172,6 +190,15 @@ class AgentConfig(_Section):
     )
 
     @model_validator(mode="after")
+    def _root(self) -> AgentConfig:
+        root = self.reclaimed_root.strip("/")
+        if root and any(p in ("", ".", "..") for p in root.split("/")):
+            raise ValueError(
+                f"reclaimed_root must be 'auto', '' or a cgroup path, not {self.reclaimed_root!r}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _aqc_ref(self) -> AgentConfig:
         ref = self.admin_qos_config
         if ref is not None and (ref.count("/") != 1 or not all(ref.split("/"))):
@@ -181,8 +208,15 @@ class AgentConfig(_Section):
     def with_admin_qos(self, aqc: AdminQoSConfiguration) -> AgentConfig:
         """Overlay the fields the AdminQoSConfiguration sets (unset ones keep their value)."""
         rrc = aqc.spec.config.reclaimed_resource_config
+        cpu_adv = aqc.spec.config.advisor_config.cpu_advisor_config
+        base = self
+        if "allow_shared_cores_overlap_reclaimed_cores" in cpu_adv.model_fields_set:
+            overlap = cpu_adv.allow_shared_cores_overlap_reclaimed_cores
+            base = self.model_copy(
+                update={"cpu": self.cpu.model_copy(update={"overlap_reclaim_with_share": overlap})}
+            )
         if "reclaimed_resource_config" not in aqc.spec.config.model_fields_set:
-            return self
+            return base
         adv: dict[str, Any] = {}
         rep: dict[str, Any] = {}
         given = rrc.model_fields_set
@@ -225,7 +259,7 @@ class AgentConfig(_Section):
             "min_ignored_reclaimed_cpu",
             "min_ignored_reclaimed_memory",
         )
-        data = self.model_dump()
+        data = base.model_dump()
         data["advisor"].update(adv)
         data["reporter"].update(rep)
         return AgentConfig.model_validate(data)

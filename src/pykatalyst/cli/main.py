@@ -32,9 +32,9 @@ def main(
 
 def _register_commands() -> None:
     # Each command module adds its commands to `app`; keep this list sorted.
-    from pykatalyst.cli import agent, apiserver, controller, demo, explain, scheduler, validate
+    from pykatalyst.cli import agent, apiserver, controller, explain, scheduler, sim, validate
 
-    for module in (agent, apiserver, controller, demo, explain, scheduler, validate):
+    for module in (agent, apiserver, controller, explain, scheduler, sim, validate):
         module.register(app)
 
 

@@ -133,6 +133,19 @@ class LinuxHost:
         """Kubelet's top pod cgroup, relative to the hierarchy root."""
         return self._systemd_kubepods() if self.driver == "systemd" else self._kubepods
 
+    def qos_cgroup(self, qos_class: str) -> str:
+        """The kubelet's cgroup of a QoS class ("guaranteed" is kubepods itself), relative
+        to the hierarchy root: ``kubepods/besteffort`` with the cgroupfs driver,
+        ``kubepods.slice/kubepods-besteffort.slice`` with systemd."""
+        if qos_class not in cgroupfs.qos_classes():
+            raise ValueError(
+                f"qos_class: invalid value {qos_class!r}; "
+                f"accepted: {', '.join(cgroupfs.qos_classes())}"
+            )
+        top = self.kubepods_cgroup
+        sub = cgroupfs.qos_dir_name(qos_class, self.driver, self._kubepods)
+        return f"{top}/{sub}" if sub else top
+
     def _systemd_kubepods(self) -> str:
         return self._kubepods if self._kubepods.endswith(".slice") else self._kubepods + ".slice"
 

@@ -28,7 +28,9 @@ from types import TracebackType
 from pykatalyst.agent.host.fake import container_id
 from pykatalyst.agent.host.linux import LinuxHost
 
-__all__ = ["CgroupTestbed", "testbed_unavailable_reason"]
+__all__ = ["SANDBOX", "CgroupTestbed", "testbed_unavailable_reason"]
+
+SANDBOX = "POD"  # the container name the testbed gives a pod's sandbox (pause) cgroup
 
 _CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 _BASE = Path("/sys/fs/cgroup")
@@ -72,9 +74,10 @@ class CgroupTestbed:
         self._pods: dict[str, tuple[str, str]] = {}  # uid -> (qos, cgroup)
         cpus = (base / "cpuset/cpuset.cpus").read_text().strip()
         node_milli = node_millicpu or 1000 * len(os.sched_getaffinity(0))
-        self._mkdir(self.prefix)
         # The kubelet gives kubepods the node's allocatable cpu as shares; a caller may
-        # raise it to shield the pods from other load on a shared development machine.
+        # raise it to shield the pods from other load on a shared development machine (the
+        # prefix too: it is the entity that competes with that load at the top).
+        self._mkdir(self.prefix, shares=kubepods_shares)
         self._mkdir(self.kubepods, shares=kubepods_shares or _milli_to_shares(node_milli))
         self._mkdir(f"{self.kubepods}/burstable")
         self._mkdir(f"{self.kubepods}/besteffort", shares=2)
@@ -103,8 +106,12 @@ class CgroupTestbed:
         uid: str,
         qos_class: str,
         containers: Mapping[str, int] | Sequence[str] = ("app",),
+        sandbox: bool = False,
     ) -> str:
-        """Create a pod with containers {name: cpu request in millicpu}; returns its cgroup."""
+        """Create a pod with containers {name: cpu request in millicpu}; returns its cgroup.
+
+        `sandbox` adds the pause container's cgroup (named `SANDBOX`), as container
+        runtimes make one per pod: a child that holds every cpu until someone narrows it."""
         if qos_class not in ("guaranteed", "burstable", "besteffort"):
             raise ValueError(
                 f"qos_class: invalid value {qos_class!r}; "
@@ -117,6 +124,8 @@ class CgroupTestbed:
         pod = f"{parent}/pod{uid}"
         total = sum(requests.values())
         self._mkdir(pod, shares=2 if qos_class == "besteffort" else _milli_to_shares(total))
+        if sandbox:
+            self._mkdir(f"{pod}/{container_id(uid, SANDBOX)}", shares=2)
         for name, milli in requests.items():
             self._mkdir(
                 f"{pod}/{container_id(uid, name)}",

@@ -1,0 +1,130 @@
+"""`katalyst sim` and `katalyst demo`: run a scenario on the simulator and write a report."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from pykatalyst.cli.output import console, print_message
+from pykatalyst.sim.report import write_report
+from pykatalyst.sim.scenario import Scenario, ScenarioError, load_scenario
+from pykatalyst.sim.simulate import SimulationResult, simulate
+
+DEMO_SCENARIO = "demo.yaml"
+
+
+def demo_scenario_path() -> Path:
+    """The bundled demo scenario inside the installed package."""
+    return Path(str(resources.files("pykatalyst").joinpath("data", "scenarios", DEMO_SCENARIO)))
+
+
+def _run(scenario: Scenario, out: Path, seed: int | None, quiet: bool) -> SimulationResult:
+    con = console(stderr=True)
+    steps = scenario.steps
+    with Progress(
+        TextColumn("[bold]{task.description:<18}"),
+        BarColumn(bar_width=40),
+        MofNCompleteColumn(),
+        TextColumn("steps · {task.fields[clock]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=con,
+        disable=quiet,
+        transient=False,
+    ) as bar:
+        tasks: dict[str, TaskID] = {
+            p.name: bar.add_task(p.name, total=steps, clock="0 h", start=False)
+            for p in scenario.policies
+        }
+        every = max(1, steps // 200)
+
+        def progress(policy: str, done: int, total: int) -> None:
+            if done == 1:
+                bar.start_task(tasks[policy])
+            if done % every == 0 or done == total:
+                hours = done * scenario.step / 3600
+                bar.update(tasks[policy], completed=done, clock=f"{hours:.1f} h simulated")
+
+        result = simulate(scenario, progress, seed=seed)
+    data = write_report(result, out)
+    _summary(data, out, quiet)
+    return result
+
+
+def _summary(data: dict[str, object], out: Path, quiet: bool) -> None:
+    if quiet:
+        return
+    policies = data["policies"]
+    assert isinstance(policies, dict)
+    for name, p in policies.items():
+        print_message(
+            f"{name:<18} cpu {100 * p['cpu_util_mean']:5.1f} %"
+            f"  mem {100 * p['mem_util_mean']:5.1f} %"
+            f"  SLO-violating {100 * p['slo_violation_fraction']:5.2f} %"
+            f"  batch {p['batch_core_hours']:8.1f} core-h"
+            f"  lost {100 * p['batch_work_lost_fraction']:5.2f} %"
+            f"  evictions {p['evictions']}  OOM {p['oom_kills']}"
+        )
+    goals = data.get("goals")
+    if isinstance(goals, dict) and goals:
+        print_message(
+            f"katalyst vs vanilla: {goals['cpu_util_gain_vs_vanilla']:.2f}x mean cpu utilization"
+        )
+    print_message(f"report: {out / 'report.md'} (and report.json, *.png)")
+
+
+def sim(
+    scenario: Path = typer.Argument(..., help="Scenario file (YAML); see docs/simulator.md."),  # noqa: B008
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the report."),  # noqa: B008
+    seed: int | None = typer.Option(None, "--seed", help="Override the scenario's seed."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+) -> None:
+    """Simulate a scenario under each of its policies and write a report comparing them."""
+    try:
+        sc = load_scenario(scenario)
+    except ScenarioError as exc:
+        print_message(str(exc), stderr=True)
+        raise typer.Exit(code=2) from None
+    if seed is not None and not 0 <= seed < 2**32:
+        print_message(f"--seed: {seed} is outside 0..4294967295", stderr=True)
+        raise typer.Exit(code=2)
+    _run(sc, out, seed, quiet)
+
+
+def demo(
+    out: Path = typer.Option(  # noqa: B008
+        Path("report"), "--out", "-o", help="Folder for the report."
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Override the demo's seed."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+) -> None:
+    """Simulate a small colocated cluster over one day under vanilla Kubernetes, static
+    overcommit and Katalyst's QoS system, and write the report."""
+    path = demo_scenario_path()
+    try:
+        sc = load_scenario(path)
+    except ScenarioError as exc:  # a broken install
+        print_message(str(exc), stderr=True)
+        raise typer.Exit(code=2) from None
+    if not quiet:
+        print_message(
+            f"Simulating '{sc.name}': {sum(g.count for g in sc.nodes)} nodes, "
+            f"{sc.duration / 3600:g} h, policies {', '.join(p.name for p in sc.policies)}"
+        )
+    _run(sc, out, seed, quiet)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sim")(sim)
+    app.command("demo")(demo)

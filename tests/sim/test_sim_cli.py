@@ -1,0 +1,43 @@
+"""`katalyst sim` and `katalyst demo` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from pykatalyst.cli.main import app
+from tests.sim.conftest import tiny
+
+runner = CliRunner()
+
+
+def test_sim_refuses_an_invalid_scenario_naming_the_field(tmp_path: Path) -> None:
+    data = tiny()
+    data["nodes"][0]["count"] = 0
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(data))
+    result = runner.invoke(app, ["sim", str(f), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "nodes[0].count" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_sim_writes_the_report_with_the_seed_given(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(tiny(duration="30m", policies=[{"name": "vanilla"}])))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["sim", str(f), "--out", str(out), "--seed", "9", "--quiet"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "report.json").read_text())
+    assert data["seed"] == 9
+    assert set(data["policies"]) == {"vanilla"}
+    assert (out / "report.md").is_file()
+
+
+def test_demo_is_offered() -> None:
+    result = runner.invoke(app, ["demo", "--help"])
+    assert result.exit_code == 0
+    assert "--out" in result.output
