@@ -520,12 +520,16 @@ class NodeSnapshot:
             if current is not None:
                 self._detach(info.uid)
             return
+        rec = self._record(info, info.node_name, assumed=False)
         if current is not None:
             if current.node == info.node_name:
                 current.assumed = False
-                return
+                if (current.entries, current.labels) == (rec.entries, rec.labels):
+                    return
+                # resized in place or relabelled: recount it, keeping its NUMA placement
+                rec.numa = current.numa
             self._detach(info.uid)
-        self._attach(self._record(info, info.node_name, assumed=False))
+        self._attach(rec)
 
     def forget_pod(self, uid: str) -> PodRecord | None:
         return self._detach(uid)
