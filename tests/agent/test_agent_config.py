@@ -151,7 +151,7 @@ def test_reclaim_overlay_keeps_the_eviction_section() -> None:
 
 def test_admin_qos_overlap_switch_overlays_the_cpu_policy() -> None:
     base = AgentConfig()
-    assert base.cpu.overlap_reclaim_with_share is True
+    assert base.cpu.overlap_reclaim_with_share is False  # as Katalyst
     assert base.reclaimed_root == "auto" and base.reclaimed_root_quota is False
     aqc = AdminQoSConfiguration.from_json(
         {
@@ -159,15 +159,15 @@ def test_admin_qos_overlap_switch_overlays_the_cpu_policy() -> None:
             "spec": {
                 "config": {
                     "advisorConfig": {
-                        "cpuAdvisorConfig": {"allowSharedCoresOverlapReclaimedCores": False}
+                        "cpuAdvisorConfig": {"allowSharedCoresOverlapReclaimedCores": True}
                     }
                 }
             },
         }
     )
-    off = base.with_admin_qos(aqc)
-    assert off.cpu.overlap_reclaim_with_share is False
-    assert off.advisor == base.advisor and off.cpu.ramp_up_period_s == base.cpu.ramp_up_period_s
+    on = base.with_admin_qos(aqc)
+    assert on.cpu.overlap_reclaim_with_share is True
+    assert on.advisor == base.advisor and on.cpu.ramp_up_period_s == base.cpu.ramp_up_period_s
     # an AdminQoSConfiguration that does not mention it leaves it alone
     silent = AdminQoSConfiguration.from_json({"metadata": {"name": "b", "namespace": "default"}})
-    assert base.with_admin_qos(silent).cpu.overlap_reclaim_with_share is True
+    assert base.with_admin_qos(silent).cpu.overlap_reclaim_with_share is False

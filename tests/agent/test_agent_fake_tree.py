@@ -132,8 +132,8 @@ def test_cpusets_and_limits_land_in_the_cgroup_files(
     reclaim = plan.pool(names.POOL_RECLAIM)
     assert share is not None and reclaim is not None
     assert cpus("web") == share.cpuset
-    # overlap mode (the default): reclaimed pods run on the reclaim pool and the share pool
-    assert cpus("batch") == reclaim.cpuset | share.cpuset
+    # by default (as in Katalyst) reclaimed pods keep to the reclaim pool
+    assert cpus("batch") == reclaim.cpuset
     assert share.cpuset.isdisjoint(reclaim.cpuset)
     db = cpus("db")
     assert len(db) == 2 and db.isdisjoint(share.cpuset | reclaim.cpuset)
@@ -192,16 +192,18 @@ def test_the_reclaimed_root_is_idle_and_optionally_capped(
     assert root not in plan.desired
 
 
-def test_without_overlap_reclaimed_pods_keep_to_the_reclaim_pool(tmp_path: Path) -> None:
+def test_overlap_mode_puts_reclaimed_pods_on_the_share_pool_too(tmp_path: Path) -> None:
     cluster, clock, node, uids = _node(tmp_path, 2, "cgroupfs")
     host = node.host()
-    cfg = AgentConfig.model_validate({"cpu": {"overlap_reclaim_with_share": False}})
+    cfg = AgentConfig.model_validate({"cpu": {"overlap_reclaim_with_share": True}})
     agent = Agent("n1", cluster, host, clock, cfg, Enforcer(host, None, clock))
     plan = _run(agent, clock)
-    reclaim = plan.pool(names.POOL_RECLAIM)
-    assert reclaim is not None
+    reclaim, share = plan.pool(names.POOL_RECLAIM), plan.pool(names.POOL_SHARE)
+    assert reclaim is not None and share is not None
     batch = node.container_cgroup(uids["batch"], "app")
-    assert CPUSet.parse(node.read(batch, "cpuset.cpus")) == reclaim.cpuset
+    assert CPUSet.parse(node.read(batch, "cpuset.cpus")) == reclaim.cpuset | share.cpuset
+    # what is published is still the reclaim pool's own headroom
+    assert plan.reclaimed_cpu.value <= reclaim.size
     assert plan.reclaimed_cpu.terms.get("capped_by_quota_cores") is None
 
 

@@ -77,9 +77,10 @@ class CpuPolicyConfig(_Section):
         30.0, description="a new shared pod runs on all pooled cpus this long"
     )
     overlap_reclaim_with_share: bool = Field(
-        True,
+        False,
         description="reclaimed pods may also run on the share pools' cpus, under SCHED_IDLE "
-        "(Katalyst's allowSharedCoresOverlapReclaimedCores; Katalyst: false)",
+        "(Katalyst's allowSharedCoresOverlapReclaimedCores, off by default as in Katalyst: "
+        "on machines with hyperthreads batch on a service's sibling threads slows it)",
     )
 
     @model_validator(mode="after")
