@@ -18,6 +18,12 @@ Every outcome lands in a bounded journal (`explain`); a failing knob is reported
 (cgroup, knob, error) rather than every pass; a vanished cgroup is forgotten. The desired
 state is checkpointed (JSON, atomically replaced) before writing, so an agent that dies in
 the middle of a pass re-diffs on its next start (`resume`) and converges.
+
+Reading every knob of every cgroup on each pass costs more than the rest of a node agent's
+tick on a busy node, so with `verify_period_s` the enforcer trusts what it last read or
+wrote itself for that long: a cgroup whose knobs it believes it knows is not read again
+until its period runs out, or a write to it fails. A knob changed behind its back (drift)
+is then put back within one period instead of on the next pass.
 """
 
 from __future__ import annotations
@@ -147,8 +153,18 @@ class Enforcer:
         checkpoint: Path | None = None,
         clock: Clock | None = None,
         journal_size: int = 4096,
+        verify_period_s: float = 0.0,
     ) -> None:
+        if verify_period_s < 0:
+            raise ValueError(
+                f"verify_period_s: invalid value {verify_period_s!r}; accepted: seconds >= 0 "
+                "(0 reads every cgroup on every pass)"
+            )
         self._host = host
+        self._verify_period_s = verify_period_s
+        # What each cgroup's knobs are believed to be, and when they were last read.
+        self._known: dict[str, dict[Knob, KnobValue]] = {}
+        self._read_at: dict[str, float] = {}
         self._clock: Clock = clock if clock is not None else RealClock()
         self._checkpoint = checkpoint
         self._journal: deque[JournalEntry] = deque(maxlen=journal_size)
@@ -205,8 +221,24 @@ class Enforcer:
         order. Raises DesiredStateError (before reading anything) for an invalid value."""
         return [s.write for s in self._plan(_normalize(desired), usage)[0]]
 
+    def _actual(self, cg: str, now: float | None) -> dict[Knob, KnobValue]:
+        """The cgroup's knobs: believed ones while their period runs (`now` given), else
+        read from the machine."""
+        if now is not None and self._verify_period_s > 0:
+            known = self._known.get(cg)
+            if known is not None and 0 <= now - self._read_at[cg] < self._verify_period_s:
+                return known
+        actual = self._host.read_knobs(cg)
+        if now is not None and self._verify_period_s > 0:
+            self._known[cg] = dict(actual)
+            self._read_at[cg] = now
+        return actual
+
     def _plan(
-        self, desired: dict[str, dict[Knob, KnobValue]], usage: Mapping[str, int] | None
+        self,
+        desired: dict[str, dict[Knob, KnobValue]],
+        usage: Mapping[str, int] | None,
+        now: float | None = None,
     ) -> tuple[list[_Step], list[str]]:
         version = self._host.cgroup_version
         page = int(getattr(self._host, "page_size", 1) or 1)
@@ -214,7 +246,7 @@ class Enforcer:
         notes: list[str] = []
         for cg in sorted(desired):
             knobs = desired[cg]
-            actual = self._host.read_knobs(cg)
+            actual = self._actual(cg, now)
             depth = _depth(cg)
             # A SCHED_IDLE group has no weight: the kernel refuses shares while cpu.idle is 1.
             idle = knobs.get(Knob.CPU_IDLE, actual.get(Knob.CPU_IDLE)) == 1
@@ -319,7 +351,9 @@ class Enforcer:
         """
         now = self._clock.now()
         state = _normalize(desired)
-        steps, notes = self._plan(state, usage)
+        steps, notes = self._plan(state, usage, now)
+        for cg in [cg for cg in self._known if cg not in state]:
+            self._unknow(cg)
         planned = tuple(s.write for s in steps)
         unsupported = tuple(k for k in Knob if k in self._unsupported)
         if dry_run:
@@ -342,11 +376,15 @@ class Enforcer:
         for w in applied:
             self._reported = {r for r in self._reported if (r[0], r[1]) != (w.cgroup, w.knob)}
             self._record(now, by_write.get(w), "applied", w)
+            known = self._known.get(w.cgroup)
+            if known is not None:
+                known[w.knob] = w.value
         vanished: list[str] = []
         failed: list[WriteFailure] = []
         new: list[WriteFailure] = []
         for f in failures:
             w = f.write
+            self._unknow(w.cgroup)  # the kernel may hold anything now: read it next pass
             if f.vanished:
                 self._record(now, by_write.get(w), "vanished", w, f.error)
                 if w.cgroup not in vanished:
@@ -396,7 +434,12 @@ class Enforcer:
         for cg in cgroups:
             self._forget(cg.strip("/"))
 
+    def _unknow(self, cg: str) -> None:
+        self._known.pop(cg, None)
+        self._read_at.pop(cg, None)
+
     def _forget(self, cg: str) -> None:
+        self._unknow(cg)
         self._desired.pop(cg, None)
         self._reported = {r for r in self._reported if r[0] != cg}
         self._missing_at = {m for m in self._missing_at if m[0] != cg}

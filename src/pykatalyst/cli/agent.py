@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from pykatalyst.agent.agent import Agent
+from pykatalyst.agent.agent import RESYNC_PERIOD_S, Agent
 from pykatalyst.agent.config import AgentConfig, ConfigError, load_config
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.plan import AgentPlan
@@ -164,7 +164,8 @@ def agent(
             checkpoint.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _fail(f"checkpoint_path {checkpoint}: {exc}") from None
-    enforcer = Enforcer(host, checkpoint, clock)
+    # Trust the enforcer's own writes between the agent's drift resyncs.
+    enforcer = Enforcer(host, checkpoint, clock, verify_period_s=RESYNC_PERIOD_S)
     from pykatalyst.agent.eviction import EvictionStage
 
     # The file's eviction section is the base; the AdminQoSConfiguration's evictionConfig
