@@ -8,8 +8,9 @@ runs every few seconds over every pod, and a pod changes far less often than tha
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from pykatalyst.agent.host.base import PodCgroup
 from pykatalyst.api import names
@@ -17,6 +18,8 @@ from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, QoSError, parse_pod_qos
 from pykatalyst.cluster.memory import parse_rfc3339
 from pykatalyst.cluster.protocol import JSON
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,24 +134,36 @@ def parse_pod(obj: JSON) -> PodSpec:
     )
 
 
-class PodCache:
-    """Parsed pods by uid, re-parsed only when their resourceVersion changes."""
+class ParsedPods(Generic[T]):
+    """Values parsed from pods by `parse`, kept by uid and re-parsed only when the pod's
+    resourceVersion changes. Shared by the agent's loop and its eviction stage."""
 
-    def __init__(self) -> None:
-        self._specs: dict[str, PodSpec] = {}
+    def __init__(self, parse: Callable[[JSON], T]) -> None:
+        self._parse = parse
+        self._items: dict[str, tuple[str, T]] = {}
 
-    def refresh(self, objects: Iterable[JSON]) -> dict[str, PodSpec]:
-        out: dict[str, PodSpec] = {}
+    def refresh(self, objects: Iterable[JSON]) -> dict[str, T]:
+        """The parsed value of every pod in `objects`; pods not among them are forgotten."""
+        out: dict[str, T] = {}
+        kept: dict[str, tuple[str, T]] = {}
         for obj in objects:
             meta = obj.get("metadata") or {}
             uid = str(meta.get("uid", ""))
             rv = str(meta.get("resourceVersion", ""))
-            spec = self._specs.get(uid)
-            if spec is None or spec.resource_version != rv:
-                spec = parse_pod(obj)
-            out[uid] = spec
-        self._specs = out
+            hit = self._items.get(uid)
+            if hit is None or hit[0] != rv:
+                hit = (rv, self._parse(obj))
+            kept[uid] = hit
+            out[uid] = hit[1]
+        self._items = kept
         return out
+
+
+class PodCache(ParsedPods[PodSpec]):
+    """Parsed pods by uid, re-parsed only when their resourceVersion changes."""
+
+    def __init__(self) -> None:
+        super().__init__(parse_pod)
 
 
 @dataclass(frozen=True, slots=True)

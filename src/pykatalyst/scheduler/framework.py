@@ -20,7 +20,10 @@ from pykatalyst.scheduler.plugins.base import (
     BOOL,
     I64,
     IDX,
+    REQUEUE_NODE,
+    REQUEUE_RESOURCES,
     CycleState,
+    Needs,
     NoOpPlugin,
     Plugin,
     PluginContext,
@@ -41,6 +44,7 @@ from pykatalyst.scheduler.plugins.standard import (
 )
 from pykatalyst.scheduler.plugins.topology import NodeResourceTopology
 from pykatalyst.scheduler.podinfo import PodInfo
+from pykatalyst.scheduler.queue import RequeueHint
 from pykatalyst.scheduler.snapshot import NodeSnapshot, NUMAReservation
 
 PLUGIN_CLASSES: Final[dict[str, type[Plugin]]] = {
@@ -101,12 +105,30 @@ class Diagnosis:
         if self.pre_filter_message:
             return f"{msg} {self.pre_filter_message}."
         counts: Counter[str] = Counter()
-        for reasons in self.node_reasons(pod, state, snap).values():
-            counts.update(reasons)
+        # each node is charged to one filter only, so the per-plugin counts add up
+        for plugin, idx in self.rejected:
+            counts.update(plugin.reason_counts(pod, state, snap, idx))
         parts = sorted(f"{v} {k}" for k, v in counts.items())
         if parts:
             msg += f" {', '.join(parts)}."
         return msg
+
+    def requeue_hint(self, pod: PodInfo, snap: NodeSnapshot) -> RequeueHint:
+        """Which later changes can make one of the rejected nodes fit the pod."""
+        if self.pre_filter_message or self.num_nodes == 0:
+            return RequeueHint()
+        fit = np.zeros(snap.n, np.bool_)
+        static = np.zeros(snap.n, np.bool_)
+        needs = Needs()
+        for plugin, idx in self.rejected:
+            if plugin.requeue == REQUEUE_RESOURCES:
+                fit[idx] = True
+                needs = needs | plugin.needs(pod, snap)
+            elif plugin.requeue == REQUEUE_NODE:
+                static[idx] = True
+            else:
+                return RequeueHint()
+        return RequeueHint(False, snap.static_gen, fit, static, needs)
 
 
 @dataclass(slots=True)

@@ -3,19 +3,45 @@
 A pod that failed waits its backoff (initial × 2^(attempts−1), capped) before another
 try; an unschedulable pod waits for a cluster change that could help it (a node added
 or changed, a pod deleted, a CNR updated) or, at the latest, `max_unschedulable_seconds`.
+Which change can help is told by the `RequeueHint` its failed attempt left (the
+QueueingHints of kube-scheduler): a pod leaving a node wakes only the pods that node
+could now take, not every waiting pod.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Final
 
+import numpy as np
+
+from pykatalyst.scheduler.plugins.base import BOOL, Needs
 from pykatalyst.scheduler.podinfo import PodInfo
 
 # kube-scheduler's podMaxInUnschedulablePodsDuration
 DEFAULT_MAX_UNSCHEDULABLE_SECONDS: Final = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class RequeueHint:
+    """Which cluster changes can help a pod after a failed attempt.
+
+    `any_event`: every change counts (a pre-filter refused the pod, or a plugin whose
+    verdict depends on other pods rejected some node). Otherwise only a change on a node it
+    was rejected on: on a `fit` node (by snapshot slot) when `needs` are now free there, on
+    a `static` node when its labels, taints or schedulability changed. The slots hold while
+    the snapshot's `static_gen` is still `gen` (removing a node moves slots); after that,
+    any change counts.
+    """
+
+    any_event: bool = True
+    gen: int = -1
+    fit: BOOL = field(default_factory=lambda: np.zeros(0, np.bool_))
+    static: BOOL = field(default_factory=lambda: np.zeros(0, np.bool_))
+    needs: Needs = field(default_factory=Needs)
 
 
 @dataclass(slots=True)
@@ -26,6 +52,7 @@ class QueuedPod:
     backoff_until: float = 0.0
     unschedulable_since: float = 0.0
     seq: int = 0
+    hint: RequeueHint | None = None
 
 
 class SchedulingQueue:
@@ -152,10 +179,11 @@ class SchedulingQueue:
         """The pod was bound (or left the queue's care)."""
         self.delete(uid)
 
-    def unschedulable(self, entry: QueuedPod, now: float) -> None:
-        """No node fits: wait for a relevant cluster change."""
+    def unschedulable(self, entry: QueuedPod, now: float, hint: RequeueHint | None = None) -> None:
+        """No node fits: wait for a relevant cluster change (any change when `hint` is None)."""
         if entry.info.uid not in self._entries:
             return
+        entry.hint = hint
         entry.backoff_until = now + self.backoff_duration(entry.attempts)
         entry.unschedulable_since = now
         self._set(entry.info.uid, "unschedulable")
@@ -180,4 +208,15 @@ class SchedulingQueue:
         for uid in list(self._unsched):
             self._requeue(self._entries[uid], now)
             moved += 1
+        return moved
+
+    def move_unschedulable(self, now: float, helps: Callable[[QueuedPod], bool]) -> int:
+        """A cluster event: the unschedulable pods it `helps` get another try."""
+        self.move_requests += 1
+        moved = 0
+        for uid in list(self._unsched):
+            entry = self._entries[uid]
+            if helps(entry):
+                self._requeue(entry, now)
+                moved += 1
         return moved

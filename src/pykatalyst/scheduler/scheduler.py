@@ -30,7 +30,7 @@ from pykatalyst.cluster.protocol import (
 from pykatalyst.scheduler.config import SchedulerConfig, default_config
 from pykatalyst.scheduler.framework import CycleResult, Framework
 from pykatalyst.scheduler.podinfo import PodInfo, pod_info
-from pykatalyst.scheduler.queue import QueuedPod, SchedulingQueue
+from pykatalyst.scheduler.queue import QueuedPod, RequeueHint, SchedulingQueue
 from pykatalyst.scheduler.snapshot import NodeSnapshot, NUMAReservation
 
 log = logging.getLogger(__name__)
@@ -119,8 +119,17 @@ class Scheduler:
             if old is not None:
                 self.snapshot.remove_node(str(old["metadata"]["name"]))
             return
-        if new is not None and self.snapshot.upsert_node(new):
-            self.queue.move_all_unschedulable(self._now)
+        if new is None:
+            return
+        name = str((new.get("metadata") or {}).get("name", ""))
+        known = name in self.snapshot.index
+        static_gen = self.snapshot.static_gen
+        if not self.snapshot.upsert_node(new):
+            return
+        if not known:
+            self.queue.move_all_unschedulable(self._now)  # any pod may fit a new node
+        else:
+            self._wake(name, static=self.snapshot.static_gen != static_gen)
 
     def _on_cnr(self, etype: EventType, old: JSON | None, new: JSON | None) -> None:
         if etype == "DELETED":
@@ -128,7 +137,25 @@ class Scheduler:
                 self.snapshot.remove_cnr(str(old["metadata"]["name"]))
         elif new is not None and self.snapshot.upsert_cnr(new):
             # only a change of reclaimed capacity or NUMA zones can help a waiting pod
-            self.queue.move_all_unschedulable(self._now)
+            self._wake(str(new["metadata"]["name"]), static=False)
+
+    def _wake(self, node: str, static: bool) -> None:
+        """Requeue the unschedulable pods a change on `node` can help: its labels, taints or
+        schedulability (`static`), or its free resources (always assumed to have grown)."""
+        snap = self.snapshot
+        slot = snap.index.get(node)
+
+        def helps(entry: QueuedPod) -> bool:
+            hint = entry.hint
+            if hint is None or hint.any_event or hint.gen != snap.static_gen:
+                return True
+            if slot is None or slot >= len(hint.fit):
+                return slot is not None
+            if static and (hint.static[slot] or hint.fit[slot]):
+                return True
+            return bool(hint.fit[slot]) and hint.needs.met(snap, slot)
+
+        self.queue.move_unschedulable(self._now, helps)
 
     def _info(self, old: JSON | None, new: JSON) -> PodInfo:
         meta = new.get("metadata") or {}
@@ -155,8 +182,9 @@ class Scheduler:
             uid = str(gone["metadata"].get("uid", ""))
             self._infos.pop(uid, None)
             self.queue.delete(uid)
-            if self.snapshot.forget_pod(uid) is not None:
-                self.queue.move_all_unschedulable(self._now)
+            rec = self.snapshot.forget_pod(uid)
+            if rec is not None:
+                self._wake(rec.node, static=False)
             return
         if new is None:
             return
@@ -166,7 +194,7 @@ class Scheduler:
             self.snapshot.observe_pod(info)
             self.queue.done(info.uid)
             if was_counted and not info.counts_on_node:
-                self.queue.move_all_unschedulable(self._now)
+                self._wake(info.node_name, static=False)
             return
         if info.scheduler_name not in self.frameworks or info.terminal or info.deleting:
             self.queue.delete(info.uid)
@@ -205,7 +233,8 @@ class Scheduler:
             return ScheduleOutcome(info.key, info.uid, None, "Error", f"internal error: {exc}")
         if result.node is None:
             message = result.diagnosis.message(info, result.state, self.snapshot)
-            self._unschedulable(entry, fw, message, now)
+            hint = result.diagnosis.requeue_hint(info, self.snapshot)
+            self._unschedulable(entry, fw, message, now, hint)
             return ScheduleOutcome(info.key, info.uid, None, REASON_UNSCHEDULABLE, message)
         return self._bind(entry, fw, result, now)
 
@@ -263,9 +292,16 @@ class Scheduler:
 
     # --- writing back ---------------------------------------------------------------------
 
-    def _unschedulable(self, entry: QueuedPod, fw: Framework, message: str, now: float) -> None:
+    def _unschedulable(
+        self,
+        entry: QueuedPod,
+        fw: Framework,
+        message: str,
+        now: float,
+        hint: RequeueHint | None = None,
+    ) -> None:
         info = entry.info
-        self.queue.unschedulable(entry, now)
+        self.queue.unschedulable(entry, now, hint)
         self._set_condition(info, message, now)
         self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
 

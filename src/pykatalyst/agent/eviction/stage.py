@@ -11,6 +11,7 @@ the manager decide, and applies the decision through the cluster. The returned a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from pykatalyst.agent.eviction.types import (
     ReclaimedCapacity,
     pod_info,
 )
+from pykatalyst.agent.state import ParsedPods
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
 from pykatalyst.api.objects import CustomNodeResource
@@ -78,6 +80,9 @@ class EvictionStage:
         self.recorder = EvictionRecorder(registry, cfg.records_limit, records_path)
         self.executor = EvictionExecutor(cluster, node, self.recorder, dry_run=dry_run)
         self._pods = Informer(cluster, names.POD, field_selector=f"spec.nodeName={node}")
+        # What the agent's own parse of the pod lacks (priority, annotations, labels, owners)
+        # per (uid, resourceVersion): a tick only adds the agent's figures and the usage.
+        self._parsed: ParsedPods[PodInfo] = ParsedPods(_pod_metadata)
         self.last_plan: EvictionPlan | None = None
 
     def set_config(self, config: EvictionConfig) -> None:
@@ -136,8 +141,14 @@ class EvictionStage:
         now = inp.now
         plan = inp.plan
         plans = {pp.uid: pp for pp in plan.pods}
+        objects = []
+        for uid, spec in inp.pods.items():
+            obj = self._pods.get(spec.name, spec.namespace)
+            if obj is not None and str((obj.get("metadata") or {}).get("uid", "")) == uid:
+                objects.append(obj)
+        parsed = self._parsed.refresh(objects)
         infos = [
-            self._pod(uid, spec, plans.get(uid), inp.metrics, inp.sample, now)
+            self._pod(uid, spec, parsed.get(uid), plans.get(uid), inp.metrics, inp.sample, now)
             for uid, spec in inp.pods.items()
         ]
         pools = _pools(plan, infos)
@@ -158,6 +169,7 @@ class EvictionStage:
         self,
         uid: str,
         spec: PodSpec,
+        parsed: PodInfo | None,
         pp: PodPlan | None,
         metrics: MetricStore,
         sample: Any,
@@ -169,21 +181,18 @@ class EvictionStage:
             usage["numa_nodes"] = tuple(pp.numa_nodes)
             cgroups = [pp.cgroup] if pp.cgroup else [c.cgroup for c in pp.containers if c.cgroup]
             usage.update(_usage(cgroups, metrics, sample, now))
-        obj = self._pods.get(spec.name, spec.namespace)
-        if obj is not None and str((obj.get("metadata") or {}).get("uid", "")) == uid:
-            return pod_info(obj, qos_level=spec.level, terminating=spec.terminating, **usage)
-        return PodInfo(
-            uid=uid,
-            namespace=spec.namespace,
-            name=spec.name,
+        # QoS level and requests as the agent parsed them (cached by resourceVersion there)
+        usage.update(
             qos_level=spec.level,
             terminating=spec.terminating,
-            request_milli_cpu=int(spec.request_cores * 1000),
+            request_milli_cpu=round(spec.request_cores * 1000),
             request_memory=spec.memory_request,
             reclaimed_milli_cpu=spec.reclaimed_milli_cpu,
             reclaimed_memory=spec.reclaimed_memory,
-            **usage,
         )
+        if parsed is not None:
+            return dataclasses.replace(parsed, **usage)
+        return PodInfo(uid=uid, namespace=spec.namespace, name=spec.name, **usage)
 
     def _reclaimed(self, plan: AgentPlan) -> ReclaimedCapacity | None:
         cpu, mem = plan.reclaimed_cpu, plan.reclaimed_memory
@@ -198,6 +207,18 @@ class EvictionStage:
                 round(cpu.reported * 1000), int(mem.reported), per_numa, "agent plan"
             )
         return read_cnr_reclaimed(self.cluster, self.node)
+
+
+def _pod_metadata(obj: Any) -> PodInfo:
+    """A pod's `PodInfo` without the fields the agent's `PodSpec` carries already."""
+    return pod_info(
+        obj,
+        qos_level=names.DEFAULT_QOS_LEVEL,
+        request_milli_cpu=0,
+        request_memory=0,
+        reclaimed_milli_cpu=0,
+        reclaimed_memory=0,
+    )
 
 
 def read_cnr_reclaimed(cluster: Cluster, node: str) -> ReclaimedCapacity | None:

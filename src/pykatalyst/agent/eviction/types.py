@@ -70,6 +70,11 @@ class PodInfo:
             return 0.0
 
 
+_REQUEST_FIELDS = frozenset(
+    ("request_milli_cpu", "request_memory", "reclaimed_milli_cpu", "reclaimed_memory")
+)
+
+
 def pod_info(obj: JSON, **overrides: Any) -> PodInfo:
     """A `PodInfo` from Kubernetes JSON; `overrides` fills usage, pool and NUMA fields.
 
@@ -77,15 +82,20 @@ def pod_info(obj: JSON, **overrides: Any) -> PodInfo:
     the kubelet placed it, and for eviction it ranks like the default level.
     """
     pod = Pod(obj)
-    try:
-        level = parse_pod_qos(obj).level
-    except QoSError:
-        level = names.DEFAULT_QOS_LEVEL
-    try:
-        milli, mem = pod.request_milli_cpu(), pod.request_memory()
-        rcpu, rmem = pod.reclaimed_milli_cpu(), pod.reclaimed_memory()
-    except ValueError:
-        milli = mem = rcpu = rmem = 0
+    level = overrides.get("qos_level")
+    if level is None:
+        try:
+            level = parse_pod_qos(obj).level
+        except QoSError:
+            level = names.DEFAULT_QOS_LEVEL
+    if overrides.keys() >= _REQUEST_FIELDS:
+        milli = mem = rcpu = rmem = 0  # the caller has them (parsing is the costly part)
+    else:
+        try:
+            milli, mem = pod.request_milli_cpu(), pod.request_memory()
+            rcpu, rmem = pod.reclaimed_milli_cpu(), pod.reclaimed_memory()
+        except ValueError:
+            milli = mem = rcpu = rmem = 0
     ann = pod.annotations
     static = (
         MIRROR_POD_ANNOTATION in ann

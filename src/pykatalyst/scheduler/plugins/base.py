@@ -8,7 +8,9 @@ node).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +24,38 @@ I64 = npt.NDArray[np.int64]
 IDX = npt.NDArray[np.intp]
 
 CycleState = dict[str, Any]
+
+# What kind of cluster change can turn a node this plugin rejected into a fit (the
+# QueueingHint of kube-scheduler, coarse): a node's labels, taints or schedulability
+# ("node"); a node's free resources, i.e. a pod leaving it or its allocatable, reclaimed
+# capacity or NUMA zones growing ("resources"); or anything at all ("any": pods elsewhere
+# count, as for affinity and spreading).
+REQUEUE_NODE: Final = "node"
+REQUEUE_RESOURCES: Final = "resources"
+REQUEUE_ANY: Final = "any"
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What a pod asks of one node's free resources, to tell in a few comparisons whether
+    a change on that node can make room for it (never a full filter run)."""
+
+    # (row of snap.free, amount)
+    free: tuple[tuple[int, int], ...] = ()
+    # (row of snap.req, column of snap.rc_alloc, amount)
+    reclaimed: tuple[tuple[int, int, int], ...] = ()
+
+    def met(self, snap: NodeSnapshot, slot: int) -> bool:
+        free, req, rc = snap.free, snap.req, snap.rc_alloc
+        if any(int(free[row, slot]) < value for row, value in self.free):
+            return False
+        return all(int(rc[col, slot] - req[row, slot]) >= v for row, col, v in self.reclaimed)
+
+    def __or__(self, other: Needs) -> Needs:
+        return Needs(
+            tuple(dict.fromkeys(self.free + other.free)),
+            tuple(dict.fromkeys(self.reclaimed + other.reclaimed)),
+        )
 
 
 class PluginContext:
@@ -38,6 +72,7 @@ class Plugin:
     # `static_signature`) and on node labels, taints and the unschedulable flag.
     static_filter: ClassVar[bool] = False
     static_score: ClassVar[bool] = False
+    requeue: ClassVar[str] = REQUEUE_ANY
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
         self.args = args
@@ -55,6 +90,20 @@ class Plugin:
         self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
     ) -> list[tuple[str, ...]]:
         return [(f"node(s) rejected by {self.name}",)] * len(idx)
+
+    def reason_counts(
+        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
+    ) -> Counter[str]:
+        """How many of the slots `idx` fail for each reason (what the FitError message
+        sums); plugins with many nodes per reason count with numpy instead."""
+        counts: Counter[str] = Counter()
+        for reasons in self.filter_reasons(pod, state, snap, idx):
+            counts.update(reasons)
+        return counts
+
+    def needs(self, pod: PodInfo, snap: NodeSnapshot) -> Needs:
+        """For a "resources" plugin: what must be free on a node before it can pass."""
+        return Needs()
 
     def pre_score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> bool:
         """False skips this plugin's score for the pod (as a Skip status does)."""

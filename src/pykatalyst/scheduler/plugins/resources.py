@@ -18,6 +18,7 @@ CNR's reclaimed allocatable; every other pod is judged on native resources.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +40,9 @@ from pykatalyst.scheduler.plugins.base import (
     BOOL,
     I64,
     IDX,
+    REQUEUE_RESOURCES,
     CycleState,
+    Needs,
     Plugin,
     PluginContext,
 )
@@ -311,6 +314,21 @@ class NativeFit:
             ok &= free[row, :n] >= value
         return ok
 
+    def needs(self, pod: PodInfo, snap: NodeSnapshot) -> Needs:
+        return Needs(((PODS, 1), *((row, value) for _res, row, value in self.checked(pod, snap))))
+
+    def reason_counts(self, pod: PodInfo, snap: NodeSnapshot, idx: IDX) -> Counter[str]:
+        """`reasons` summed over the slots: one numpy count per resource."""
+        counts: Counter[str] = Counter()
+        too_many = int(np.count_nonzero(snap.req[PODS, idx] >= snap.alloc[PODS, idx]))
+        if too_many:
+            counts["Too many pods"] = too_many
+        for res, row, value in self.checked(pod, snap):
+            bad = int(np.count_nonzero(snap.req[row, idx] + value > snap.alloc[row, idx]))
+            if bad:
+                counts[f"Insufficient {res}"] += bad
+        return counts
+
     def reasons(self, pod: PodInfo, snap: NodeSnapshot, idx: IDX) -> list[list[str]]:
         out: list[list[str]] = [[] for _ in idx]
         too_many = snap.req[PODS, idx] >= snap.alloc[PODS, idx]
@@ -329,6 +347,7 @@ class NativeFit:
 
 class NodeResourcesFit(Plugin):
     name = reg.NODE_RESOURCES_FIT
+    requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
         super().__init__(args, ctx)
@@ -347,6 +366,14 @@ class NodeResourcesFit(Plugin):
         self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
     ) -> list[tuple[str, ...]]:
         return [tuple(r) for r in self.fit.reasons(pod, snap, idx)]
+
+    def reason_counts(
+        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
+    ) -> Counter[str]:
+        return self.fit.reason_counts(pod, snap, idx)
+
+    def needs(self, pod: PodInfo, snap: NodeSnapshot) -> Needs:
+        return self.fit.needs(pod, snap)
 
     def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
         return native_score(pod, snap, idx, self.scorer)
@@ -384,6 +411,7 @@ class NodeResourcesBalancedAllocation(Plugin):
 
 class QoSAwareNodeResourcesFit(Plugin):
     name = reg.QOS_FIT
+    requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
         super().__init__(args, ctx)
@@ -432,6 +460,27 @@ class QoSAwareNodeResourcesFit(Plugin):
                 for i in np.flatnonzero(bad):
                     out[i].append(reason)
         return [tuple(r) for r in out]
+
+    def reason_counts(
+        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
+    ) -> Counter[str]:
+        counts = self.fit.reason_counts(pod, snap, idx)
+        if pod.is_reclaimed:
+            for row, col, res in self._reclaimed_requests(pod):
+                over = snap.req[row, idx] + pod.request(res) > snap.rc_alloc[col, idx]
+                bad = int(np.count_nonzero(over))
+                if bad:
+                    counts[f"Insufficient {_short(res)}"] += bad
+        return counts
+
+    def needs(self, pod: PodInfo, snap: NodeSnapshot) -> Needs:
+        native = self.fit.needs(pod, snap)
+        if not pod.is_reclaimed:
+            return native
+        reclaimed = tuple(
+            (row, col, pod.request(res)) for row, col, res in self._reclaimed_requests(pod)
+        )
+        return Needs(native.free, reclaimed)
 
     def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
         if not pod.is_reclaimed:

@@ -20,6 +20,7 @@ from pykatalyst.scheduler.plugins.base import (
     BOOL,
     I64,
     IDX,
+    REQUEUE_NODE,
     CycleState,
     Plugin,
     PluginContext,
@@ -54,6 +55,7 @@ def tolerated_any(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> boo
 
 class NodeUnschedulable(Plugin):
     name = reg.NODE_UNSCHEDULABLE
+    requeue = REQUEUE_NODE
     static_filter = True
     REASON = "node(s) were unschedulable"
 
@@ -71,6 +73,7 @@ class NodeUnschedulable(Plugin):
 
 class NodeName(Plugin):
     name = reg.NODE_NAME
+    requeue = REQUEUE_NODE
     REASON = "node(s) didn't match the requested node name"
 
     def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
@@ -90,6 +93,7 @@ class NodeName(Plugin):
 
 class TaintToleration(Plugin):
     name = reg.TAINT_TOLERATION
+    requeue = REQUEUE_NODE
     static_filter = True
     static_score = True
 
@@ -235,6 +239,7 @@ def selector_mask(snap: NodeSnapshot, selector: Mapping[str, str]) -> BOOL:
 
 class NodeAffinity(Plugin):
     name = reg.NODE_AFFINITY
+    requeue = REQUEUE_NODE
     static_filter = True
     static_score = True
     REASON = "node(s) didn't match Pod's node affinity/selector"

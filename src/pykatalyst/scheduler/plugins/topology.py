@@ -33,6 +33,7 @@ from pykatalyst.scheduler.plugins.base import (
     BOOL,
     I64,
     IDX,
+    REQUEUE_RESOURCES,
     CycleState,
     Plugin,
     PluginContext,
@@ -74,6 +75,7 @@ def _combos(z: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
 
 class NodeResourceTopology(Plugin):
     name = reg.NODE_RESOURCE_TOPOLOGY
+    requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
         super().__init__(args, ctx)
