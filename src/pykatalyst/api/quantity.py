@@ -41,6 +41,7 @@ never smaller in magnitude (ceiling for positive amounts), because a request of
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -158,6 +159,12 @@ class Quantity:
         """Read a quantity string exactly as the API server would."""
         if not isinstance(text, str):
             raise QuantityError(text, "not a string")
+        # Quantities are immutable and clusters repeat the same few strings ("100m",
+        # "1Gi") in every pod, so remembered parses are shared.
+        return _parse_cached(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> Quantity:
         m = _QUANTITY_RE.fullmatch(text)
         if m is None:
             raise QuantityError(text)
@@ -441,3 +448,8 @@ def parse_quantity(value: str | int | float | Quantity) -> Quantity:
 def format_quantity(value: Quantity | str | int) -> str:
     """The canonical string the API server would store for ``value``."""
     return str(parse_quantity(value))
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_cached(text: str) -> Quantity:
+    return Quantity._parse(text)
