@@ -423,7 +423,7 @@ class Agent:
         # beyond it, so their usage there must not be published as more capacity.
         reclaimed_usage = self._reclaimed_usage(valid, now)
         cap = float(len(reclaim)) if overlap else None
-        cpu_fig, mem_fig = self._headroom(now, reclaim, reclaimed_usage, valid, cap)
+        cpu_fig, mem_fig = self._headroom(now, reclaim, reclaimed_usage, valid, cap, lay.dedicated)
 
         # per-pod plans and knobs
         pod_plans, desired = self._pod_plans(
@@ -672,7 +672,7 @@ class Agent:
                 self._regulators.get(pool),
                 now,
                 adv.min_share_cpu_requirement,
-                max(available, 0),
+                None,  # fitted below, all pools together
                 adv,
             )
             scope[pool] = state
@@ -718,6 +718,7 @@ class Agent:
         reclaimed_usage: float | None,
         valid: Mapping[str, PodSpec],
         cap: float | None = None,
+        dedicated: Mapping[str, DedicatedAssignment] | None = None,
     ) -> tuple[ReclaimedFigure, ReclaimedFigure]:
         cfg = self.config
         rc = cfg.reporter
@@ -730,7 +731,13 @@ class Agent:
             pc = self._cgroups.get(s.uid)
             mm = self.metrics.memory(pc.cgroup, now) if pc is not None else None
             usage = None if mm is None else {"rss": mm.rss, "cache": mm.cache, "shmem": mm.shmem}
-            u = memory_policy.memory_user(s.level, s.memory_request, usage)
+            held = (dedicated or {}).get(s.uid)
+            whole = (
+                memory_policy.exclusive_memory(topo, held.numas)
+                if held is not None and held.exclusive
+                else None
+            )
+            u = memory_policy.memory_user(s.level, s.memory_request, usage, whole)
             if u is not None:
                 users.append(u)
         capacity = topo.total_memory
@@ -769,7 +776,11 @@ class Agent:
             cpu_rep, mem_rep = 0.0, 0.0
         return (
             ReclaimedFigure(
-                names.RECLAIMED_MILLICPU, cpu_value, cpu_rep, _rescale(cpu_numa, cpu_rep), cpu_terms
+                names.RECLAIMED_MILLICPU,
+                cpu_value,
+                cpu_rep,
+                _rescale(cpu_numa, cpu_rep, whole=True),
+                cpu_terms,
             ),
             ReclaimedFigure(
                 names.RECLAIMED_MEMORY, mem_value, mem_rep, _rescale(mem_numa, mem_rep), mem_terms
@@ -1069,14 +1080,19 @@ class Agent:
         }
 
 
-def _rescale(per_numa: Mapping[int, float], total: float | None) -> dict[int, float]:
+def _rescale(
+    per_numa: Mapping[int, float], total: float | None, *, whole: bool = False
+) -> dict[int, float]:
+    """Per-NUMA figures scaled to the published total (cpu: truncated to whole cores)."""
     if total is None:
         return {}
     s = sum(per_numa.values())
     if s <= 0:
         n = len(per_numa)
-        return {k: total / n for k in per_numa} if n else {}
-    return {k: v * total / s for k, v in per_numa.items()}
+        out = {k: total / n for k in per_numa} if n else {}
+    else:
+        out = {k: v * total / s for k, v in per_numa.items()}
+    return {k: float(math.floor(v + 1e-9)) for k, v in out.items()} if whole else out
 
 
 def _show(value: KnobValue) -> str:

@@ -2,7 +2,8 @@
 
 The machine is cut in this order, each step a pure function of the previous ones:
 
-1. `reserve_cpus`: the reserve pool for the system (a count taken NUMA-balanced, or a list).
+1. `reserve_cpus`: the reserve pool for the system (a count taken a hyperthread per NUMA
+   node in turn, or a list).
 2. `place_dedicated`: dedicated_cores pods with NUMA binding get exclusive cpus inside the
    NUMA nodes their hint allows (fewest NUMAs; exclusive pods need wholly free NUMAs; no
    socket crossing), taken by topology. An assignment, once made, is kept while the pod
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pykatalyst.agent.config import CpuPolicyConfig
-from pykatalyst.topology.allocate import take_by_topology, take_numa_balanced
+from pykatalyst.topology.allocate import take_by_topology, take_ht_numa_balanced
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
@@ -38,7 +39,8 @@ class CpuPolicyError(ValueError):
 
 
 def reserve_cpus(topo: CPUTopology, cfg: CpuPolicyConfig) -> CPUSet:
-    """The reserve pool: the explicit list, or `reserved_cpus` taken NUMA-balanced."""
+    """The reserve pool: the explicit list, or `reserved_cpus` taken one hyperthread per
+    NUMA node in turn (Katalyst's TakeHTByNUMABalance), so each node keeps some."""
     if cfg.reserved_cpu_list:
         cpus = CPUSet.parse(cfg.reserved_cpu_list)
         unknown = cpus - topo.all_cpus
@@ -55,7 +57,7 @@ def reserve_cpus(topo: CPUTopology, cfg: CpuPolicyConfig) -> CPUSet:
         raise CpuPolicyError(
             f"cpu.reserved_cpus={n} leaves no cpu for pods (machine has {topo.num_cpus})"
         )
-    return take_numa_balanced(topo, topo.all_cpus, n, reverse=cfg.reserve_cpus_reversely)
+    return take_ht_numa_balanced(topo, topo.all_cpus, n, reverse=cfg.reserve_cpus_reversely)
 
 
 # --- 2. dedicated -------------------------------------------------------------------------
