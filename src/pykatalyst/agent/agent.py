@@ -21,12 +21,14 @@ desired knobs change, or every `RESYNC_PERIOD_S` to undo drift.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
-from pykatalyst.agent import cpu_policy, memory_policy
+from pykatalyst.agent import cpu_policy, cpu_state, memory_policy
 from pykatalyst.agent.advisor import (
     HeadroomSmoother,
     MemoryUser,
@@ -60,6 +62,8 @@ from pykatalyst.cluster.memory import rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
+
+log = logging.getLogger("pykatalyst.agent")
 
 REDISCOVER_PERIOD_S = 30.0
 RESYNC_PERIOD_S = 30.0
@@ -153,6 +157,15 @@ class Agent:
         self._snb_domains: dict[int, CPUSet] = {}
         self._pools: dict[str, CPUSet] = {}
         self._regulators: dict[str, RegulatorState] = {}
+        self.cpu_state_error: str | None = None
+        self._cpu_rebuild = True  # until a checkpoint says where pods are
+        self._cpu_checkpoint = cpu_state.checkpoint_for(
+            self.base_config.cpu_state_path,
+            node_name,
+            self.topology,
+            _path_or_none(getattr(enforcer, "checkpoint_path", None)),
+        )
+        self._restore_cpu_state()
         self._events_sent: set[tuple[str, str, str]] = set()
         self._last_desired: dict[str, dict[Knob, KnobValue]] | None = None
         self._last_enforce: float | None = None
@@ -246,6 +259,67 @@ class Agent:
             )
         self.metrics.insurance_period_s = cfg.metrics.insurance_period_s
 
+    # --- cpu placement across restarts ------------------------------------------------------
+
+    def _restore_cpu_state(self) -> None:
+        ck = self._cpu_checkpoint
+        if ck is None:
+            return
+        try:
+            state = ck.load()
+        except cpu_state.CpuStateError as exc:
+            self.cpu_state_error = f"{ck.path}: {exc}"
+            log.warning(
+                "cpu state checkpoint %s refused: %s; rebuilding the placement from the "
+                "cpusets the cgroups show",
+                ck.path,
+                exc,
+            )
+            return
+        if state is not None:
+            self._dedicated = dict(state.dedicated)
+            self._snb = dict(state.snb)
+            self._pools = dict(state.pools)
+            self._cpu_rebuild = False
+
+    def _rebuild_cpu_state(self, specs: Mapping[str, PodSpec]) -> None:
+        """Without a checkpoint, take the placement from the cpusets pods run on."""
+        dedicated: dict[str, tuple[CPUSet, bool]] = {}
+        snb: dict[str, CPUSet] = {}
+        for s in sorted(specs.values(), key=lambda s: s.created_key):
+            if s.qos is None or s.level not in (names.QOS_DEDICATED_CORES, names.QOS_SHARED_CORES):
+                continue
+            if s.level == names.QOS_SHARED_CORES and not s.qos.numa_binding:
+                continue
+            cg = self._match(s)
+            cpus = CPUSet()
+            for path in cg.containers.values():
+                v = self.host.read_knobs(path).get(Knob.CPUSET_CPUS)
+                if isinstance(v, CPUSet):
+                    cpus = cpus | v
+            if s.level == names.QOS_DEDICATED_CORES:
+                dedicated[s.uid] = (cpus, s.qos.numa_exclusive)
+            else:
+                snb[s.uid] = cpus
+        state = cpu_state.from_cgroups(self.topology, dedicated, snb)
+        self._dedicated = {**state.dedicated, **self._dedicated}
+        self._snb = {**state.snb, **self._snb}
+        if state.dedicated or state.snb:
+            log.info(
+                "cpu placement rebuilt from cgroups: %d dedicated, %d NUMA-bound shared pods",
+                len(state.dedicated),
+                len(state.snb),
+            )
+
+    def _save_cpu_state(self, warnings: list[str]) -> None:
+        ck = self._cpu_checkpoint
+        if ck is None or self.dry_run:
+            return
+        try:
+            ck.save(cpu_state.CpuState(self._dedicated, self._snb, self._pools))
+        except OSError as exc:
+            warnings.append(f"cannot checkpoint the cpu placement to {ck.path}: {exc}")
+
     # --- the loop -----------------------------------------------------------------------------
 
     def reconcile(self, now: float | None = None) -> AgentPlan:
@@ -279,6 +353,9 @@ class Agent:
 
         # cgroups and samples
         self._discover(now, specs)
+        if self._cpu_rebuild:
+            self._cpu_rebuild = False
+            self._rebuild_cpu_state(specs)
         sample = self.host.sample(now, self._cgroup_list(specs))
         self.metrics.ingest(sample)
 
@@ -386,6 +463,7 @@ class Agent:
             pools.update(placed)
         self._pools = pools
         self._snb_domains = snb_domains
+        self._save_cpu_state(warnings)
         unbound_used = CPUSet().union(*(pools[n] for n in sizes))
         reclaim = (lay.share_domain - unbound_used) | (lay.bound_leftover - bound_used)
         if not reclaim:
@@ -1078,6 +1156,10 @@ class Agent:
             "memory_bytes": t.total_memory,
             "numa": {str(n): str(t.cpus_in_numa(n)) for n in t.numa_nodes},
         }
+
+
+def _path_or_none(value: object) -> Path | None:
+    return value if isinstance(value, Path) else None
 
 
 def _rescale(
