@@ -380,7 +380,11 @@ class Agent:
         snb_reqs = sorted(
             (
                 cpu_policy.SnbRequest(
-                    s.uid, s.key, s.request_cores, s.qos.enhancements.numa_ids if s.qos else None
+                    s.uid,
+                    s.key,
+                    s.request_cores,
+                    s.qos.enhancements.numa_ids if s.qos else None,
+                    s.memory_request,
                 )
                 for s in valid.values()
                 if s.level == names.QOS_SHARED_CORES and s.qos is not None and s.qos.numa_binding
@@ -694,6 +698,7 @@ class Agent:
             numa_ids=e.numa_ids,
             align_by_socket=e.align_by_socket,
             distribute_evenly=e.distribute_evenly_across_numa,
+            memory=s.memory_request,
         )
 
     def _ramping(self, s: PodSpec, now: float) -> bool:
