@@ -65,6 +65,12 @@ from pykatalyst.topology.machine import CPUTopology
 
 log = logging.getLogger("pykatalyst.agent")
 
+OOM_PRIORITY_IGNORED = (
+    "oom_priority is not applied on this node: Katalyst enforces it with its eBPF OOM "
+    "priority program, and the kubelet owns the processes' oom_score_adj; the kernel's "
+    "OOM killer follows the kubelet's QoS-class scores"
+)
+
 REDISCOVER_PERIOD_S = 30.0
 RESYNC_PERIOD_S = 30.0
 UNMANAGED = "(unmanaged)"
@@ -366,6 +372,8 @@ class Agent:
                 self._event_once(events, s, "InvalidQoS", s.error)
             else:
                 valid[uid] = s
+                if s.qos is not None and s.qos.enhancements.oom_priority is not None:
+                    self._event_once(events, s, "OOMPriorityIgnored", OOM_PRIORITY_IGNORED)
         dedicated_reqs = sorted(
             (
                 self._dedicated_request(s)
