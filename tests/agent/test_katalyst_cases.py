@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pykatalyst.agent.advisor import (
+    HeadroomSmoother,
     MemoryUser,
     assemble_pools,
     cpu_headroom,
@@ -113,6 +114,27 @@ def test_cpu_headroom_is_whole_cores_per_numa(
     supply, got, _ = cpu_headroom(CPUSet.parse(pool), ratio, used, None, numa_of)
     assert got == per_numa
     assert supply == total
+
+
+# --- reporter smoothing (pkg/util/general/window_test.go, CappedSmoothWindow: window of
+#     3 samples, min step 0.3, max step 4) ---------------------------------------------
+
+SMOOTHING_CASE = [
+    # (raw headroom, Katalyst's published figure; None: not yet)
+    (0.6, None),
+    (0.8, None),
+    (0.4, 0.6),  # window full: avg 0.6
+    (1.2, 0.6),  # avg 0.8, a move of 0.2 < min step: kept
+    (1.4, 1.0),  # avg 1.0, a move of 0.4: taken
+    (15.0, 5.0),  # avg 5.87, a move of 4.87: clamped to the max step
+]
+
+
+def test_capped_smooth_window() -> None:
+    sm = HeadroomSmoother(30.0, 10.0, 0.3, 4.0, 0.0, 0.0)
+    got = [sm.update(10.0 * (i + 1), raw)[0] for i, (raw, _) in enumerate(SMOOTHING_CASE)]
+    want = [w for _, w in SMOOTHING_CASE]
+    assert got == [None if w is None else pytest.approx(w) for w in want]
 
 
 # --- sysadvisor memory headroom (headroompolicy/policy_canonical.go) -------------------

@@ -108,6 +108,8 @@ def test_allocator_invariants_hold_across_rounds(
             if any(a.exclusive for a in on):
                 continue
             promised = sum(by_uid[a.uid].memory // len(a.numas) for a in on)
+            new_snb = [q for q in snb if lay.snb.get(q.uid) == n and q.uid not in snb_prev]
+            promised += sum(q.memory for q in new_snb)
             assert promised <= QUAD.memory_of_numa(n)
         # nothing running moves: placed pods keep their cpus, SNB pods their node
         for uid, a in previous.items():
@@ -118,3 +120,71 @@ def test_allocator_invariants_hold_across_rounds(
         assert set(previous) <= set(lay.dedicated)
         previous = dict(lay.dedicated)
         snb_prev = dict(lay.snb)
+
+
+# --- on a running node ---------------------------------------------------------------------
+
+
+def test_on_a_node_an_exclusive_pod_arriving_late_moves_no_running_pod() -> None:
+    from pykatalyst.agent.agent import Agent
+    from pykatalyst.agent.config import AgentConfig
+    from pykatalyst.agent.enforcer import Enforcer
+    from pykatalyst.agent.host.base import Knob
+    from pykatalyst.api import names
+    from pykatalyst.cluster.clock import VirtualClock
+    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.topology.cpuset import CPUSet
+    from tests.agent.inmemory_host import InMemoryHost, node_json, pod_json
+
+    clock = VirtualClock(50_000)
+    cluster = MemoryCluster(clock=clock)
+    cluster.create(names.NODE, node_json("node-1"))
+    host = InMemoryHost(QUAD)
+    agent = Agent("node-1", cluster, host, clock, AgentConfig(), Enforcer(host, None, clock))
+
+    def pod(name: str, level: str, cpu: str, enh: str, qos_class: str) -> str:
+        ann = {names.MEMORY_ENHANCEMENT_ANNOTATION: enh}
+        obj = cluster.create(
+            names.POD, pod_json(name, level=level, cpu=cpu, annotations=ann), "default"
+        )
+        uid = str(obj["metadata"]["uid"])
+        host.add_pod(uid, qos_class=qos_class)
+        return uid
+
+    def run(seconds: int) -> None:
+        for _ in range(seconds // 5):
+            agent.reconcile(clock.now())
+            clock.advance(5)
+
+    def cpus(uid: str) -> CPUSet:
+        v = host.knobs[host.pods[uid].containers["app"].cgroup][Knob.CPUSET_CPUS]
+        assert isinstance(v, CPUSet)
+        return v
+
+    snb = pod("snb", "shared_cores", "2", '{"numa_binding": "true"}', "burstable")
+    run(60)
+    (home,) = QUAD.numas_of(cpus(snb))
+    ex = pod(
+        "ex",
+        "dedicated_cores",
+        "8",
+        '{"numa_binding": "true", "numa_exclusive": "true"}',
+        "guaranteed",
+    )
+    run(60)
+    assert QUAD.numas_of(cpus(snb)) == [home]
+    ex_numas = QUAD.numas_of(cpus(ex))
+    assert home not in ex_numas and len(ex_numas) == 1
+
+
+def test_an_snb_pod_goes_where_its_memory_fits() -> None:
+    # NUMA 0 has the most free cpus, but a dedicated pod holds 60 of its 64Gi.
+    ded = [
+        DedicatedRequest("d0", "default/d0", 1, numa_ids=(0,), memory=60 * GIB),
+        DedicatedRequest("d1", "default/d1", 2, numa_ids=(1,), memory=GIB),
+        DedicatedRequest("d2", "default/d2", 2, numa_ids=(2,), memory=GIB),
+    ]
+    small = layout(QUAD, CFG, ded, {}, 4, [SnbRequest("s", "default/s", 1.0, memory=GIB)])
+    assert small.snb == {"s": 0}
+    big = layout(QUAD, CFG, ded, {}, 4, [SnbRequest("s", "default/s", 1.0, memory=8 * GIB)])
+    assert big.snb["s"] in (1, 2)

@@ -284,13 +284,16 @@ def place_snb(
     dedicated: Mapping[str, DedicatedAssignment],
     requests: Sequence[SnbRequest],
     previous: Mapping[str, int],
+    dedicated_memory: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, int], dict[str, str]]:
     """One NUMA node for each shared pod with numa_binding; (numa by uid, failures by uid).
 
-    A pod keeps the node it had. A new pod goes where its doubled request fits and the
+    A pod keeps the node it had. A new pod goes where its doubled request fits, its memory
+    request fits the node's memory not yet promised (as Katalyst's memory hints), and the
     most cpus stay free ("spreading"), never onto a node an exclusive dedicated pod owns,
     and never onto the last node without NUMA-bound pods, which non-bound pods need.
     """
+    free_mem = free_numa_memory(topo, dedicated.values(), dedicated_memory or {})
     exclusive = {n for a in dedicated.values() if a.exclusive for n in a.numas}
     taken = reserve.union(*(a.cpuset for a in dedicated.values()))
     capacity = {n: len(topo.cpus_in_numa(n) - taken) for n in topo.numa_nodes}
@@ -303,6 +306,8 @@ def place_snb(
         if n is not None and n not in exclusive and (req.numa_ids is None or n in req.numa_ids):
             out[req.uid] = n
             load[n] += req.cores * SNB_INCREASE_RATIO
+            if free_mem is not None:
+                free_mem[n] = max(free_mem[n] - req.memory, 0)
         else:
             pending.append(req)
     bound = {n for a in dedicated.values() for n in a.numas}
@@ -316,17 +321,21 @@ def place_snb(
             if n not in exclusive
             and (req.numa_ids is None or n in req.numa_ids)
             and load[n] + need <= capacity[n]
+            and (free_mem is None or free_mem[n] >= req.memory)
             and (len(unbound) > 1 or n in now_bound)
         ]
         if not candidates:
             failed[req.uid] = (
-                f"no NUMA node has room for {req.cores:g} cores x {SNB_INCREASE_RATIO:g} "
-                "while keeping a node for pods without NUMA binding"
+                f"no NUMA node has room for {req.cores:g} cores x {SNB_INCREASE_RATIO:g}"
+                + (f" and {req.memory} bytes of memory" if free_mem is not None else "")
+                + " while keeping a node for pods without NUMA binding"
             )
             continue
         best = max(candidates, key=lambda n: (capacity[n] - load[n] - need, -n))
         out[req.uid] = best
         load[best] += need
+        if free_mem is not None:
+            free_mem[best] = max(free_mem[best] - req.memory, 0)
     return out, failed
 
 
@@ -378,7 +387,14 @@ def layout(
     dedicated, failed = place_dedicated(
         topo, reserve, dedicated_requests, previous, reclaim_min, snb_held
     )
-    snb, snb_failed = place_snb(topo, reserve, dedicated, snb_requests, snb_previous or {})
+    snb, snb_failed = place_snb(
+        topo,
+        reserve,
+        dedicated,
+        snb_requests,
+        snb_previous or {},
+        {r.uid: r.memory for r in dedicated_requests},
+    )
     taken = reserve.union(*(a.cpuset for a in dedicated.values()))
     bound = tuple(sorted({n for a in dedicated.values() for n in a.numas} | set(snb.values())))
     domain = EMPTY
