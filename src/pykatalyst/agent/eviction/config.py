@@ -97,7 +97,9 @@ class SystemMemoryPressureConfig(_Section):
     psi_node_threshold: float = Field(15.0, ge=0, description="memory some avg10 of the node")
     psi_pod_threshold: float = Field(4.0, ge=0, description="mean avg10 of pressured pods")
     psi_pod_active: float = Field(1.0, ge=0, description="a pod counts when its avg10 > this")
-    psi_min_pods: int = Field(3, ge=0, description="pods needed for the per-pod check")
+    psi_min_pods: int = Field(
+        3, ge=0, description="pods above psi_pod_active needed for system pressure"
+    )
     psi_reclaimed_duration_s: Seconds = Field(15.0, description="then evict reclaimed pods")
     psi_any_duration_s: Seconds = Field(45.0, description="then evict any pod")
     grace_period_s: Seconds = 0.0
