@@ -289,6 +289,9 @@ class Agent:
                 self._event_once(events, s, "InvalidQoS", s.error)
             else:
                 valid[uid] = s
+                if s.qos is not None and s.qos.warnings:
+                    warned = "; ".join(str(w) for w in s.qos.warnings)
+                    self._event_once(events, s, "QoSWarning", f"Pod {s.key}: {warned}")
         dedicated_reqs = sorted(
             (
                 self._dedicated_request(s)

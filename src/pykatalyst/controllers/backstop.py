@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
 from pykatalyst.api import names
+from pykatalyst.api.limits import PodShapeError
 from pykatalyst.api.objects import CustomNodeResource, Pod, Taint
 from pykatalyst.api.qos import QoSError, parse_pod_qos
 from pykatalyst.api.records import DecisionLog, DecisionRecord
@@ -78,11 +79,20 @@ class ReclaimedPod:
 
 def reclaimed_pod(obj: JSON) -> ReclaimedPod | None:
     """The pod as the backstop sees it, or None when it is not a reclaimed_cores pod."""
+    return read_reclaimed_pod(obj)[0]
+
+
+def read_reclaimed_pod(obj: JSON) -> tuple[ReclaimedPod | None, str]:
+    """`reclaimed_pod`, plus why a pod was passed over: "" when it is simply not
+    reclaimed, "unreadable" when it breaks the Pod schema, "invalid-qos" when its QoS
+    declaration is refused. Never raises."""
     try:
         if parse_pod_qos(obj).level != names.QOS_RECLAIMED_CORES:
-            return None
+            return None, ""
+    except PodShapeError:
+        return None, "unreadable"
     except QoSError:
-        return None
+        return None, "invalid-qos"
     pod = Pod(obj)
     protected = ""
     if pod.priority >= CRITICAL_PRIORITY or pod.priority_class_name in CRITICAL_PRIORITY_CLASSES:
@@ -91,13 +101,16 @@ def reclaimed_pod(obj: JSON) -> ReclaimedPod | None:
         o.get("kind") == names.NODE.kind for o in pod.owner_references
     ):
         protected = "static pod"
-    return ReclaimedPod(
-        pod.uid,
-        pod.namespace,
-        pod.name,
-        pod.node_name,
-        pod.deletion_timestamp is not None or pod.is_terminated,
-        protected,
+    return (
+        ReclaimedPod(
+            pod.uid,
+            pod.namespace,
+            pod.name,
+            pod.node_name,
+            pod.deletion_timestamp is not None or pod.is_terminated,
+            protected,
+        ),
+        "",
     )
 
 
@@ -374,6 +387,12 @@ class BackstopController:
             ["action", "reason"],
             registry=self.registry,
         )
+        self.skipped_pods_total = Counter(
+            "katalyst_backstop_skipped_pods",
+            "Pods the backstop could not read (unreadable, invalid-qos), per reconcile.",
+            ["reason"],
+            registry=self.registry,
+        )
         self.log = DecisionLog(self.config.records_limit, records_path)
         self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self._pods = Informer(cluster, names.POD)
@@ -385,7 +404,9 @@ class BackstopController:
         self._pods.sync()
         by_node: dict[str, list[ReclaimedPod]] = {}
         for obj in self._pods.list():
-            pod = reclaimed_pod(obj)
+            pod, skipped = read_reclaimed_pod(obj)
+            if skipped:
+                self.skipped_pods_total.labels(skipped).inc()
             if pod is not None and pod.node:
                 by_node.setdefault(pod.node, []).append(pod)
         plan = decide(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pykatalyst.api import names
+from pykatalyst.api.limits import PodShapeError, check_pod
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, QoSError, parse_pod_qos
 from pykatalyst.api.quantity import QuantityError, parse_quantity
@@ -222,7 +223,45 @@ def _template_key(raw: dict[str, Any]) -> str | None:
         return None
 
 
+def _unreadable(raw: Any, exc: PodShapeError) -> PodInfo:
+    """A pod that breaks the Pod schema: it stays pending, with the reason as its Event."""
+    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
+    ident = {
+        k: v
+        for k, v in (meta.items() if isinstance(meta, Mapping) else ())
+        if k in ("uid", "namespace", "name", "resourceVersion") and isinstance(v, str)
+    }
+    namespace, name = ident.get("namespace", ""), ident.get("name", "")
+    spec = raw.get("spec") if isinstance(raw, Mapping) else None
+    scheduler = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    exc.object = f"Pod {namespace}/{name}"
+    return PodInfo(
+        raw=raw if isinstance(raw, dict) else {},
+        key=f"{namespace}/{name}",
+        uid=ident.get("uid") or f"{namespace}/{name}",
+        namespace=namespace,
+        name=name,
+        resource_version=ident.get("resourceVersion", ""),
+        scheduler_name=scheduler if isinstance(scheduler, str) else "default-scheduler",
+        node_name=node if isinstance(node, str) else "",
+        priority=0,
+        labels={},
+        requests={},
+        nonzero_cpu=0,
+        nonzero_mem=0,
+        qos=None,
+        problem=f"unreadable pod: {exc}",
+        problem_reason="InvalidPod",
+    )
+
+
 def pod_info(raw: dict[str, Any]) -> PodInfo:
+    """The scheduler's view of a pod; a pod it cannot read gets `problem` set, never raises."""
+    try:
+        check_pod(raw)
+    except PodShapeError as exc:
+        return _unreadable(raw, exc)
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     status = raw.get("status") or {}
