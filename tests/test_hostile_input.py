@@ -3,6 +3,7 @@ or raises the project's own error naming the field; none crashes or takes long."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 from pykatalyst.agent.config import ConfigError
 from pykatalyst.agent.config import load_config as load_agent_config
+from pykatalyst.agent.config import parse_config as parse_agent_config
 from pykatalyst.agent.state import parse_pod
 from pykatalyst.api import names
 from pykatalyst.api.limits import PodShapeError, check_pod
@@ -23,11 +25,15 @@ from pykatalyst.api.qos import QoSError, parse_numa_ids, parse_pod_qos
 from pykatalyst.api.yamlio import YAMLInputError, load_yaml_all
 from pykatalyst.cli.agent import load_pods
 from pykatalyst.cli.main import app
+from pykatalyst.cluster.clock import VirtualClock
+from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.controllers.backstop import read_reclaimed_pod
-from pykatalyst.scheduler.config import SchedulerConfigError
+from pykatalyst.scheduler.config import SchedulerConfigError, load_config_text
 from pykatalyst.scheduler.config import load_config as load_scheduler_config
+from pykatalyst.scheduler.extender import ExtenderService
 from pykatalyst.scheduler.podinfo import pod_info as scheduler_pod_info
-from pykatalyst.sim.scenario import ScenarioError, load_scenario
+from pykatalyst.scheduler.scheduler import Scheduler
+from pykatalyst.sim.scenario import ScenarioError, load_scenario, parse_scenario
 from tests.pod_fuzz import ENTRY_POINTS, ill_typed_pods, stored_pods
 
 HOSTILE = Path(__file__).parent / "data" / "hostile"
@@ -213,13 +219,49 @@ def test_every_reader_is_total_on_ill_typed_pods(pod: dict[str, Any]) -> None:
         read(pod)
 
 
+_YAML_ALPHABET = "ab:-[]{}!&*<>,'\"\n 01.e#|?%@~"
+_CONFIG_PREFIXES = ("", "kind: KubeSchedulerConfiguration\n", "name: s\nnodes:\n")
+
+
 @_FUZZ
-@given(st.text(alphabet="ab:-[]{}!&*<>,'\"\n 01.e#|?%@~", max_size=60))
-def test_the_yaml_reader_is_total(text: str) -> None:
+@given(st.sampled_from(_CONFIG_PREFIXES), st.text(alphabet=_YAML_ALPHABET, max_size=60))
+def test_the_yaml_reader_and_every_config_loader_are_total(prefix: str, text: str) -> None:
+    text = prefix + text
     try:
-        load_yaml_all(text, "fuzz.yaml")
+        docs = load_yaml_all(text, "fuzz.yaml")
     except YAMLInputError as exc:
         assert str(exc).startswith("fuzz.yaml")
+        docs = []
+    with contextlib.suppress(SchedulerConfigError):
+        load_config_text(text, "fuzz.yaml")
+    for doc in docs:
+        with contextlib.suppress(ConfigError):
+            parse_agent_config(doc)
+        with contextlib.suppress(ScenarioError):
+            parse_scenario(doc)
+
+
+def _extender() -> ExtenderService:
+    cluster = MemoryCluster(VirtualClock())
+    cluster.create(
+        names.NODE,
+        {
+            "metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
+        },
+    )
+    return ExtenderService(Scheduler(cluster))
+
+
+EXTENDER = _extender()
+
+
+@_FUZZ
+@given(st.one_of(stored_pods(), ill_typed_pods()))
+def test_the_extender_answers_every_pod(pod: dict[str, Any]) -> None:
+    result = EXTENDER.filter({"Pod": pod, "NodeNames": ["n1"]}, 0.0)
+    assert "NodeNames" in result or result.get("Error")
+    EXTENDER.prioritize({"Pod": pod, "NodeNames": ["n1"]}, 0.0)
 
 
 def test_an_unreadable_pod_never_stalls_the_agent_parse_of_others() -> None:

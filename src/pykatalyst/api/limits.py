@@ -91,31 +91,59 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _locate(pod: Any, bad: Any) -> str:
+    """The path of the first value in `pod` for which `bad(value, depth)` holds."""
+    stack: list[tuple[Any, int, str]] = [(pod, 0, "")]
+    while stack:
+        value, depth, path = stack.pop()
+        if bad(value, depth):
+            return path
+        if depth > MAX_DEPTH:
+            continue
+        if isinstance(value, Mapping):
+            items = [(f"{path}.{k}" if path else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list | tuple):
+            items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        stack.extend((v, depth + 1, p) for p, v in reversed(items))
+    return ""
+
+
+def _out_of_range(value: Any, depth: int) -> bool:
+    return _is_int(value) and not -MAX_INT - 1 <= value <= MAX_INT
+
+
 def _measure(pod: Any) -> None:
     """Refuse a pod too big, too deep or holding out-of-range integers; O(min(size, limit))."""
     nodes = 0
     size = 0
-    stack: list[tuple[Any, int, str]] = [(pod, 0, "")]
-    while stack:
-        value, depth, path = stack.pop()
-        nodes += 1
-        if nodes > MAX_POD_NODES:
-            raise _refuse("", None, f"at most {MAX_POD_NODES} values", "pod too large")
+    level: list[Any] = [pod]
+    depth = 0
+    while level:
         if depth > MAX_DEPTH:
-            raise _refuse(path, None, f"at most {MAX_DEPTH} levels", "pod nested too deeply")
-        if isinstance(value, str):
-            size += len(value)
-        elif _is_int(value):
-            if not -MAX_INT - 1 <= value <= MAX_INT:
-                raise _refuse(path, None, "a 64-bit integer", "integer out of range")
-        elif isinstance(value, Mapping):
-            for key, item in value.items():
-                size += len(key) if isinstance(key, str) else 8
-                stack.append((item, depth + 1, f"{path}.{key}" if path else str(key)))
-        elif isinstance(value, list | tuple):
-            stack.extend((item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))
+            where = _locate(pod, lambda _, d: d > MAX_DEPTH)
+            raise _refuse(where, None, f"at most {MAX_DEPTH} levels", "pod nested too deeply")
+        nodes += len(level)
+        if nodes > MAX_POD_NODES:
+            raise _refuse("(pod)", None, f"at most {MAX_POD_NODES} values", "pod too large")
+        below: list[Any] = []
+        for value in level:
+            if isinstance(value, str):
+                size += len(value)
+            elif isinstance(value, Mapping):
+                for key in value:
+                    size += len(key) if isinstance(key, str) else 8
+                below.extend(value.values())
+            elif isinstance(value, list | tuple):
+                below.extend(value)
+            elif _out_of_range(value, depth):
+                where = _locate(pod, _out_of_range)
+                raise _refuse(where, None, "a 64-bit integer", "integer out of range")
         if size > MAX_POD_BYTES:
-            raise _refuse("", None, f"at most {MAX_POD_BYTES} bytes", "pod too large")
+            raise _refuse("(pod)", None, f"at most {MAX_POD_BYTES} bytes", "pod too large")
+        level = below
+        depth += 1
 
 
 def _typed(value: Any, expected: str) -> bool:
@@ -169,7 +197,7 @@ def _annotation_bytes(annotations: Mapping[str, str]) -> None:
 def check_pod(pod: Any) -> None:
     """Raise `PodShapeError` (a `QoSError`) unless `pod` is a pod an API server would store."""
     if not isinstance(pod, Mapping):
-        raise _refuse("", pod, "a pod object", "not a pod object")
+        raise _refuse("(pod)", pod, "a pod object", "not a pod object")
     _measure(pod)
     meta = _section(pod, "metadata", _METADATA)
     _annotation_bytes(meta.get("annotations") or {})

@@ -135,6 +135,14 @@ class _Loader(
         self._alias_nodes = 0
         self._sizes: dict[int, int] = {}
 
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        # Refused while scanning: PyYAML's scanner looks ahead over every open bracket,
+        # which costs quadratic time on "[[[[...".
+        if self.flow_level >= MAX_DEPTH:
+            mark = self.get_mark()
+            raise _Refused(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+        super().fetch_flow_collection_start(token_class)
+
     def compose_document(self) -> Node | None:
         self._alias_nodes = 0
         self._sizes = {}
