@@ -18,7 +18,7 @@ from pykatalyst.agent.config import ConfigError
 from pykatalyst.agent.config import load_config as load_agent_config
 from pykatalyst.agent.config import parse_config as parse_agent_config
 from pykatalyst.agent.state import parse_pod
-from pykatalyst.api import names
+from pykatalyst.api import names, yamlio
 from pykatalyst.api.limits import PodShapeError, check_pod
 from pykatalyst.api.manifests import ManifestError, load_documents
 from pykatalyst.api.qos import QoSError, parse_numa_ids, parse_pod_qos
@@ -157,8 +157,24 @@ def test_unreadable_pods_are_skipped_by_the_scheduler_with_their_reason() -> Non
     assert "spec.affinity" in info.problem and info.key == "default/affinity"
 
 
+@pytest.fixture(params=yamlio._EVENT_PARSERS, ids=lambda cls: cls.__name__)
+def event_parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each YAML event parser there is: libyaml's when PyYAML has it, PyYAML's own."""
+    monkeypatch.setattr(yamlio, "_EVENT_PARSERS", [request.param])
+
+
+@pytest.mark.usefixtures("event_parser")
 @pytest.mark.parametrize(
-    "name", ["billion-laughs.yaml", "deep-nesting.yaml", "huge-number.yaml", "tag-python.yaml"]
+    "name",
+    [
+        "billion-laughs.yaml",
+        "deep-nesting.yaml",
+        "deep-nesting.json",
+        "huge-number.yaml",
+        "tag-python.yaml",
+        "tag-int.yaml",
+        "tag-timestamp.yaml",
+    ],
 )
 def test_hostile_yaml_is_refused_with_file_and_position(name: str) -> None:
     path = HOSTILE / name
@@ -181,12 +197,14 @@ def test_every_config_loader_refuses_odd_tags(tmp_path: Path, tag: str) -> None:
         load_pods(path)
 
 
+@pytest.mark.usefixtures("event_parser")
 def test_bare_dates_stay_strings_as_kubernetes_reads_them() -> None:
     assert load_yaml_all("a: 2024-01-01\nb: 2024-01-01T00:00:00Z\n") == [
         {"a": "2024-01-01", "b": "2024-01-01T00:00:00Z"}
     ]
 
 
+@pytest.mark.usefixtures("event_parser")
 def test_merge_keys_and_small_aliases_still_work() -> None:
     (doc,) = load_yaml_all("base: &b {cpu: '1'}\npod: {<<: *b, memory: 1Gi}\n")
     assert doc["pod"] == {"cpu": "1", "memory": "1Gi"}
@@ -221,6 +239,19 @@ def test_every_reader_is_total_on_ill_typed_pods(pod: dict[str, Any]) -> None:
 
 _YAML_ALPHABET = "ab:-[]{}!&*<>,'\"\n 01.e#|?%@~"
 _CONFIG_PREFIXES = ("", "kind: KubeSchedulerConfiguration\n", "name: s\nnodes:\n")
+
+
+@pytest.mark.skipif(len(yamlio._EVENT_PARSERS) < 2, reason="PyYAML is built without libyaml")
+def test_both_event_parsers_read_the_examples_alike() -> None:
+    examples = sorted((Path(__file__).parents[1] / "examples").rglob("*.yaml"))
+    assert examples
+    for path in examples:
+        read = []
+        for parser in yamlio._EVENT_PARSERS:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(yamlio, "_EVENT_PARSERS", [parser])
+                read.append(load_yaml_all(path.read_text(), str(path)))
+        assert read[0] == read[1], path
 
 
 @_FUZZ

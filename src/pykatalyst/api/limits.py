@@ -26,12 +26,12 @@ MAX_DEPTH: Final = 64
 MAX_ANNOTATIONS_BYTES: Final = 256 * 1024
 MAX_INT: Final = 2**63 - 1
 
-_OBJECT: Final = "object"
-_STRING: Final = "string"
-_LIST: Final = "list of objects"
-_STR_MAP: Final = "map of strings"
-_QUANTITIES: Final = "map of quantities"
-_INT: Final = "integer"
+_OBJECT: Final = "an object"
+_STRING: Final = "a string"
+_LIST: Final = "a list of objects"
+_STR_MAP: Final = "a map of strings"
+_QUANTITIES: Final = "a map of quantities"
+_INT: Final = "an integer"
 
 # field -> expected type, for the parts of a pod components read
 _METADATA: Final[Mapping[str, str]] = {
@@ -83,7 +83,11 @@ class PodShapeError(QoSError):
 
 
 def _refuse(field: str, value: Any, accepted: str, message: str) -> PodShapeError:
-    shown = value if isinstance(value, str) and len(value) <= 64 else type(value).__name__
+    shown: str | None
+    if value is None or isinstance(value, str):
+        shown = value if value is None or len(value) <= 64 else value[:64] + "..."
+    else:
+        shown = f"a {type(value).__name__}"
     return PodShapeError(message, field=field, value=shown, accepted=accepted)
 
 
@@ -168,9 +172,7 @@ def _fields(obj: Mapping[str, Any], schema: Mapping[str, str], prefix: str) -> N
         value = obj.get(key)
         if value is None or _typed(value, expected):
             continue
-        raise _refuse(
-            f"{prefix}{key}", value, f"a {expected}", f"{prefix}{key} must be a {expected}"
-        )
+        raise _refuse(f"{prefix}{key}", value, expected, f"{prefix}{key} must be {expected}")
 
 
 def _section(pod: Mapping[str, Any], key: str, schema: Mapping[str, str]) -> Mapping[str, Any]:
