@@ -158,3 +158,17 @@ def test_filter_refuses_an_ill_typed_pod_and_keeps_serving() -> None:
     assert "spec.affinity" in result["FailedAndUnresolvableNodes"]["n1"]
     good = svc.filter({"Pod": kube_pod(c), "NodeNames": ["n1"]}, 0.0)
     assert good["NodeNames"] == ["n1"]
+
+
+def test_a_fractional_dedicated_pod_counts_the_whole_cores_it_gets() -> None:
+    from pykatalyst.scheduler.podinfo import pod_info
+
+    raw = pod(
+        "db",
+        {"cpu": "1500m", "memory": "1Gi"},
+        qos=names.QOS_DEDICATED_CORES,
+        memory_enhancement={"numa_binding": "true"},
+    )
+    info = pod_info(raw)
+    assert not info.problem and info.is_dedicated_numa
+    assert info.request("cpu") == 2000

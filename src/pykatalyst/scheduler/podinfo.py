@@ -186,6 +186,9 @@ def _derive(raw: dict[str, Any]) -> _Derived:
         if not problem:
             problem = f"invalid QoS annotations: {exc}"
             problem_reason = "InvalidQoS"
+    if qos is not None and qos.is_dedicated and requests.get(names.RESOURCE_CPU, 0) % 1000:
+        # dedicated_cores get whole cores on the node: count what the agent will allocate
+        requests[names.RESOURCE_CPU] = -(-requests[names.RESOURCE_CPU] // 1000) * 1000
     affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     required_terms = None
