@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 
 from pykatalyst.agent.host.base import PodCgroup
 from pykatalyst.api import names
-from pykatalyst.api.limits import PodShapeError, check_pod
+from pykatalyst.api.limits import PodShapeError
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, QoSError, parse_pod_qos
 from pykatalyst.cluster.memory import parse_rfc3339
@@ -116,18 +116,16 @@ def _unreadable(obj: object, exc: PodShapeError) -> PodSpec:
 
 def parse_pod(obj: JSON) -> PodSpec:
     """Read one pod; a QoS or resource problem is recorded in `error`, never raised."""
-    try:
-        check_pod(obj)
-    except PodShapeError as exc:
-        return _unreadable(obj, exc)
-    pod = Pod(obj)
     qos: PodQoS | None = None
     error: str | None = None
     try:
-        qos = parse_pod_qos(obj)
+        qos = parse_pod_qos(obj)  # checks the pod's shape and limits first
+    except PodShapeError as exc:
+        return _unreadable(obj, exc)
     except QoSError as exc:
-        exc.object = f"Pod {pod.key}"
+        exc.object = f"Pod {Pod(obj).key}"
         error = str(exc)
+    pod = Pod(obj)
     request_cores = 0.0
     memory_request = reclaimed_cpu = reclaimed_mem = 0
     containers: list[ContainerSpec] = []

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pykatalyst.api import names
 from pykatalyst.api.limits import PodShapeError
 from pykatalyst.api.objects import CustomNodeResource, Pod, Taint
-from pykatalyst.api.qos import QoSError, parse_pod_qos
+from pykatalyst.api.qos import QoSError, parse_pod_qos, qos_level
 from pykatalyst.api.records import DecisionLog, DecisionRecord
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
@@ -86,9 +86,12 @@ def read_reclaimed_pod(obj: JSON) -> tuple[ReclaimedPod | None, str]:
     """`reclaimed_pod`, plus why a pod was passed over: "" when it is simply not
     reclaimed, "unreadable" when it breaks the Pod schema, "invalid-qos" when its QoS
     declaration is refused. Never raises."""
+    if not isinstance(obj, Mapping):
+        return None, "unreadable"
     try:
-        if parse_pod_qos(obj).level != names.QOS_RECLAIMED_CORES:
+        if qos_level(obj) != names.QOS_RECLAIMED_CORES:  # cheap: most pods stop here
             return None, ""
+        parse_pod_qos(obj)
     except PodShapeError:
         return None, "unreadable"
     except QoSError:

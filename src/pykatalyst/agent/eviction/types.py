@@ -101,17 +101,20 @@ def pod_info(obj: JSON, **overrides: Any) -> PodInfo:
     breaks the Pod schema cannot be read at all: it is known by identity only and marked
     `static`, so that no plugin evicts what the agent could not read.
     """
+    level = overrides.get("qos_level")
     try:
-        check_pod(obj)
+        if level is not None:
+            check_pod(obj)
+        else:
+            try:
+                level = parse_pod_qos(obj).level  # checks the pod's shape and limits first
+            except PodShapeError:
+                raise
+            except QoSError:
+                level = names.DEFAULT_QOS_LEVEL
     except PodShapeError:
         return _unreadable(obj, overrides)
     pod = Pod(obj)
-    level = overrides.get("qos_level")
-    if level is None:
-        try:
-            level = parse_pod_qos(obj).level
-        except QoSError:
-            level = names.DEFAULT_QOS_LEVEL
     if overrides.keys() >= _REQUEST_FIELDS:
         milli = mem = rcpu = rmem = 0  # the caller has them (parsing is the costly part)
     else:
