@@ -374,6 +374,9 @@ class Agent:
                 valid[uid] = s
                 if s.qos is not None and s.qos.enhancements.oom_priority is not None:
                     self._event_once(events, s, "OOMPriorityIgnored", OOM_PRIORITY_IGNORED)
+                if s.qos is not None and s.qos.warnings:
+                    warned = "; ".join(str(w) for w in s.qos.warnings)
+                    self._event_once(events, s, "QoSWarning", f"Pod {s.key}: {warned}")
         dedicated_reqs = sorted(
             (
                 self._dedicated_request(s)
