@@ -818,7 +818,12 @@ class Agent:
         rc = cfg.reporter
         topo = self.topology
         cpu_value, cpu_numa, cpu_terms = cpu_headroom(
-            reclaim, self.metrics.cpu_usage_ratio(now), reclaimed_usage, cap, self._numa_of
+            reclaim,
+            self.metrics.cpu_usage_ratio(now),
+            reclaimed_usage,
+            cap,
+            self._numa_of,
+            whole_cores=cfg.advisor.headroom_whole_cores,
         )
         users: list[MemoryUser] = []
         for s in valid.values():

@@ -106,6 +106,9 @@ class AdvisorConfig(_Section):
         4.0, description="cpus always left to the reclaim pool (reservedForReclaim)"
     )
     min_share_cpu_requirement: Cores = Field(4.0, description="lower bound of a share pool")
+    headroom_whole_cores: bool = Field(
+        True, description="publish reclaimed cpu per NUMA node in whole cores (Katalyst)"
+    )
     usage_coefficient: float = Field(1.25, gt=0, description="estimate = max(k × usage, loads)")
     fallback_cpu_estimate: Cores = Field(4.0, description="estimate when it would be <= 0")
     max_ramp_up_step: Cores = Field(10.0, description="a pool grows at most this much per tick")
