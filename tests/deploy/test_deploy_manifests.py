@@ -784,7 +784,7 @@ def test_the_daemonsets_agent_command_runs_against_a_node_tree_and_a_cluster(
     `--in-cluster` with the KUBERNETES_SERVICE_* environment Kubernetes sets); the API
     server is the embedded one over HTTP."""
     from pykatalyst.agent.host.fake import make_kubelet_tree
-    from pykatalyst.cluster.http import ApiServer
+    from pykatalyst.runtime.apiserver import ApiServer
 
     workload, container, _ = _workload_running("agent")
     spec = workload["spec"]["template"]["spec"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +24,8 @@ from pykatalyst.cli.kubeopts import (
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.protocol import ApiError, Cluster, NotFound
+from pykatalyst.runtime.agent import AGENT_PORT, run_agent
+from pykatalyst.runtime.host import Endpoint, ServeError
 from pykatalyst.topology.machine import CPUTopology
 
 NO_CGROUP_NOTE = (
@@ -127,6 +128,24 @@ def agent(
         Path | None,
         typer.Option("--host-root", help="Read sysfs, /proc and cgroups under this directory."),
     ] = None,
+    port: Annotated[
+        int,
+        typer.Option(
+            "--port",
+            min=0,
+            max=65535,
+            help=f"Serve /healthz, /readyz and /metrics on this port (0: not at all; "
+            f"Katalyst's agent port is {AGENT_PORT}). Not served with --once.",
+        ),
+    ] = AGENT_PORT,
+    bind_address: Annotated[
+        str,
+        typer.Option(
+            "--bind-address",
+            help="Address of the health and metrics server (0.0.0.0: every interface, "
+            "so the kubelet's probes and Prometheus reach it on the pod IP).",
+        ),
+    ] = "0.0.0.0",
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
@@ -184,15 +203,20 @@ def agent(
     )
     for note in notes:
         print_message(f"note: {note}", stderr=True)
+    endpoint = Endpoint("metrics", bind_address, port) if port else None
     try:
-        while True:
-            plan = runner.reconcile(clock.now())
-            _print_plan(plan, output, notes)
-            if once:
-                return
-            time.sleep(cfg.period_s)
-    except KeyboardInterrupt:
-        return
+        code = run_agent(
+            runner,
+            clock,
+            period_s=cfg.period_s,
+            once=once,
+            show=lambda plan: _print_plan(plan, output, notes),
+            endpoint=endpoint,
+        )
+    except ServeError as exc:
+        raise _fail(f"--port {port}: {exc}") from None
+    if code:
+        raise typer.Exit(code)
 
 
 def _print_plan(plan: AgentPlan, output: OutputFormat, notes: list[str]) -> None:
