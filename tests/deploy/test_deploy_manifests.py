@@ -184,6 +184,35 @@ def test_every_container_runs_a_katalyst_command_the_cli_accepts(container: JSON
     assert command in {"agent", "scheduler", "controller"}
 
 
+def _served_port(command: str, params: dict[str, Any]) -> int | None:
+    """The port a command serves /healthz, /readyz and /metrics on, as its options say."""
+    if command == "agent":
+        return int(params["port"]) or None
+    if command == "controller":
+        return params.get("metrics_port")
+    listen = params.get("listen")
+    return int(str(listen).rsplit(":", 1)[1]) if listen else None
+
+
+@pytest.mark.parametrize(
+    "container",
+    [c for _, c in _containers()],
+    ids=[f"{w['metadata']['name']}/{c['name']}" for w, c in _containers()],
+)
+def test_every_daemon_is_probed_on_the_health_endpoints_it_serves(container: JSON) -> None:
+    command, params = _parsed(container)
+    port = _served_port(command, params)
+    assert port is not None, f"{command} serves no health endpoints with these args"
+    # The kubelet probes the pod IP: a loopback-only server would never answer it.
+    address = params["bind_address"] if command == "agent" else str(params.get("listen", ""))
+    assert not address.startswith(("127.", "localhost", "[::1]")), address
+    named = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = container[probe]["httpGet"]
+        assert get["path"] == path, probe
+        assert named.get(get["port"], get["port"]) == port, probe
+
+
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
