@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pykatalyst.agent.host.fake import make_kubelet_tree
 from pykatalyst.api import names
 from pykatalyst.cli.main import app
 from pykatalyst.runtime.agent import AGENT_PORT
+from tests.fixtures.fake_node import make_kubelet_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 PODS = ROOT / "examples" / "agent" / "pods.yaml"

@@ -21,12 +21,12 @@ from pykatalyst.agent.host.base import (
     KnobWrite,
     WriteFailure,
 )
-from pykatalyst.agent.host.fake import FakeNode, FakePod, make_kubelet_tree
 from pykatalyst.agent.host.linux import LinuxHost
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.wrapped_host import WrappedHost
+from tests.fixtures.fake_node import FakeNode, FakePod, make_kubelet_tree
 
 C = CPUSet.parse
 A_UID, B_UID = "aaaa-1", "bbbb-2"

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from pykatalyst.agent.host.base import Host, Knob
-from pykatalyst.agent.host.fake import make_kubelet_tree
 from pykatalyst.agent.host.linux import LinuxHost
 from pykatalyst.sim.host import SimHost
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import InMemoryHost
+from tests.fixtures.fake_node import make_kubelet_tree
 
 MEMBERS = sorted(name for name in dir(Host) if not name.startswith("_") and name not in dir(object))
 

@@ -15,12 +15,12 @@ import pytest
 
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import ApplyResult, Knob, KnobValue, KnobWrite, WriteFailure
-from pykatalyst.agent.host.fake import FakeNode, FakePod, make_kubelet_tree
 from pykatalyst.agent.host.linux import LinuxHost
-from pykatalyst.agent.host.testbed import CgroupTestbed, testbed_unavailable_reason
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.topology.cpuset import CPUSet
 from tests.agent.wrapped_host import WrappedHost
+from tests.fixtures.cgroup_testbed import CgroupTestbed, testbed_unavailable_reason
+from tests.fixtures.fake_node import FakeNode, FakePod, make_kubelet_tree
 
 UID = "5e1f0a6c-1111-4c3e-9a1e-00000000000a"
 

@@ -132,7 +132,10 @@ def test_the_dockerfile_installs_the_package_and_drops_root() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     lines = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
     assert lines[0] == "FROM python:3.11-slim"
-    assert any(x.startswith("RUN pip install") and x.rstrip(" \\").endswith(".") for x in lines)
+    # the package with the Kubernetes client, without the simulator's charting library
+    installs = [x.rstrip(" \\") for x in lines if x.startswith("RUN pip install")]
+    assert any(x.endswith("'.[kube]'") for x in installs), installs
+    assert not any("sim" in x or "dev" in x for x in installs)
     user = [x for x in lines if x.startswith("USER ")]
     assert user and not user[-1].split()[1].startswith("0")
     assert 'ENTRYPOINT ["katalyst"]' in lines
@@ -812,8 +815,8 @@ def test_the_daemonsets_agent_command_runs_against_a_node_tree_and_a_cluster(
     /etc/katalyst, and the ServiceAccount files (named by a kubeconfig, or found by
     `--in-cluster` with the KUBERNETES_SERVICE_* environment Kubernetes sets); the API
     server is the embedded one over HTTP."""
-    from pykatalyst.agent.host.fake import make_kubelet_tree
     from pykatalyst.runtime.apiserver import ApiServer
+    from tests.fixtures.fake_node import make_kubelet_tree
 
     workload, container, _ = _workload_running("agent")
     spec = workload["spec"]["template"]["spec"]
