@@ -9,9 +9,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from pykatalyst.agent.agent import RESYNC_PERIOD_S, Agent
 from pykatalyst.agent.config import AgentConfig, ConfigError, load_config
-from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
@@ -24,7 +22,7 @@ from pykatalyst.cli.kubeopts import (
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.protocol import ApiError, Cluster, NotFound
-from pykatalyst.runtime.agent import AGENT_PORT, run_agent
+from pykatalyst.runtime.agent import AGENT_PORT, build_agent, run_agent
 from pykatalyst.runtime.host import Endpoint, ServeError
 from pykatalyst.topology.machine import CPUTopology
 
@@ -183,24 +181,7 @@ def agent(
             checkpoint.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _fail(f"checkpoint_path {checkpoint}: {exc}") from None
-    # Trust the enforcer's own writes between the agent's drift resyncs.
-    enforcer = Enforcer(host, checkpoint, clock, verify_period_s=RESYNC_PERIOD_S)
-    from pykatalyst.agent.eviction import EvictionStage
-
-    # The file's eviction section is the base; the AdminQoSConfiguration's evictionConfig
-    # is overlaid on it every config_ttl_s inside the stage.
-    eviction = EvictionStage(
-        node,
-        cluster,
-        cfg.eviction,
-        records_path=cfg.eviction.records_path,
-        dry_run=dry_run,
-        admin_qos=cfg.admin_qos_config,
-        config_ttl_s=cfg.config_ttl_s,
-    )
-    runner = Agent(
-        node, cluster, host, clock, cfg, enforcer, eviction_stages=[eviction], dry_run=dry_run
-    )
+    runner = build_agent(node, cluster, host, clock, cfg, checkpoint, dry_run=dry_run)
     for note in notes:
         print_message(f"note: {note}", stderr=True)
     endpoint = Endpoint("metrics", bind_address, port) if port else None

@@ -4,16 +4,51 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-from pykatalyst.agent.agent import Agent
+from pykatalyst.agent.agent import RESYNC_PERIOD_S, Agent
+from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.enforcer import Enforcer
+from pykatalyst.agent.eviction import EvictionStage
+from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.protocol import Cluster
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
 
 AGENT_PORT = 9316
 """katalyst-agent's metrics and health port."""
 
 RECONCILE = "reconcile"
+
+
+def build_agent(
+    node: str,
+    cluster: Cluster,
+    host: Host,
+    clock: Clock,
+    cfg: AgentConfig,
+    checkpoint: Path | None,
+    *,
+    dry_run: bool,
+) -> Agent:
+    """The agent as `katalyst agent` runs it: one enforcer, the eviction stage."""
+    # Trust the enforcer's own writes between the agent's drift resyncs.
+    enforcer = Enforcer(host, checkpoint, clock, verify_period_s=RESYNC_PERIOD_S)
+    # The file's eviction section is the base; the AdminQoSConfiguration's evictionConfig
+    # is overlaid on it every config_ttl_s inside the stage.
+    eviction = EvictionStage(
+        node,
+        cluster,
+        cfg.eviction,
+        records_path=cfg.eviction.records_path,
+        dry_run=dry_run,
+        admin_qos=cfg.admin_qos_config,
+        config_ttl_s=cfg.config_ttl_s,
+    )
+    return Agent(
+        node, cluster, host, clock, cfg, enforcer, eviction_stages=[eviction], dry_run=dry_run
+    )
 
 
 def agent_host(
