@@ -250,3 +250,19 @@ def test_sigterm_finishes_the_tick_then_stops_within_a_bound() -> None:
 def test_run_needs_a_clock() -> None:
     with pytest.raises(RuntimeError, match="step"):
         asyncio.run(ComponentHost("demo").run())
+
+
+def test_a_tick_stuck_past_the_bound_fails_liveness() -> None:
+    host, clock = _virtual(0.0, stall_after_s=300.0)
+    seen: list[str | None] = []
+
+    def work(now: float) -> None:
+        seen.append(host.alive())
+        clock.advance(301.0)
+        seen.append(host.alive())
+
+    host.every("reconcile", 10.0, work)
+    host.step(clock.now())
+    assert seen[0] is None
+    assert seen[1] is not None and "running for 301s" in seen[1]
+    assert host.alive() is None  # the tick ended: alive again
