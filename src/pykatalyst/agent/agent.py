@@ -633,12 +633,11 @@ class Agent:
         root: str | None = configured
         if configured == "auto":
             root = None
-            qos_cgroup = getattr(self.host, "qos_cgroup", None)
-            if callable(qos_cgroup):
-                try:
-                    root = str(qos_cgroup(BESTEFFORT)).strip("/")
-                except ValueError:
-                    root = None
+            try:
+                besteffort = self.host.qos_cgroup(BESTEFFORT)
+            except ValueError:
+                besteffort = None
+            root = besteffort.strip("/") if besteffort is not None else None
             if root is None:
                 root = next(
                     (

@@ -181,7 +181,8 @@ class ExtenderService:
 
 
 def make_app(service: ExtenderService, now: Callable[[], float]) -> web.Application:
-    """An aiohttp app answering `<any prefix>/filter|prioritize|bind` and `/healthz`."""
+    """An aiohttp app answering `<any prefix>/filter|prioritize|bind`. The runtime serves
+    it and adds `/healthz`, `/readyz` and `/metrics`."""
 
     async def handle(request: web.Request) -> web.Response:
         verb = request.match_info["tail"].rstrip("/").rsplit("/", 1)[-1]
@@ -204,10 +205,6 @@ def make_app(service: ExtenderService, now: Callable[[], float]) -> web.Applicat
             {"Error": f"unknown verb {verb!r}; served: filter, prioritize, bind"}, status=404
         )
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
     app = web.Application()
-    app.router.add_get("/healthz", healthz)
     app.router.add_post("/{tail:.*}", handle)
     return app
