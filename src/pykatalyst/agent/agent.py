@@ -16,7 +16,7 @@ changes this tick's desired knobs before they are enforced, so a stage can throt
 The loop keeps its per-tick work small: pods are parsed once per resourceVersion, cgroups
 are rediscovered only when a pod without a known cgroup appears (or every
 `REDISCOVER_PERIOD_S`), and the enforcer — which reads the machine — is called only when the
-desired knobs change, or every `RESYNC_PERIOD_S` to undo drift.
+desired knobs change, or every `resync_period_s` (default: every period) to undo drift.
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ OOM_PRIORITY_IGNORED = (
 )
 
 REDISCOVER_PERIOD_S = 30.0
-RESYNC_PERIOD_S = 30.0
 UNMANAGED = "(unmanaged)"
 SYSTEM_ALL_CPUS = "(all)"  # a system_cores pod without a cpuset_pool: every cpu but dedicated
 BESTEFFORT = "besteffort"  # the kubelet's QoS class whose cgroup holds reclaimed pods
@@ -1032,7 +1031,7 @@ class Agent:
         if self.enforcer is None:
             return {"state": "no enforcer"}
         changed = desired != self._last_desired
-        due = self._last_enforce is None or now - self._last_enforce >= RESYNC_PERIOD_S
+        due = self._last_enforce is None or now - self._last_enforce >= self.config.resync_s
         if not (changed or due):
             return {"state": "unchanged"}
         try:

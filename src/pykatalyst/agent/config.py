@@ -161,6 +161,11 @@ class AgentConfig(_Section):
     """Everything the agent can be told. Load from YAML with `load_config`."""
 
     period_s: float = Field(5.0, gt=0, description="reconcile period (Katalyst: 5s)")
+    resync_period_s: Seconds | None = Field(
+        None,
+        description="knobs changed behind the agent's back are put back within this "
+        "(default: every period)",
+    )
     cpu: CpuPolicyConfig = Field(default_factory=CpuPolicyConfig)
     advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
     reporter: ReporterConfig = Field(default_factory=ReporterConfig)
@@ -199,6 +204,11 @@ class AgentConfig(_Section):
         "puts agent-cpu-state.json next to the enforcer's checkpoint, in the agent's state "
         "directory; None: not kept (a restart rebuilds it from the cgroups' cpusets)",
     )
+
+    @property
+    def resync_s(self) -> float:
+        """How long the agent trusts the knobs it wrote before reading them again."""
+        return self.period_s if self.resync_period_s is None else self.resync_period_s
 
     @model_validator(mode="after")
     def _root(self) -> AgentConfig:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -107,7 +108,14 @@ def _summary(plan: AgentPlan) -> str:
 
 
 def agent(
-    node: Annotated[str, typer.Option("--node", help="This node's name.")],
+    node: Annotated[
+        str | None,
+        typer.Option(
+            "--node",
+            envvar="NODE_NAME",
+            help="This node's name (default: $NODE_NAME, then the hostname, as the kubelet's).",
+        ),
+    ] = None,
     pods: Annotated[
         Path | None,
         typer.Option(help="YAML file of pods to create on the embedded cluster, bound here."),
@@ -150,6 +158,7 @@ def agent(
     context: str | None = CONTEXT_OPTION,
 ) -> None:
     """Run the node agent: pools, cpusets, headroom and reporting for NODE."""
+    node = node or socket.gethostname().lower()
     try:
         cfg: AgentConfig = load_config(config)
     except ConfigError as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from pykatalyst.agent.agent import RESYNC_PERIOD_S, Agent
+from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.eviction import EvictionStage
@@ -34,7 +34,7 @@ def build_agent(
 ) -> Agent:
     """The agent as `katalyst agent` runs it: one enforcer, the eviction stage."""
     # Trust the enforcer's own writes between the agent's drift resyncs.
-    enforcer = Enforcer(host, checkpoint, clock, verify_period_s=RESYNC_PERIOD_S)
+    enforcer = Enforcer(host, checkpoint, clock, verify_period_s=cfg.resync_s)
     # The file's eviction section is the base; the AdminQoSConfiguration's evictionConfig
     # is overlaid on it every config_ttl_s inside the stage.
     eviction = EvictionStage(
