@@ -284,6 +284,36 @@ def test_a_missing_node_or_cnr_is_a_clear_error(world: World) -> None:
     assert "Traceback" not in missing.output + no_cnr.output
 
 
+def test_an_invalid_admin_qos_configuration_is_shown_with_its_error(world: World) -> None:
+    bad = {"spec": {"config": {"reclaimedResourceConfig": {"enableReclaim": "perhaps"}}}}
+    world.cluster.patch(names.ADMIN_QOS_CONFIGURATION, "colocation", bad, "default")
+    try:
+        result = world.invoke("node", NODE, "-o", "json")
+        table = world.invoke("node", NODE)
+    finally:
+        good = {"spec": {"config": {"reclaimedResourceConfig": {"enableReclaim": True}}}}
+        world.cluster.patch(names.ADMIN_QOS_CONFIGURATION, "colocation", good, "default")
+    assert result.exit_code == 0, result.output
+    aqc = json.loads(result.stdout)["config"]["admin_qos"]
+    assert aqc["error"].startswith("invalid: spec.config.reclaimedResourceConfig.enableReclaim: ")
+    assert "(value 'perhaps')" in aqc["error"]
+    assert aqc["spec"] == bad["spec"]  # what is stored, shown as it is
+    assert table.exit_code == 0 and "invalid:" in table.stdout
+
+
+def test_a_pod_on_a_node_without_an_agent_says_so(world: World) -> None:
+    world.cluster.create(names.POD, pod_json("stray", node="node-2"), "default")
+    try:
+        data = pod_report(world, "stray")
+    finally:
+        world.cluster.delete(names.POD, "stray", "default", grace_period_seconds=0)
+    assert data["node"] == "node-2"
+    assert data["placement"]["pool"] is None and data["placement"]["why"] is None
+    assert data["problems"] == [
+        f"node node-2 has no {names.CUSTOM_NODE_RESOURCE.kind}: no agent reports"
+    ]
+
+
 # --- pod ----------------------------------------------------------------------------------
 
 

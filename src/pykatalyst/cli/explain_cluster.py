@@ -61,6 +61,17 @@ def json_annotation(obj: JSON, key: str) -> tuple[dict[str, Any] | None, str | N
     return value, None
 
 
+def one_line(exc: ValidationError) -> str:
+    """A model's errors on one line, each as `field.path: message (value ...)`."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        value = err.get("input")
+        shown = "" if isinstance(value, dict | list) else f" (value {value!r})"
+        parts.append(f"{where}: {err['msg']}{shown}")
+    return "; ".join(parts)
+
+
 # --- node ---------------------------------------------------------------------------------
 
 
@@ -230,7 +241,7 @@ def config_json(cluster: Cluster, node: str, problems: list[str]) -> JSON:
     try:
         cnc = CustomNodeConfig.from_json(raw)
     except ValidationError as exc:
-        problems.append(f"{names.CUSTOM_NODE_CONFIG.kind} {node} is invalid: {exc}")
+        problems.append(f"{names.CUSTOM_NODE_CONFIG.kind} {node} is invalid: {one_line(exc)}")
         return out
     targets = [
         {
@@ -259,7 +270,7 @@ def _admin_qos(cluster: Cluster, namespace: str, name: str) -> JSON:
     try:
         AdminQoSConfiguration.from_json(raw)
     except ValidationError as exc:
-        out["error"] = f"invalid: {exc} (the agent keeps its current configuration)"
+        out["error"] = f"invalid: {one_line(exc)} (the agent keeps its current configuration)"
     return out
 
 

@@ -86,7 +86,16 @@ def placement_json(
     node = pod.node_name
     if not node:
         return None
-    out: JSON = {"node": node, "pool": None, "cpuset": None, "pool_cpuset": None}
+    out: JSON = {
+        "node": node,
+        "pool": None,
+        "cpuset": None,
+        "pool_cpuset": None,
+        "ramping_up": False,
+        "note": None,
+        "numa": [],
+        "why": None,
+    }
     try:
         cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, node)
     except NotFound:
@@ -101,7 +110,13 @@ def placement_json(
     entry = next((p for p in pods if p.get("uid") == pod.uid), None)
     numa = _numa_allocations(cnr, pod.uid)
     if entry is None:
-        out["why"] = "the agent has not placed this pod (yet)" if pools else None
+        if pools:
+            out["why"] = "the agent has not placed this pod (yet)"
+        elif error is None:
+            out["why"] = (
+                f"the agent on {node} publishes no {names.CPU_POOLS_ANNOTATION} annotation "
+                "(an older version?)"
+            )
         out["numa"] = numa
         return out
     pool = str(entry.get("pool", ""))
