@@ -234,6 +234,9 @@ def test_node_table_names_every_section(world: World) -> None:
     ):
         assert title in result.stdout
     assert "reclaim_pool_cpus" in result.stdout
+    memory = world.plan.reclaimed_memory.reported
+    assert memory is not None
+    assert f"value = {int(memory)} ({memory / GIB:.2f}Gi)" in result.stdout  # bytes, and GiB
     assert "default/colocation" in result.stdout
 
 

@@ -9,6 +9,9 @@ from pykatalyst.api import names
 from pykatalyst.cli.output import print_message, print_table
 from pykatalyst.cluster.protocol import JSON
 
+MIB = 1 << 20
+GIB = 1 << 30
+
 
 def fmt(value: Any) -> str:
     if value is None or value == "":
@@ -22,15 +25,20 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def flatten(terms: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Nested terms as `a.b = value` lines, in key order."""
+def flatten(terms: Mapping[str, Any], prefix: str = "", *, in_bytes: bool = False) -> list[str]:
+    """Nested terms as `a.b = value` lines, in key order. With `in_bytes` (the memory
+    figure's terms), amounts of a MiB or more also show in GiB."""
     lines = []
     for key in sorted(terms):
         value = terms[key]
         if isinstance(value, Mapping):
-            lines.extend(flatten(value, f"{prefix}{key}."))
-        else:
-            lines.append(f"{prefix}{key} = {fmt(value)}")
+            lines.extend(flatten(value, f"{prefix}{key}.", in_bytes=in_bytes))
+            continue
+        text = fmt(value)
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if in_bytes and is_number and value >= MIB:
+            text += f" ({value / GIB:.2f}Gi)"
+        lines.append(f"{prefix}{key} = {text}")
     return lines
 
 
@@ -87,7 +95,7 @@ def _print_reclaimed(node: str, reclaimed: JSON) -> None:
     for short in ("cpu", "memory"):
         r = reclaimed[short]
         terms = r["terms"]
-        why = "\n".join(flatten(terms)) if terms else "-"
+        why = "\n".join(flatten(terms, in_bytes=short == "memory")) if terms else "-"
         rows.append([r["resource"], fmt(r["allocatable"]), fmt(r["capacity"]), why])
     title = f"Reclaimed capacity of node {node}"
     if reclaimed["terms_time"]:
