@@ -352,7 +352,10 @@ def test_evicted_pod_shows_the_eviction_with_its_plugin(world: World) -> None:
     data = pod_report(world, "batch")
     assert data["deleting"] is not None  # evicted: terminating for its grace period
     assert data["placement"]["pool"] == names.POOL_RECLAIM
-    assert data["placement"]["why"].startswith("reclaimed_cores: the reclaim pool")
+    reclaim = world.plan.pool(names.POOL_RECLAIM)
+    assert reclaim is not None
+    why = data["placement"]["why"]
+    assert why.startswith(f"reclaimed_cores: the reclaim pool ({reclaim.size} cpus now)")
     evictions = [e for e in data["events"] if e["reason"] == names.EVENT_REASON_EVICT_CREATED]
     assert len(evictions) == 1
     record = evictions[0]["record"]

@@ -19,6 +19,7 @@ from pykatalyst.cli.explain_cluster import (
 from pykatalyst.cli.explain_events import FAILED_SCHEDULING, OUR_COMPONENTS, component_of
 from pykatalyst.cluster.memory import rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
+from pykatalyst.topology.cpuset import CPUSet
 
 # Events about a pod worth showing beside pykatalyst's own: the scheduler's verdicts.
 SCHEDULING_REASONS = (FAILED_SCHEDULING, "Scheduled", "Preempted")
@@ -166,7 +167,12 @@ def placement_why(
         extra = ""
         if pool_cpuset is not None and entry.get("cpuset") != pool_cpuset:
             extra = " and the share pools' cpus (cpu.overlap_reclaim_with_share), at SCHED_IDLE"
-        return f"{level}: the reclaim pool{extra}"
+        size = _size(pool_cpuset)
+        now = f" ({size} cpus now)" if size is not None else ""
+        return (
+            f"{level}: the reclaim pool{now}{extra}; the agent shrinks that pool when shared "
+            "pods need the cpus, which throttles reclaimed pods before any eviction"
+        )
     if level == names.QOS_SYSTEM_CORES:
         if e.cpuset_pool:
             return f"{level}: the pools named by cpuset_pool={e.cpuset_pool}"
@@ -175,6 +181,13 @@ def placement_why(
     if e.numa_binding:
         return f"{level}: pool {pool}, {chosen} on one NUMA node (numa_binding)"
     return f"{level}: pool {pool} ({chosen})"
+
+
+def _size(cpuset: str | None) -> int | None:
+    try:
+        return None if cpuset is None else len(CPUSet.parse(cpuset))
+    except ValueError:
+        return None
 
 
 def pod_events(cluster: Cluster, pod: Pod, limit: int, problems: list[str]) -> list[JSON]:
