@@ -277,6 +277,31 @@ def test_malformed_annotations_are_shown_not_fatal(corrupted: World) -> None:
     assert json.loads(pod.stdout)["placement"]["pool"] is None
 
 
+def test_malformed_quantities_in_the_cnr_status_are_shown_not_fatal(world: World) -> None:
+    saved = world.cluster.get(names.CUSTOM_NODE_RESOURCE, NODE)["status"]
+    zones = json.loads(json.dumps(saved["topologyZone"]))
+    zones[0]["children"][0]["resources"]["capacity"]["cpu"] = "lots"
+    bad = {
+        "resources": {"allocatable": {names.RECLAIMED_MILLICPU: "plenty"}},
+        "topologyZone": zones,
+    }
+    world.cluster.patch(names.CUSTOM_NODE_RESOURCE, NODE, {"status": bad}, subresource="status")
+    try:
+        node = world.invoke("node", NODE, "-o", "json")
+        pod = world.invoke("pod", "default/db", "-o", "json")
+    finally:
+        world.cluster.patch(
+            names.CUSTOM_NODE_RESOURCE, NODE, {"status": saved}, subresource="status"
+        )
+    assert node.exit_code == 0, node.output
+    data = json.loads(node.stdout)
+    assert data["reclaimed"]["cpu"]["allocatable"] == "plenty"  # as published
+    assert data["numa"] == []
+    assert any(p.startswith("status.topologyZone cannot be read") for p in data["problems"])
+    assert pod.exit_code == 0, pod.output
+    assert json.loads(pod.stdout)["placement"]["pool"] == names.POOL_DEDICATED
+
+
 def test_a_missing_node_or_cnr_is_a_clear_error(world: World) -> None:
     missing = world.invoke("node", "node-9")
     assert missing.exit_code == 1

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
 from pykatalyst.api.names import Kind
-from pykatalyst.api.objects import CustomNodeResource, Node, Taint
+from pykatalyst.api.objects import CustomNodeResource, Node, Taint, TopologyZone
 from pykatalyst.cli.explain_events import OUR_COMPONENTS, event_json, event_time, field_map
 from pykatalyst.cluster.memory import rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
@@ -93,7 +93,7 @@ def explain_node(cluster: Cluster, name: str, now: float, limit: int = EVENT_LIM
         "node": name,
         "time": rfc3339(now),
         "reclaimed": reclaimed_json(cnr, problems),
-        "numa": numa_json(cnr),
+        "numa": numa_json(cnr, problems),
         "pools": pools_json(cnr, problems),
         "health": health_json(cnr, now),
         "taints": taints_json(node, cnr),
@@ -105,8 +105,9 @@ def explain_node(cluster: Cluster, name: str, now: float, limit: int = EVENT_LIM
 
 def reclaimed_json(cnr: JSON, problems: list[str]) -> JSON:
     """The published reclaimed figures, each with the terms the agent wrote beside it."""
-    view = CustomNodeResource(cnr)
-    alloc, cap = view.allocatable(), view.capacity()
+    # As published, unparsed: a malformed quantity is shown as it is, not fatal.
+    resources = field_map(field_map(cnr, "status"), "resources")
+    alloc, cap = field_map(resources, "allocatable"), field_map(resources, "capacity")
     terms, error = json_annotation(cnr, names.RECLAIMED_TERMS_ANNOTATION)
     if error:
         problems.append(error)
@@ -124,7 +125,15 @@ def reclaimed_json(cnr: JSON, problems: list[str]) -> JSON:
     return out
 
 
-def numa_json(cnr: JSON) -> list[JSON]:
+def numa_zones(cnr: JSON, problems: list[str]) -> list[TopologyZone]:
+    try:
+        return CustomNodeResource(cnr).numa_zones()
+    except ValueError as exc:
+        problems.append(f"status.topologyZone cannot be read: {exc}")
+        return []
+
+
+def numa_json(cnr: JSON, problems: list[str]) -> list[JSON]:
     return [
         {
             "numa": z.name,
@@ -136,7 +145,7 @@ def numa_json(cnr: JSON) -> list[JSON]:
                 for c, r in z.allocations
             ],
         }
-        for z in CustomNodeResource(cnr).numa_zones()
+        for z in numa_zones(cnr, problems)
     ]
 
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from pykatalyst.api import names
-from pykatalyst.api.objects import CustomNodeResource, Pod
+from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, QoSProblem, inspect_pod_qos
 from pykatalyst.cli.explain_cluster import (
     EVENT_LIMIT,
     ExplainError,
     get_object,
+    numa_zones,
     published_pools,
     recent,
 )
@@ -109,7 +110,7 @@ def placement_json(
     if error:
         problems.append(error)
     entry = next((p for p in pods if p.get("uid") == pod.uid), None)
-    numa = _numa_allocations(cnr, pod.uid)
+    numa = _numa_allocations(cnr, pod.uid, problems)
     if entry is None:
         if pools:
             out["why"] = "the agent has not placed this pod (yet)"
@@ -133,10 +134,10 @@ def placement_json(
     return out
 
 
-def _numa_allocations(cnr: JSON, uid: str) -> list[JSON]:
+def _numa_allocations(cnr: JSON, uid: str, problems: list[str]) -> list[JSON]:
     return [
         {"numa": z.name, "requests": {k: str(v) for k, v in sorted(r.items())}}
-        for z in CustomNodeResource(cnr).numa_zones()
+        for z in numa_zones(cnr, problems)
         for consumer, r in z.allocations
         if consumer.rsplit("/", 1)[-1] == uid
     ]
