@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 
 from pykatalyst.agent.reporter import PodCpus, pools_annotation
 from pykatalyst.api import names
-from pykatalyst.cli.explain_cluster import published_pools, reclaimed_json
+from pykatalyst.cli.explain_cluster import (
+    RESOURCES,
+    SILENT_AFTER_S,
+    health_json,
+    numa_json,
+    pools_json,
+    published_pools,
+    reclaimed_json,
+    taints_json,
+)
 from pykatalyst.cli.explain_events import event_json, record_from_event
 from pykatalyst.topology.cpuset import CPUSet
 
@@ -108,3 +117,55 @@ def test_any_event_is_shown_and_ours_become_records(ev: dict[str, Any]) -> None:
         assert record.object_kind == (str(obj.get("kind", "")) if isinstance(obj, dict) else "")
         if ev.get("lastTimestamp") == "2026-12-01T08:00:00Z":
             assert shown["time"] == "2026-12-01T08:00:00Z"
+
+
+quantities = st.sampled_from(["8", "40k", "187Gi", "plenty", "", "-1"]) | json_values
+statuses = st.fixed_dictionaries(
+    {},
+    optional={
+        "resources": json_values
+        | st.fixed_dictionaries(
+            {"allocatable": st.dictionaries(st.sampled_from(list(RESOURCES.values())), quantities)}
+        ),
+        "topologyZone": json_values
+        | st.lists(
+            st.fixed_dictionaries(
+                {"type": st.just(names.ZONE_SOCKET), "name": st.text(max_size=2)},
+                optional={"children": json_values},
+            ),
+            max_size=2,
+        ),
+        "conditions": json_values
+        | st.lists(
+            st.fixed_dictionaries(
+                {"type": st.just(names.CNR_CONDITION_AGENT_READY)},
+                optional={"lastHeartbeatTime": json_values | st.just("2026-12-01T08:00:00Z")},
+            ),
+            max_size=2,
+        ),
+    },
+)
+
+
+@given(
+    statuses,
+    st.fixed_dictionaries({}, optional={"taints": json_values}),
+    st.dictionaries(
+        st.sampled_from([names.RECLAIMED_TERMS_ANNOTATION, names.CPU_POOLS_ANNOTATION]),
+        st.text(max_size=20) | json_values.map(json.dumps),
+    ),
+)
+def test_any_cnr_is_explained_without_raising(
+    status: dict[str, Any], spec: dict[str, Any], annotations: dict[str, str]
+) -> None:
+    cnr = {"metadata": {"name": "n1", "annotations": annotations}, "spec": spec, "status": status}
+    problems: list[str] = []
+    reclaimed = reclaimed_json(cnr, problems)
+    assert set(reclaimed) >= {"cpu", "memory", "terms_time", "terms_error"}
+    assert isinstance(numa_json(cnr, problems), list)
+    assert isinstance(pools_json(cnr, problems), list)
+    health = health_json(cnr, 1e9)
+    assert health["silent"] == (health["age_s"] is None or health["age_s"] >= SILENT_AFTER_S)
+    taints = taints_json({"metadata": {"name": "n1"}, "spec": spec}, cnr)
+    assert set(taints) == {"node", "cnr"}
+    assert all(isinstance(p, str) for p in problems)
