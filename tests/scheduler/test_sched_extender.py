@@ -147,3 +147,28 @@ def test_http_endpoints_speak_kube_scheduler_json() -> None:
             await client.close()
 
     asyncio.run(run())
+
+
+def test_filter_refuses_an_ill_typed_pod_and_keeps_serving() -> None:
+    c, svc = setup()
+    raw = pod("odd", {"cpu": "1"})
+    raw["spec"]["affinity"] = "x"  # what kube-scheduler would never send, a client might
+    result = svc.filter({"Pod": raw, "NodeNames": ["n1"]}, 0.0)
+    assert result["NodeNames"] == []
+    assert "spec.affinity" in result["FailedAndUnresolvableNodes"]["n1"]
+    good = svc.filter({"Pod": kube_pod(c), "NodeNames": ["n1"]}, 0.0)
+    assert good["NodeNames"] == ["n1"]
+
+
+def test_a_fractional_dedicated_pod_counts_the_whole_cores_it_gets() -> None:
+    from pykatalyst.scheduler.podinfo import pod_info
+
+    raw = pod(
+        "db",
+        {"cpu": "1500m", "memory": "1Gi"},
+        qos=names.QOS_DEDICATED_CORES,
+        memory_enhancement={"numa_binding": "true"},
+    )
+    info = pod_info(raw)
+    assert not info.problem and info.is_dedicated_numa
+    assert info.request("cpu") == 2000

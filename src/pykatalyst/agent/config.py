@@ -23,6 +23,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pykatalyst.agent.eviction.config import EvictionConfig
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.quantity import Quantity, QuantityError, parse_quantity
+from pykatalyst.api.yamlio import load_yaml
 from pykatalyst.topology.cpuset import CPUSet
 
 GI = 1024**3
@@ -189,6 +190,12 @@ class AgentConfig(_Section):
         "/var/lib/pykatalyst/agent-enforcer.json",
         description="where the enforcer keeps its desired-state checkpoint (None: none)",
     )
+    cpu_state_path: str | None = Field(
+        "auto",
+        description="where the cpu placement (dedicated, SNB, pools) is checkpointed: 'auto' "
+        "puts agent-cpu-state.json next to the enforcer's checkpoint, in the agent's state "
+        "directory; None: not kept (a restart rebuilds it from the cgroups' cpusets)",
+    )
 
     @model_validator(mode="after")
     def _root(self) -> AgentConfig:
@@ -291,7 +298,7 @@ def load_config(path: str | Path | None) -> AgentConfig:
         return AgentConfig()
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = load_yaml(p.read_text(), str(p))
     except OSError as exc:
         raise ConfigError(f"cannot read agent config {p}: {exc}") from None
     except yaml.YAMLError as exc:

@@ -16,6 +16,7 @@ from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
+from pykatalyst.api.yamlio import load_yaml_all
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
     IN_CLUSTER_OPTION,
@@ -41,7 +42,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 def load_pods(path: Path) -> list[dict[str, Any]]:
     """Pods from a YAML file: documents that are Pods, or Lists of them."""
     try:
-        docs = list(yaml.safe_load_all(path.read_text()))
+        docs = load_yaml_all(path.read_text(), str(path))
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
     except yaml.YAMLError as exc:

@@ -18,6 +18,7 @@ import typer
 import yaml
 
 from pykatalyst.api.names import CRD
+from pykatalyst.api.yamlio import load_yaml_all
 from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.http import ApiServer, kubeconfig_for
@@ -86,7 +87,7 @@ def install_crds(cluster: MemoryCluster, path: Path) -> list[str]:
     created: list[str] = []
     for file in files:
         try:
-            docs = list(yaml.safe_load_all(file.read_text()))
+            docs = load_yaml_all(file.read_text(), str(file))
         except (OSError, yaml.YAMLError) as exc:
             raise ValueError(f"--crds {file}: {exc}") from None
         for doc in docs:

@@ -28,6 +28,7 @@ from aiohttp import web
 
 from pykatalyst import __version__
 from pykatalyst.api.names import CRD, Kind
+from pykatalyst.api.yamlio import load_yaml
 from pykatalyst.cluster.memory import MemoryCluster, parse_rfc3339, resource_name
 from pykatalyst.cluster.protocol import (
     JSON,
@@ -776,7 +777,7 @@ class ApiServerApp:
             )
         try:
             if "yaml" in request.content_type:
-                return yaml.safe_load(raw)
+                return load_yaml(raw, "the request body")
             return json.loads(raw)
         except (ValueError, yaml.YAMLError) as e:
             raise BadRequest(f"the request body is not valid JSON: {e}") from None

@@ -14,7 +14,6 @@ FailedAndUnresolvableNodes, Error}`, `HostPriorityList[{Host, Score}]` with scor
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -188,7 +187,7 @@ def make_app(service: ExtenderService, now: Callable[[], float]) -> web.Applicat
         verb = request.match_info["tail"].rstrip("/").rsplit("/", 1)[-1]
         try:
             body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, 5000-digit numbers
             return web.json_response({"Error": f"request body is not JSON: {exc}"}, status=400)
         if not isinstance(body, Mapping):
             return web.json_response({"Error": "request body is not a JSON object"}, status=400)
