@@ -52,7 +52,7 @@ from pykatalyst.agent.plan import (
     ReclaimedFigure,
     knob_value_json,
 )
-from pykatalyst.agent.reporter import NumaAllocation, Reporter, ReportInput
+from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportInput
 from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
@@ -558,7 +558,7 @@ class Agent:
                         desired[cgroup] = {**desired.get(cgroup, {}), **knobs}
 
         enforce_terms = self._enforce(now, desired, specs, events, warnings)
-        report_terms = self._report(now, lay, cpu_fig, mem_fig, valid)
+        report_terms = self._report(now, lay, cpu_fig, mem_fig, valid, plan)
         self._emit_events(events, now)
         return AgentPlan(
             node=plan.node,
@@ -1084,6 +1084,7 @@ class Agent:
         cpu: ReclaimedFigure,
         mem: ReclaimedFigure,
         valid: Mapping[str, PodSpec],
+        plan: AgentPlan,
     ) -> dict[str, Any]:
         if not self.publish:
             return {"state": "not published (dry run)" if self.dry_run else "not published"}
@@ -1120,6 +1121,8 @@ class Agent:
             mem.per_numa,
             allocations,
             terms,
+            {p.name: p.cpuset for p in plan.pools},
+            [PodCpus(p.key, p.uid, p.pool, p.cpuset, p.ramping_up, p.note) for p in plan.pods],
         )
         return self.reporter.report(inp, now)
 
