@@ -191,9 +191,10 @@ class Scheduler:
         info = self._info(old, new)
         if info.node_name:
             was_counted = info.uid in self.snapshot.pods
-            self.snapshot.observe_pod(info)
+            shrunk = self.snapshot.observe_pod(info)
             self.queue.done(info.uid)
-            if was_counted and not info.counts_on_node:
+            if shrunk or (was_counted and not info.counts_on_node):
+                # it left its node or gave back part of its requests (an in-place resize)
                 self._wake(info.node_name, static=False)
             return
         if info.scheduler_name not in self.frameworks or info.terminal or info.deleting:

@@ -512,24 +512,30 @@ class NodeSnapshot:
                 self._refresh_numa(rec.node, slot)
         return rec
 
-    def observe_pod(self, info: PodInfo) -> None:
+    def observe_pod(self, info: PodInfo) -> bool:
         """The informer's view of a pod: count it on its node while it holds resources. A
-        pod this scheduler assumed keeps its NUMA reservation once the binding shows up."""
+        pod this scheduler assumed keeps its NUMA reservation once the binding shows up.
+        Returns whether the pod, still on its node, now holds less of some resource (it
+        was resized in place to smaller requests)."""
         current = self.pods.get(info.uid)
         if not info.counts_on_node:
             if current is not None:
                 self._detach(info.uid)
-            return
+            return False
         rec = self._record(info, info.node_name, assumed=False)
+        shrunk = False
         if current is not None:
             if current.node == info.node_name:
                 current.assumed = False
                 if (current.entries, current.labels) == (rec.entries, rec.labels):
-                    return
+                    return False
                 # resized in place or relabelled: recount it, keeping its NUMA placement
                 rec.numa = current.numa
+                now = dict(rec.entries)
+                shrunk = any(now.get(row, 0) < value for row, value in current.entries)
             self._detach(info.uid)
         self._attach(rec)
+        return shrunk
 
     def forget_pod(self, uid: str) -> PodRecord | None:
         return self._detach(uid)
