@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from pykatalyst.scheduler.framework import Framework
+from pykatalyst.scheduler.plugins.base import CycleState
 from pykatalyst.scheduler.podinfo import pod_info
 from pykatalyst.scheduler.snapshot import NodeSnapshot
 from tests.scheduler.sched_helpers import profile
@@ -119,7 +120,7 @@ def fit_scores(strategy: str, case: ScoreCase) -> list[int]:
     snap = build(case.nodes, case.existing)
     idx = np.arange(snap.n, dtype=np.intp)
     plugin = fw.plugins["NodeResourcesFit"]
-    got = plugin.score(pod_info(case.pod), {}, snap, idx)
+    got = plugin.score(pod_info(case.pod), CycleState(), snap, idx)
     return [got] * snap.n if isinstance(got, int) else [int(v) for v in got]
 
 
@@ -620,8 +621,8 @@ def test_balanced_allocation_matches_kube(case: ScoreCase) -> None:
     plugin = fw.plugins["NodeResourcesBalancedAllocation"]
     snap = build(case.nodes, case.existing)
     info = pod_info(case.pod)
-    assert plugin.pre_score(info, {}, snap)
-    got = plugin.score(info, {}, snap, np.arange(snap.n, dtype=np.intp))
+    assert plugin.pre_score(info, CycleState(), snap)
+    got = plugin.score(info, CycleState(), snap, np.arange(snap.n, dtype=np.intp))
     assert not isinstance(got, int)
     assert got.tolist() == case.want
 
@@ -629,7 +630,7 @@ def test_balanced_allocation_matches_kube(case: ScoreCase) -> None:
 def test_balanced_allocation_skips_a_pod_that_requests_nothing() -> None:
     plugin = balanced_framework(DEFAULT).plugins["NodeResourcesBalancedAllocation"]
     snap = build([plain_node("node1", 4000, 10000), plain_node("node2", 4000, 10000)], [])
-    assert not plugin.pre_score(pod_info(kpod()), {}, snap)
+    assert not plugin.pre_score(pod_info(kpod()), CycleState(), snap)
 
 
 # --- NodeResourcesFit's filter ---------------------------------------------------------------
@@ -884,9 +885,9 @@ def fit_verdict(case: FitCase, node: dict[str, Any] | None = None) -> tuple[bool
     snap = build([node or fit_node(case.pods)], [kpod(case.used, node="n")])
     info = pod_info(case.pod)
     assert not info.problem, info.problem
-    mask = plugin.filter(info, {}, snap)
+    mask = plugin.filter(info, CycleState(), snap)
     assert mask is not None
-    reasons = plugin.filter_reasons(info, {}, snap, np.array([0], np.intp))[0]
+    reasons = plugin.filter_reasons(info, CycleState(), snap, np.array([0], np.intp))[0]
     return bool(mask[0]), reasons if not mask[0] else ()
 
 
@@ -931,10 +932,12 @@ def test_sidecars_add_to_the_app_containers(case: FitCase, fits: bool) -> None:
     plugin = fit_framework({}).plugins["NodeResourcesFit"]
     snap = build([SIDECAR_NODE], [])
     info = pod_info(case.pod)
-    mask = plugin.filter(info, {}, snap)
+    mask = plugin.filter(info, CycleState(), snap)
     assert mask is not None and bool(mask[0]) is fits
     if not fits:
-        assert plugin.filter_reasons(info, {}, snap, np.array([0], np.intp))[0] == (ins("cpu"),)
+        assert plugin.filter_reasons(info, CycleState(), snap, np.array([0], np.intp))[0] == (
+            ins("cpu"),
+        )
 
 
 # --- the non-zero requests that scores use ---------------------------------------------------

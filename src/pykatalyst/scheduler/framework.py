@@ -22,44 +22,17 @@ from pykatalyst.scheduler.plugins.base import (
     IDX,
     REQUEUE_NODE,
     REQUEUE_RESOURCES,
+    STATIC_SCORES,
     CycleState,
     Needs,
     NoOpPlugin,
     Plugin,
     PluginContext,
 )
-from pykatalyst.scheduler.plugins.interpod import InterPodAffinity
-from pykatalyst.scheduler.plugins.resources import (
-    NodeResourcesBalancedAllocation,
-    NodeResourcesFit,
-    QoSAwareNodeResourcesBalancedAllocation,
-    QoSAwareNodeResourcesFit,
-)
-from pykatalyst.scheduler.plugins.standard import (
-    NodeAffinity,
-    NodeName,
-    NodeUnschedulable,
-    PodTopologySpread,
-    TaintToleration,
-)
-from pykatalyst.scheduler.plugins.topology import NodeResourceTopology
+from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.queue import RequeueHint
 from pykatalyst.scheduler.snapshot import NodeSnapshot, NUMAReservation
-
-PLUGIN_CLASSES: Final[dict[str, type[Plugin]]] = {
-    reg.NODE_RESOURCES_FIT: NodeResourcesFit,
-    reg.NODE_RESOURCES_BALANCED_ALLOCATION: NodeResourcesBalancedAllocation,
-    reg.QOS_FIT: QoSAwareNodeResourcesFit,
-    reg.QOS_BALANCED: QoSAwareNodeResourcesBalancedAllocation,
-    reg.NODE_RESOURCE_TOPOLOGY: NodeResourceTopology,
-    reg.NODE_UNSCHEDULABLE: NodeUnschedulable,
-    reg.NODE_NAME: NodeName,
-    reg.TAINT_TOLERATION: TaintToleration,
-    reg.NODE_AFFINITY: NodeAffinity,
-    reg.POD_TOPOLOGY_SPREAD: PodTopologySpread,
-    reg.INTER_POD_AFFINITY: InterPodAffinity,
-}
 
 NO_NODES_MESSAGE: Final = "no nodes available to schedule pods"
 MIN_FEASIBLE_NODES_TO_FIND: Final = 100
@@ -155,10 +128,15 @@ class Framework:
         filters = profile.plugins_at(reg.FILTER)
         ctx = PluginContext(dict(profile.args), filters)
         self.plugins: dict[str, Plugin] = {}
+        known = reg.plugins()
         for name in sorted({n for p in profile.points.values() for n in p}):
-            cls = PLUGIN_CLASSES.get(name)
+            spec = known.get(name)
+            cls = spec.cls if spec is not None else None
             args = profile.args.get(name)
-            self.plugins[name] = cls(args, ctx) if cls is not None else NoOpPlugin(name, args, ctx)
+            if cls is not None and issubclass(cls, Plugin):
+                self.plugins[name] = cls(args, ctx)
+            else:
+                self.plugins[name] = NoOpPlugin(name, args, ctx)
 
         def at(point: str) -> list[Plugin]:
             return [
@@ -238,7 +216,7 @@ class Framework:
                 hit = (snap.static_gen, raw)
                 self._static_score[key] = hit
             table[plugin.name] = hit[1]
-        state["static_score"] = table
+        state[STATIC_SCORES] = table
 
     def score(
         self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
@@ -271,7 +249,7 @@ class Framework:
         return ordered
 
     def schedule(self, pod: PodInfo, snap: NodeSnapshot) -> CycleResult:
-        state: CycleState = {}
+        state = CycleState()
         alive, diag = self.run_filters(pod, state, snap)
         feasible = np.flatnonzero(alive)
         if len(feasible) == 0:
@@ -292,12 +270,18 @@ class Framework:
                 scores[name] = raw * weights[name]
         return CycleResult(snap.names[chosen], len(feasible), diag, state, scores=scores)
 
-    def reserve(self, pod: PodInfo, result: CycleResult, snap: NodeSnapshot) -> None:
+    def reserve(self, pod: PodInfo, result: CycleResult, snap: NodeSnapshot) -> str | None:
+        """Run the Reserve hooks on the chosen node; on a refusal, the ones that already
+        reserved are undone and the reason is returned."""
         assert result.node is not None
-        for plugin in self.reservers:
-            plugin.reserve(pod, result.state, snap, result.node)
-        numa = result.state.get("numa_reservation")
-        result.numa = numa if isinstance(numa, NUMAReservation) else None
+        for i, plugin in enumerate(self.reservers):
+            refused = plugin.reserve(pod, result.state, snap, result.node)
+            if refused:
+                for done in reversed(self.reservers[: i + 1]):
+                    done.unreserve(pod, result.state, snap, result.node)
+                return refused
+        result.numa = result.state.get(NUMA_RESERVATION)
+        return None
 
     def unreserve(self, pod: PodInfo, result: CycleResult, snap: NodeSnapshot) -> None:
         if result.node is None:

@@ -245,7 +245,12 @@ class Scheduler:
         info = entry.info
         node = result.node
         assert node is not None
-        fw.reserve(info, result, self.snapshot)
+        refused = fw.reserve(info, result, self.snapshot)
+        if refused:
+            message = f"0/{self.snapshot.n} nodes are available: 1 {refused}."
+            self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
+            self.queue.retry(entry, now)
+            return ScheduleOutcome(info.key, info.uid, None, REASON_UNSCHEDULABLE, message)
         self.snapshot.assume(info, node, result.numa)
         try:
             self.cluster.bind(info.namespace, info.name, node)

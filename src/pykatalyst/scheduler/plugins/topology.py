@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 from pydantic import BaseModel
@@ -35,6 +36,7 @@ from pykatalyst.scheduler.plugins.base import (
     IDX,
     REQUEUE_RESOURCES,
     CycleState,
+    Key,
     Plugin,
     PluginContext,
 )
@@ -52,7 +54,6 @@ from pykatalyst.scheduler.snapshot import (
 )
 
 REASON = "node(s) had no NUMA zone(s) that fit the pod"
-_STATE = "numa_eval"
 
 
 @dataclass(slots=True)
@@ -65,6 +66,11 @@ class _Eval:
     exclusive: bool
 
 
+_EVAL: Final = Key[_Eval]("NodeResourceTopology/evaluation")
+# the zones Reserve chose: the scheduler charges them with the pod
+NUMA_RESERVATION: Final = Key[NUMAReservation]("NodeResourceTopology/reservation")
+
+
 def _combos(z: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
     out: list[tuple[int, ...]] = []
     for size in sizes:
@@ -73,8 +79,8 @@ def _combos(z: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
     return out
 
 
+@reg.register(reg.NODE_RESOURCE_TOPOLOGY, args=NodeResourceTopologyArgs)
 class NodeResourceTopology(Plugin):
-    name = reg.NODE_RESOURCE_TOPOLOGY
     requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
@@ -225,11 +231,11 @@ class NodeResourceTopology(Plugin):
         return total // wsum if wsum else total
 
     def _eval(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> _Eval:
-        cached = state.get(_STATE)
-        if isinstance(cached, _Eval):
+        cached = state.get(_EVAL)
+        if cached is not None:
             return cached
         ev = self.evaluate(pod, snap)
-        state[_STATE] = ev
+        state[_EVAL] = ev
         return ev
 
     # --- hooks ----------------------------------------------------------------------------
@@ -249,14 +255,17 @@ class NodeResourceTopology(Plugin):
             return reg.MAX_NODE_SCORE
         return self._eval(pod, state, snap).score[idx]
 
-    def reserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> None:
+    def reserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> str | None:
         if not self.applies(pod):
-            return
+            return None
         slot = snap.index[node]
         ev = self._eval(pod, state, snap)
         choice = int(ev.choice[slot])
-        if not ev.managed[slot] or choice < 0:
-            return
+        if not ev.managed[slot]:
+            return None
+        if choice < 0:
+            # the zones were taken since the filter (the extender binds after kube's cycle)
+            return REASON
         combo = ev.combos[choice]
         ids = tuple(int(snap.numa_id[p, slot]) for p in combo)
         if ev.exclusive:
@@ -267,7 +276,8 @@ class NodeResourceTopology(Plugin):
             k = len(combo)
             cpu = tuple(req_c // k + (1 if i < req_c % k else 0) for i in range(k))
             mem = tuple(req_m // k + (1 if i < req_m % k else 0) for i in range(k))
-        state["numa_reservation"] = NUMAReservation(ids, cpu, mem, ev.exclusive)
+        state[NUMA_RESERVATION] = NUMAReservation(ids, cpu, mem, ev.exclusive)
+        return None
 
     def unreserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> None:
-        state.pop("numa_reservation", None)
+        state.pop(NUMA_RESERVATION, None)
