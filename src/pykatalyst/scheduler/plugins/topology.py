@@ -2,9 +2,11 @@
 hold them, the way the node agent will later pin them.
 
 Which pods it judges: under the `dynamic` policy, dedicated_cores pods with numa_binding
-(shared pods are elastic and never hold a zone); under `native`, Guaranteed pods with a
-whole number of cpus. Nodes whose CNR reports no zones, or a topology policy of None, are
-not topology-managed and pass.
+(shared pods are elastic and never hold a zone), on SingleNUMANodeContainerLevel and
+Numeric nodes; under `native`, Guaranteed pods with a whole number of cpus, on
+SingleNUMANode* nodes (Katalyst's handlers). Other nodes, and nodes whose CNR reports no
+zones, pass. The node score is Katalyst's: the request against each zone's free amount,
+the lowest non-zero zone score.
 
 * single NUMA (SingleNUMANode* policies, and Numeric for non-exclusive pods): some zone
   has the request free;
@@ -47,8 +49,9 @@ from pykatalyst.scheduler.plugins.resources import (
 )
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.snapshot import (
-    POLICY_NONE,
     POLICY_NUMERIC,
+    POLICY_SINGLE_NUMA,
+    POLICY_SINGLE_NUMA_POD,
     NodeSnapshot,
     NUMAReservation,
 )
@@ -67,6 +70,29 @@ class _Eval:
 
 
 _EVAL: Final = Key[_Eval]("NodeResourceTopology/evaluation")
+_SCORES: Final = Key[I64]("NodeResourceTopology/nodeScores")
+_NONE: Final = np.iinfo(np.int64).max
+MAX: Final = reg.MAX_NODE_SCORE
+
+
+def _lowest_nonzero(scores: I64) -> I64:
+    """Per node (column): the lowest score above 0, or 0 when none is."""
+    if scores.shape[0] == 0:
+        return np.zeros(scores.shape[1], np.int64)
+    low = np.where(scores > 0, scores, _NONE).min(axis=0)
+    return np.asarray(np.where(low == _NONE, 0, low), np.int64)
+
+
+def _katalyst_balanced(parts: list[tuple[int, I64]]) -> I64:
+    """(1 − variance of request/free over the resources) × 100, 0 when the request is
+    larger than what is free; the variance is the sample variance (n − 1)."""
+    fracs = [np.where(cap == 0, 1.0, r / np.where(cap == 0, 1, cap)) for r, cap in parts]
+    stacked = np.stack(fracs)
+    over = (stacked > 1).any(axis=0)
+    var = stacked.var(axis=0, ddof=1) if len(parts) > 1 else np.zeros(stacked.shape[1:])
+    return np.where(over, 0, ((1 - var) * MAX).astype(np.int64))
+
+
 # the zones Reserve chose: the scheduler charges them with the pod
 NUMA_RESERVATION: Final = Key[NUMAReservation]("NodeResourceTopology/reservation")
 
@@ -99,6 +125,17 @@ class NodeResourceTopology(Plugin):
         cpu = pod.request("cpu")
         return pod.k8s_qos_class == "Guaranteed" and cpu > 0 and cpu % 1000 == 0
 
+    def judged(self, snap: NodeSnapshot) -> BOOL:
+        """The nodes whose topology policy this plugin's policy judges, as Katalyst's
+        handlers do: the native policy only SingleNUMANode* nodes (the kubelet's topology
+        manager), the dynamic policy SingleNUMANodeContainerLevel and Numeric nodes."""
+        policy = snap.policy[: snap.n]
+        if self.policy == "native":
+            result: BOOL = (policy == POLICY_SINGLE_NUMA) | (policy == POLICY_SINGLE_NUMA_POD)
+        else:
+            result = (policy == POLICY_SINGLE_NUMA) | (policy == POLICY_NUMERIC)
+        return result
+
     def _request(self, pod: PodInfo) -> tuple[int, int]:
         cpu = pod.request("cpu") if "cpu" in self.aligned else 0
         mem = pod.request("memory") if "memory" in self.aligned else 0
@@ -110,7 +147,7 @@ class NodeResourceTopology(Plugin):
         n = snap.n
         z = snap.numa_z
         count = snap.numa_count[:n]
-        managed = (snap.policy[:n] != POLICY_NONE) & (count > 0)
+        managed = self.judged(snap) & (count > 0)
         req_cpu, req_mem = self._request(pod)
         qos = pod.qos
         exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
@@ -253,7 +290,104 @@ class NodeResourceTopology(Plugin):
     def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
         if not self.applies(pod):
             return reg.MAX_NODE_SCORE
-        return self._eval(pod, state, snap).score[idx]
+        scores = state.get(_SCORES)
+        if scores is None:
+            scores = state[_SCORES] = self.node_scores(pod, snap)
+        return scores[idx]
+
+    def node_scores(self, pod: PodInfo, snap: NodeSnapshot) -> I64:
+        """Katalyst's node score, on every node: each zone scored on the pod's request
+        against the zone's free amount (nothing free in a partly used zone for an
+        exclusive pod), the lowest non-zero zone score; for an exclusive pod under
+        NumericContainerLevel, each set of the fewest zones that could hold it, summed.
+        Nodes this plugin does not judge (no zones, another policy) score 0."""
+        n = snap.n
+        judged = self.judged(snap) & (snap.numa_count[:n] > 0)
+        exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
+        req = self._scored_request(pod)
+        free = []
+        for alloc, used in (
+            (snap.numa_cpu_alloc[:, :n], snap.numa_cpu_used[:, :n]),
+            (snap.numa_mem_alloc[:, :n], snap.numa_mem_used[:, :n]),
+        ):
+            free.append(np.where(used == 0, alloc, 0) if exclusive else alloc - used)
+        present = np.arange(snap.numa_z)[:, None] < snap.numa_count[None, :n]
+        zone = self._katalyst_zone_score(req, free[0], free[1])
+        best = _lowest_nonzero(np.where(present, zone, 0))
+        if exclusive:
+            numeric = snap.policy[:n] == POLICY_NUMERIC
+            sets = self._fewest_zone_sets(req, snap, free, present)
+            best = np.where(numeric, sets, best)
+        return np.where(judged, best, 0)
+
+    def _scored_request(self, pod: PodInfo) -> tuple[int | None, int | None]:
+        """cpu (in whole cores, rounded up, as Katalyst reads a quantity) and memory the
+        score weighs; None for a resource the pod does not ask for or that is not aligned
+        (the native policy weighs every resource the pod asks for)."""
+        aligned = ("cpu", "memory") if self.policy == "native" else self.aligned
+        cpu = pod.request("cpu") if "cpu" in aligned else 0
+        mem = pod.request("memory") if "memory" in aligned else 0
+        return (-(-cpu // 1000) if cpu else None), (mem if mem else None)
+
+    def _katalyst_zone_score(
+        self, req: tuple[int | None, int | None], free_cpu: I64, free_mem: I64
+    ) -> I64:
+        cores = -(-free_cpu // 1000)
+        parts = [
+            (r, cap, name)
+            for r, cap, name in zip(req, (cores, free_mem), ("cpu", "memory"), strict=True)
+            if r is not None
+        ]
+        if not parts:
+            return np.zeros(free_cpu.shape, np.int64)
+        if self.strategy == "BalancedAllocation":
+            return _katalyst_balanced([(r, cap) for r, cap, _ in parts])
+        total = np.zeros(free_cpu.shape, np.int64)
+        wsum = 0
+        for r, cap, name in parts:
+            w = max(self.weights.get(name, 1), 1)
+            safe = np.where(cap == 0, 1, cap)
+            per = (safe - r) * MAX // safe if self.strategy == "LeastAllocated" else r * MAX // safe
+            total += np.where((cap == 0) | (r > cap), 0, per) * w
+            wsum += w
+        return total // wsum
+
+    def _fewest_zone_sets(
+        self,
+        req: tuple[int | None, int | None],
+        snap: NodeSnapshot,
+        free: list[I64],
+        present: BOOL,
+    ) -> I64:
+        """Per node: the lowest non-zero score over the sets of exactly as many zones as
+        the request needs by the zones' allocatable (counted in zone order)."""
+        n, z = snap.n, snap.numa_z
+        need = np.ones(n, np.int64)
+        for r, alloc, scale in (
+            (req[0], snap.numa_cpu_alloc[:, :n], 1000),
+            (req[1], snap.numa_mem_alloc[:, :n], 1),
+        ):
+            if r is None:
+                continue
+            total = np.cumsum(np.where(present, alloc, 0), axis=0)
+            enough = total >= r * scale
+            count = np.where(enough.any(axis=0), enough.argmax(axis=0) + 1, snap.numa_count[:n])
+            need = np.maximum(need, count)
+        out = np.zeros(n, np.int64)
+        for k in np.unique(need).tolist():
+            rows = need == k
+            best = np.full(n, _NONE, np.int64)
+            for combo in itertools.combinations(range(z), int(k)):
+                cols = list(combo)
+                ok = rows & present[cols].all(axis=0)
+                if not ok.any():
+                    continue
+                score = self._katalyst_zone_score(
+                    req, free[0][cols].sum(axis=0), free[1][cols].sum(axis=0)
+                )
+                best = np.where(ok & (score > 0), np.minimum(best, score), best)
+            out = np.where(rows, np.where(best == _NONE, 0, best), out)
+        return out
 
     def reserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> str | None:
         if not self.applies(pod):
