@@ -95,12 +95,16 @@ def nrt_framework(strategy: str, policy: str) -> Framework:
 
 
 def kpod(
-    cpu: str, memory: str, enhancement: dict[str, str] | None = None, qos: str | None = None
+    cpu: str,
+    memory: str,
+    enhancement: dict[str, str] | None = None,
+    qos: str | None = None,
+    name: str = "p",
 ) -> dict[str, Any]:
     ann = {}
     if enhancement is not None:
         ann[names.MEMORY_ENHANCEMENT_ANNOTATION] = json.dumps(enhancement)
-    return pod("p", {"cpu": cpu, "memory": memory}, qos=qos, annotations=ann, uid="uid-p")
+    return pod(name, {"cpu": cpu, "memory": memory}, qos=qos, annotations=ann, uid=f"uid-{name}")
 
 
 BINDING = {"numa_binding": "true"}
@@ -230,3 +234,28 @@ def test_a_multi_container_pod_is_judged_by_its_total_on_container_level_nodes()
     plugin = nrt_framework("MostAllocated", "native").plugins["NodeResourceTopology"]
     mask = plugin.filter(pod_info(two_containers()), CycleState(), two_nodes(SINGLE))
     assert mask is not None and [bool(v) for v in mask] == [True, False]
+
+
+def test_reserve_charges_the_chosen_zone_only() -> None:
+    # Katalyst's reserve table: after an exclusive 2-cpu pod is reserved on a node of two
+    # 4-cpu zones, the same pod no longer fits, because Katalyst charges the reserved pod
+    # to every zone. pykatalyst charges the zone it chose (see docs/scheduler.md): a
+    # second exclusive pod still gets the other zone, a third finds none
+    f = nrt_framework("MostAllocated", "dynamic")
+    snap = NodeSnapshot(capacity=2)
+    snap.upsert_node(node("n", cpu="16", memory="64Gi"))
+    snap.upsert_cnr(cnr("n", zones=numa_zones([[(0, "4", "8Gi"), (1, "4", "8Gi")]]), policy=SINGLE))
+    placed = []
+    for i in range(3):
+        p = pod_info(kpod("2", "4Gi", EXCLUSIVE, DEDICATED, name=f"p{i}"))
+        result = f.schedule(p, snap)
+        if result.node is None:
+            placed.append(None)
+            continue
+        assert f.reserve(p, result, snap) is None
+        snap.assume(p, result.node, result.numa)
+        placed.append(result.numa.numa_ids if result.numa else ())
+    assert sorted(placed[:2]) == [(0,), (1,)] and placed[2] is None
+    snap.forget_pod("uid-p0")  # unreserved: its zone is free again
+    again = f.schedule(pod_info(kpod("2", "4Gi", EXCLUSIVE, DEDICATED)), snap)
+    assert again.node == "n"

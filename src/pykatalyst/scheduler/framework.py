@@ -168,7 +168,7 @@ class Framework:
     ) -> BOOL | None:
         if not plugin.static_filter:
             return plugin.filter(pod, state, snap)
-        key = (plugin.name, pod.static_signature)
+        key = (plugin.name, plugin.static_key(pod))
         hit = self._static_filter.get(key)
         if hit is not None and hit[0] == snap.static_gen:
             return hit[1]
@@ -206,7 +206,7 @@ class Framework:
         for plugin, _ in self.scorers:
             if not plugin.static_score:
                 continue
-            key = (plugin.name, pod.static_signature)
+            key = (plugin.name, plugin.static_key(pod))
             hit = self._static_score.get(key)
             if hit is None or hit[0] != snap.static_gen:
                 raw_fn = getattr(plugin, "raw_score", None)

@@ -132,12 +132,17 @@ class Scheduler:
             self._wake(name, static=self.snapshot.static_gen != static_gen)
 
     def _on_cnr(self, etype: EventType, old: JSON | None, new: JSON | None) -> None:
+        static_gen = self.snapshot.static_gen
         if etype == "DELETED":
             if old is not None:
-                self.snapshot.remove_cnr(str(old["metadata"]["name"]))
+                name = str(old["metadata"]["name"])
+                self.snapshot.remove_cnr(name)
+                if self.snapshot.static_gen != static_gen:
+                    self._wake(name, static=True)  # its taints went with it
         elif new is not None and self.snapshot.upsert_cnr(new):
-            # only a change of reclaimed capacity or NUMA zones can help a waiting pod
-            self._wake(str(new["metadata"]["name"]), static=False)
+            # a change of reclaimed capacity, NUMA zones or taints can help a waiting pod
+            name = str(new["metadata"]["name"])
+            self._wake(name, static=self.snapshot.static_gen != static_gen)
 
     def _wake(self, node: str, static: bool) -> None:
         """Requeue the unschedulable pods a change on `node` can help: its labels, taints or

@@ -121,6 +121,10 @@ class Plugin:
         self.args = args
         self.ctx = ctx
 
+    def static_key(self, pod: PodInfo) -> str:
+        """What a static filter's or score's verdict depends on, besides the nodes."""
+        return pod.static_signature
+
     @default_hook
     def pre_filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> str | None:
         """A reason string makes the pod unschedulable on every node."""

@@ -115,24 +115,51 @@ class TaintToleration(Plugin):
             if taint[2] in effects and not tolerated_any(tolerations, taint)
         ]
 
+    def static_key(self, pod: PodInfo) -> str:
+        # CNR taints apply by QoS level
+        level = pod.qos.level if pod.qos is not None else ""
+        return f"{pod.static_signature}|{level}"
+
+    @staticmethod
+    def _bad_cnr_rows(pod: PodInfo, snap: NodeSnapshot) -> list[int]:
+        """The CNR taints (pykatalyst's addition; Katalyst's scheduler reads none) that
+        apply to the pod's QoS level and that it does not tolerate."""
+        if pod.qos is None or not snap.cnr_taints:
+            return []
+        level = pod.qos.level
+        return [
+            row
+            for row, (key, value, effect, qos) in enumerate(snap.cnr_taints)
+            if qos == level and not tolerated_any(pod.tolerations, (key, value, effect))
+        ]
+
     def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
         rows = self._bad_rows(pod, snap, (NO_SCHEDULE, NO_EXECUTE))
-        if not rows:
+        cnr_rows = self._bad_cnr_rows(pod, snap)
+        if not rows and not cnr_rows:
             return None
-        hit = np.asarray(snap.taint_mat[rows, : snap.n].any(axis=0), np.bool_)
+        hit = np.zeros(snap.n, np.bool_)
+        if rows:
+            hit |= snap.taint_mat[rows, : snap.n].any(axis=0)
+        if cnr_rows:
+            hit |= snap.cnr_taint_mat[cnr_rows, : snap.n].any(axis=0)
         return ~hit
 
     def filter_reasons(
         self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
     ) -> list[tuple[str, ...]]:
         bad = {snap.taints[r] for r in self._bad_rows(pod, snap, (NO_SCHEDULE, NO_EXECUTE))}
+        bad_cnr = {snap.cnr_taints[r] for r in self._bad_cnr_rows(pod, snap)}
         out: list[tuple[str, ...]] = []
         for slot in idx:
             taint = next((t for t in snap.node_taints[slot] if t in bad), None)
-            if taint is None:
-                out.append(("node(s) had untolerated taint",))
-            else:
+            on_cnr = next((t for t in snap.cnr_taints_on(int(slot)) if t in bad_cnr), None)
+            if taint is not None:
                 out.append((f"node(s) had untolerated taint {{{taint[0]}: {taint[1]}}}",))
+            elif on_cnr is not None:
+                out.append((f"node(s) had untolerated CNR taint {{{on_cnr[0]}: {on_cnr[1]}}}",))
+            else:
+                out.append(("node(s) had untolerated taint",))
         return out
 
     def raw_score(self, pod: PodInfo, snap: NodeSnapshot) -> I64 | None:
