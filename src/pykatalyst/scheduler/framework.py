@@ -9,6 +9,7 @@ charged to the first filter that rejects it, as kube-scheduler does, so the
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -153,13 +154,17 @@ class Framework:
             if not isinstance(self.plugins[n], NoOpPlugin)
         ]
         self.reservers = at(reg.RESERVE)
+        # scorers whose PreScore does something (the base's always lets the score run)
+        self._pre_scorers = {
+            p.name for p, _ in self.scorers if reg.PRE_SCORE in reg.hook_points(type(p))
+        }
         self.max_total = sum(profile.score_weights.values()) * reg.MAX_NODE_SCORE
         pct = profile.percentage_of_nodes_to_score
         self.percentage = pct if pct is not None else percentage_of_nodes_to_score
         self.rng = np.random.default_rng(seed)
         self.next_start = 0
-        self._static_filter: dict[tuple[str, str], tuple[int, BOOL | None]] = {}
-        self._static_score: dict[tuple[str, str], tuple[int, I64 | None]] = {}
+        self._static_filter: dict[tuple[str, Hashable], tuple[int, BOOL | None]] = {}
+        self._static_score: dict[tuple[str, Hashable], tuple[int, I64 | None]] = {}
 
     # --- filter ---------------------------------------------------------------------------
 
@@ -225,7 +230,7 @@ class Framework:
         total = np.zeros(len(idx), np.int64)
         parts: dict[str, I64 | int] = {}
         for plugin, weight in self.scorers:
-            if not plugin.pre_score(pod, state, snap):
+            if plugin.name in self._pre_scorers and not plugin.pre_score(pod, state, snap):
                 continue
             s = plugin.score(pod, state, snap, idx)
             parts[plugin.name] = s

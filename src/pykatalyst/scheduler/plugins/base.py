@@ -9,7 +9,7 @@ node).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, overload
 
@@ -121,7 +121,7 @@ class Plugin:
         self.args = args
         self.ctx = ctx
 
-    def static_key(self, pod: PodInfo) -> str:
+    def static_key(self, pod: PodInfo) -> Hashable:
         """What a static filter's or score's verdict depends on, besides the nodes."""
         return pod.static_signature
 

@@ -4,7 +4,7 @@ PodTopologySpread's DoNotSchedule constraints."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -115,10 +115,9 @@ class TaintToleration(Plugin):
             if taint[2] in effects and not tolerated_any(tolerations, taint)
         ]
 
-    def static_key(self, pod: PodInfo) -> str:
+    def static_key(self, pod: PodInfo) -> Hashable:
         # CNR taints apply by QoS level
-        level = pod.qos.level if pod.qos is not None else ""
-        return f"{pod.static_signature}|{level}"
+        return (pod.static_signature, pod.qos.level if pod.qos is not None else "")
 
     @staticmethod
     def _bad_cnr_rows(pod: PodInfo, snap: NodeSnapshot) -> list[int]:

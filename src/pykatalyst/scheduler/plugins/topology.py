@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel
 
 from pykatalyst.scheduler import registry as reg
@@ -70,7 +71,6 @@ class _Eval:
 
 
 _EVAL: Final = Key[_Eval]("NodeResourceTopology/evaluation")
-_SCORES: Final = Key[I64]("NodeResourceTopology/nodeScores")
 _NONE: Final = np.iinfo(np.int64).max
 MAX: Final = reg.MAX_NODE_SCORE
 
@@ -125,11 +125,11 @@ class NodeResourceTopology(Plugin):
         cpu = pod.request("cpu")
         return pod.k8s_qos_class == "Guaranteed" and cpu > 0 and cpu % 1000 == 0
 
-    def judged(self, snap: NodeSnapshot) -> BOOL:
-        """The nodes whose topology policy this plugin's policy judges, as Katalyst's
-        handlers do: the native policy only SingleNUMANode* nodes (the kubelet's topology
-        manager), the dynamic policy SingleNUMANodeContainerLevel and Numeric nodes."""
-        policy = snap.policy[: snap.n]
+    def judged(self, policy: npt.NDArray[np.int8]) -> BOOL:
+        """The nodes whose topology policy (`policy`, per node) this plugin's policy
+        judges, as Katalyst's handlers do: the native policy only SingleNUMANode* nodes
+        (the kubelet's topology manager), the dynamic policy SingleNUMANodeContainerLevel
+        and Numeric nodes."""
         if self.policy == "native":
             result: BOOL = (policy == POLICY_SINGLE_NUMA) | (policy == POLICY_SINGLE_NUMA_POD)
         else:
@@ -143,22 +143,33 @@ class NodeResourceTopology(Plugin):
 
     # --- evaluation -----------------------------------------------------------------------
 
-    def evaluate(self, pod: PodInfo, snap: NodeSnapshot) -> _Eval:
-        n = snap.n
+    def evaluate(
+        self,
+        pod: PodInfo,
+        snap: NodeSnapshot,
+        cols: slice | IDX | None = None,
+        ranked: bool = False,
+    ) -> _Eval:
+        """Which zone sets can hold the pod, on the nodes `cols` (all by default). Only a
+        `ranked` evaluation (Reserve's, on the chosen node) ranks the sets by the zone
+        strategy to choose one; the filter needs only whether some set fits."""
+        if cols is None:
+            cols = slice(0, snap.n)
         z = snap.numa_z
-        count = snap.numa_count[:n]
-        managed = self.judged(snap) & (count > 0)
+        count = snap.numa_count[cols]
+        n = len(count)
+        managed = self.judged(snap.policy[cols]) & (count > 0)
         req_cpu, req_mem = self._request(pod)
         qos = pod.qos
         exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
         numa_ids = qos.enhancements.numa_ids if qos is not None else None
         numa_number = qos.enhancements.numa_number if qos is not None else None
-        numeric = snap.policy[:n] == POLICY_NUMERIC
+        numeric = snap.policy[cols] == POLICY_NUMERIC
 
-        alloc_c = snap.numa_cpu_alloc[:, :n]
-        alloc_m = snap.numa_mem_alloc[:, :n]
-        used_c = snap.numa_cpu_used[:, :n]
-        used_m = snap.numa_mem_used[:, :n]
+        alloc_c = snap.numa_cpu_alloc[:, cols]
+        alloc_m = snap.numa_mem_alloc[:, cols]
+        used_c = snap.numa_cpu_used[:, cols]
+        used_m = snap.numa_mem_used[:, cols]
         present = np.arange(z)[:, None] < count[None, :]
         whole = present & (used_c == 0) & (used_m == 0)
 
@@ -184,7 +195,10 @@ class NodeResourceTopology(Plugin):
             else:
                 ok = present & (alloc_c - used_c >= req_cpu) & (alloc_m - used_m >= req_mem)
                 after_c, after_m = used_c + req_cpu, used_m + req_mem
-            score = np.where(ok, self._zone_score(after_c, alloc_c, after_m, alloc_m), -1)
+            if ranked:
+                score = np.where(ok, self._zone_score(after_c, alloc_c, after_m, alloc_m), -1)
+            else:
+                score = np.where(ok, 0, -1)
             if z:
                 if self.policy == "native":
                     # the kubelet's topology manager takes the lowest zone that fits
@@ -213,11 +227,11 @@ class NodeResourceTopology(Plugin):
                 ok = undecided & present[combo[-1]]
                 if size > 1:
                     # a set that a socket could hold must not spread over sockets
-                    same = (snap.numa_socket_bits[combo[0], :n] & bits) == bits
-                    ok &= same | (size > snap.numa_per_socket[:n])
+                    same = (snap.numa_socket_bits[combo[0]][cols] & bits) == bits
+                    ok &= same | (size > snap.numa_per_socket[cols])
                     ok &= numeric  # multi-zone sets exist only under the Numeric policy
                 if numa_ids is not None:
-                    ids = snap.numa_id[list(combo), :n]
+                    ids = snap.numa_id[:, cols][list(combo)]
                     want = np.array(sorted(numa_ids), np.int64)[:, None]
                     ok &= (np.sort(ids, axis=0) == want).all(axis=0)
                 rows = list(combo)
@@ -237,7 +251,10 @@ class NodeResourceTopology(Plugin):
                     after_m = sum_used_m + req_mem
                 if not ok.any():
                     continue
-                score = self._zone_score(after_c, sum_alloc_c, after_m, sum_alloc_m)
+                if ranked:
+                    score = self._zone_score(after_c, sum_alloc_c, after_m, sum_alloc_m)
+                else:
+                    score = np.zeros(n, np.int64)
                 better = ok & (score > best_score)
                 best = np.where(better, ci, best)
                 best_score = np.where(better, score, best_score)
@@ -290,33 +307,33 @@ class NodeResourceTopology(Plugin):
     def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
         if not self.applies(pod):
             return reg.MAX_NODE_SCORE
-        scores = state.get(_SCORES)
-        if scores is None:
-            scores = state[_SCORES] = self.node_scores(pod, snap)
-        return scores[idx]
+        return self.node_scores(pod, snap, idx)
 
-    def node_scores(self, pod: PodInfo, snap: NodeSnapshot) -> I64:
-        """Katalyst's node score, on every node: each zone scored on the pod's request
+    def node_scores(self, pod: PodInfo, snap: NodeSnapshot, idx: IDX) -> I64:
+        """Katalyst's node score, on the nodes `idx`: each zone scored on the pod's request
         against the zone's free amount (nothing free in a partly used zone for an
         exclusive pod), the lowest non-zero zone score; for an exclusive pod under
         NumericContainerLevel, each set of the fewest zones that could hold it, summed.
         Nodes this plugin does not judge (no zones, another policy) score 0."""
-        n = snap.n
-        judged = self.judged(snap) & (snap.numa_count[:n] > 0)
+        count = snap.numa_count[idx]
+        policy = snap.policy[idx]
+        judged = self.judged(policy) & (count > 0)
         exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
         req = self._scored_request(pod)
+        alloc = (snap.numa_cpu_alloc[:, idx], snap.numa_mem_alloc[:, idx])
         free = []
-        for alloc, used in (
-            (snap.numa_cpu_alloc[:, :n], snap.numa_cpu_used[:, :n]),
-            (snap.numa_mem_alloc[:, :n], snap.numa_mem_used[:, :n]),
+        for a, used in zip(
+            alloc, (snap.numa_cpu_used[:, idx], snap.numa_mem_used[:, idx]), strict=True
         ):
-            free.append(np.where(used == 0, alloc, 0) if exclusive else alloc - used)
-        present = np.arange(snap.numa_z)[:, None] < snap.numa_count[None, :n]
+            free.append(np.where(used == 0, a, 0) if exclusive else a - used)
+        present = np.arange(snap.numa_z)[:, None] < count[None, :]
         zone = self._katalyst_zone_score(req, free[0], free[1])
-        best = _lowest_nonzero(np.where(present, zone, 0))
-        if exclusive:
-            numeric = snap.policy[:n] == POLICY_NUMERIC
-            sets = self._fewest_zone_sets(req, snap, free, present)
+        if self.strategy == "BalancedAllocation":
+            zone = np.where(present, zone, 0)  # the others score a missing zone 0 anyway
+        best = _lowest_nonzero(zone)
+        numeric = policy == POLICY_NUMERIC
+        if exclusive and numeric.any():
+            sets = self._fewest_zone_sets(req, alloc, free, present, count, best)
             best = np.where(numeric, sets, best)
         return np.where(judged, best, 0)
 
@@ -342,40 +359,49 @@ class NodeResourceTopology(Plugin):
             return np.zeros(free_cpu.shape, np.int64)
         if self.strategy == "BalancedAllocation":
             return _katalyst_balanced([(r, cap) for r, cap, _ in parts])
-        total = np.zeros(free_cpu.shape, np.int64)
+        least = self.strategy == "LeastAllocated"
+        total: I64 | None = None
         wsum = 0
         for r, cap, name in parts:
             w = max(self.weights.get(name, 1), 1)
-            safe = np.where(cap == 0, 1, cap)
-            per = (safe - r) * MAX // safe if self.strategy == "LeastAllocated" else r * MAX // safe
-            total += np.where((cap == 0) | (r > cap), 0, per) * w
+            # r >= 1, so a zone with nothing free (cap <= 0) is one the request exceeds
+            safe = np.maximum(cap, r)
+            per = ((safe - r) if least else r) * MAX // safe
+            if w != 1:
+                per *= w
+            per[cap < r] = 0
+            total = per if total is None else total + per
             wsum += w
-        return total // wsum
+        assert total is not None
+        return total // wsum if wsum > 1 else total
 
     def _fewest_zone_sets(
         self,
         req: tuple[int | None, int | None],
-        snap: NodeSnapshot,
+        alloc: tuple[I64, I64],
         free: list[I64],
         present: BOOL,
+        count: npt.NDArray[np.int32],
+        one_zone: I64,
     ) -> I64:
         """Per node: the lowest non-zero score over the sets of exactly as many zones as
         the request needs by the zones' allocatable (counted in zone order)."""
-        n, z = snap.n, snap.numa_z
+        z, n = present.shape
+        first = [(r, a[0], sc) for r, a, sc in ((req[0], alloc[0], 1000), (req[1], alloc[1], 1))]
+        if z and all(r is None or bool((a >= r * sc).all()) for r, a, sc in first):
+            return one_zone  # the first zone of every node can hold it: sets of one
         need = np.ones(n, np.int64)
-        for r, alloc, scale in (
-            (req[0], snap.numa_cpu_alloc[:, :n], 1000),
-            (req[1], snap.numa_mem_alloc[:, :n], 1),
-        ):
+        for r, a, scale in ((req[0], alloc[0], 1000), (req[1], alloc[1], 1)):
             if r is None:
                 continue
-            total = np.cumsum(np.where(present, alloc, 0), axis=0)
-            enough = total >= r * scale
-            count = np.where(enough.any(axis=0), enough.argmax(axis=0) + 1, snap.numa_count[:n])
-            need = np.maximum(need, count)
+            enough = np.cumsum(np.where(present, a, 0), axis=0) >= r * scale
+            need = np.maximum(need, np.where(enough.any(axis=0), enough.argmax(axis=0) + 1, count))
         out = np.zeros(n, np.int64)
         for k in np.unique(need).tolist():
             rows = need == k
+            if k == 1:
+                out = np.where(rows, one_zone, out)  # a set of one zone is that zone
+                continue
             best = np.full(n, _NONE, np.int64)
             for combo in itertools.combinations(range(z), int(k)):
                 cols = list(combo)
@@ -393,9 +419,9 @@ class NodeResourceTopology(Plugin):
         if not self.applies(pod):
             return None
         slot = snap.index[node]
-        ev = self._eval(pod, state, snap)
-        choice = int(ev.choice[slot])
-        if not ev.managed[slot]:
+        ev = self.evaluate(pod, snap, np.array([slot], np.intp), ranked=True)
+        choice = int(ev.choice[0])
+        if not ev.managed[0]:
             return None
         if choice < 0:
             # the zones were taken since the filter (the extender binds after kube's cycle)
