@@ -21,12 +21,14 @@ desired knobs change, or every `RESYNC_PERIOD_S` to undo drift.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
-from pykatalyst.agent import cpu_policy, memory_policy
+from pykatalyst.agent import cpu_policy, cpu_state, memory_policy
 from pykatalyst.agent.advisor import (
     HeadroomSmoother,
     MemoryUser,
@@ -60,6 +62,14 @@ from pykatalyst.cluster.memory import rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
+
+log = logging.getLogger("pykatalyst.agent")
+
+OOM_PRIORITY_IGNORED = (
+    "oom_priority is not applied on this node: Katalyst enforces it with its eBPF OOM "
+    "priority program, and the kubelet owns the processes' oom_score_adj; the kernel's "
+    "OOM killer follows the kubelet's QoS-class scores"
+)
 
 REDISCOVER_PERIOD_S = 30.0
 RESYNC_PERIOD_S = 30.0
@@ -153,6 +163,15 @@ class Agent:
         self._snb_domains: dict[int, CPUSet] = {}
         self._pools: dict[str, CPUSet] = {}
         self._regulators: dict[str, RegulatorState] = {}
+        self.cpu_state_error: str | None = None
+        self._cpu_rebuild = True  # until a checkpoint says where pods are
+        self._cpu_checkpoint = cpu_state.checkpoint_for(
+            self.base_config.cpu_state_path,
+            node_name,
+            self.topology,
+            _path_or_none(getattr(enforcer, "checkpoint_path", None)),
+        )
+        self._restore_cpu_state()
         self._events_sent: set[tuple[str, str, str]] = set()
         self._last_desired: dict[str, dict[Knob, KnobValue]] | None = None
         self._last_enforce: float | None = None
@@ -246,6 +265,67 @@ class Agent:
             )
         self.metrics.insurance_period_s = cfg.metrics.insurance_period_s
 
+    # --- cpu placement across restarts ------------------------------------------------------
+
+    def _restore_cpu_state(self) -> None:
+        ck = self._cpu_checkpoint
+        if ck is None:
+            return
+        try:
+            state = ck.load()
+        except cpu_state.CpuStateError as exc:
+            self.cpu_state_error = f"{ck.path}: {exc}"
+            log.warning(
+                "cpu state checkpoint %s refused: %s; rebuilding the placement from the "
+                "cpusets the cgroups show",
+                ck.path,
+                exc,
+            )
+            return
+        if state is not None:
+            self._dedicated = dict(state.dedicated)
+            self._snb = dict(state.snb)
+            self._pools = dict(state.pools)
+            self._cpu_rebuild = False
+
+    def _rebuild_cpu_state(self, specs: Mapping[str, PodSpec]) -> None:
+        """Without a checkpoint, take the placement from the cpusets pods run on."""
+        dedicated: dict[str, tuple[CPUSet, bool]] = {}
+        snb: dict[str, CPUSet] = {}
+        for s in sorted(specs.values(), key=lambda s: s.created_key):
+            if s.qos is None or s.level not in (names.QOS_DEDICATED_CORES, names.QOS_SHARED_CORES):
+                continue
+            if s.level == names.QOS_SHARED_CORES and not s.qos.numa_binding:
+                continue
+            cg = self._match(s)
+            cpus = CPUSet()
+            for path in cg.containers.values():
+                v = self.host.read_knobs(path).get(Knob.CPUSET_CPUS)
+                if isinstance(v, CPUSet):
+                    cpus = cpus | v
+            if s.level == names.QOS_DEDICATED_CORES:
+                dedicated[s.uid] = (cpus, s.qos.numa_exclusive)
+            else:
+                snb[s.uid] = cpus
+        state = cpu_state.from_cgroups(self.topology, dedicated, snb)
+        self._dedicated = {**state.dedicated, **self._dedicated}
+        self._snb = {**state.snb, **self._snb}
+        if state.dedicated or state.snb:
+            log.info(
+                "cpu placement rebuilt from cgroups: %d dedicated, %d NUMA-bound shared pods",
+                len(state.dedicated),
+                len(state.snb),
+            )
+
+    def _save_cpu_state(self, warnings: list[str]) -> None:
+        ck = self._cpu_checkpoint
+        if ck is None or self.dry_run:
+            return
+        try:
+            ck.save(cpu_state.CpuState(self._dedicated, self._snb, self._pools))
+        except OSError as exc:
+            warnings.append(f"cannot checkpoint the cpu placement to {ck.path}: {exc}")
+
     # --- the loop -----------------------------------------------------------------------------
 
     def reconcile(self, now: float | None = None) -> AgentPlan:
@@ -279,6 +359,9 @@ class Agent:
 
         # cgroups and samples
         self._discover(now, specs)
+        if self._cpu_rebuild:
+            self._cpu_rebuild = False
+            self._rebuild_cpu_state(specs)
         sample = self.host.sample(now, self._cgroup_list(specs))
         self.metrics.ingest(sample)
 
@@ -289,6 +372,8 @@ class Agent:
                 self._event_once(events, s, "InvalidQoS", s.error)
             else:
                 valid[uid] = s
+                if s.qos is not None and s.qos.enhancements.oom_priority is not None:
+                    self._event_once(events, s, "OOMPriorityIgnored", OOM_PRIORITY_IGNORED)
         dedicated_reqs = sorted(
             (
                 self._dedicated_request(s)
@@ -303,7 +388,11 @@ class Agent:
         snb_reqs = sorted(
             (
                 cpu_policy.SnbRequest(
-                    s.uid, s.key, s.request_cores, s.qos.enhancements.numa_ids if s.qos else None
+                    s.uid,
+                    s.key,
+                    s.request_cores,
+                    s.qos.enhancements.numa_ids if s.qos else None,
+                    s.memory_request,
                 )
                 for s in valid.values()
                 if s.level == names.QOS_SHARED_CORES and s.qos is not None and s.qos.numa_binding
@@ -386,6 +475,7 @@ class Agent:
             pools.update(placed)
         self._pools = pools
         self._snb_domains = snb_domains
+        self._save_cpu_state(warnings)
         unbound_used = CPUSet().union(*(pools[n] for n in sizes))
         reclaim = (lay.share_domain - unbound_used) | (lay.bound_leftover - bound_used)
         if not reclaim:
@@ -423,7 +513,7 @@ class Agent:
         # beyond it, so their usage there must not be published as more capacity.
         reclaimed_usage = self._reclaimed_usage(valid, now)
         cap = float(len(reclaim)) if overlap else None
-        cpu_fig, mem_fig = self._headroom(now, reclaim, reclaimed_usage, valid, cap)
+        cpu_fig, mem_fig = self._headroom(now, reclaim, reclaimed_usage, valid, cap, lay.dedicated)
 
         # per-pod plans and knobs
         pod_plans, desired = self._pod_plans(
@@ -616,6 +706,7 @@ class Agent:
             numa_ids=e.numa_ids,
             align_by_socket=e.align_by_socket,
             distribute_evenly=e.distribute_evenly_across_numa,
+            memory=s.memory_request,
         )
 
     def _ramping(self, s: PodSpec, now: float) -> bool:
@@ -672,7 +763,7 @@ class Agent:
                 self._regulators.get(pool),
                 now,
                 adv.min_share_cpu_requirement,
-                max(available, 0),
+                None,  # fitted below, all pools together
                 adv,
             )
             scope[pool] = state
@@ -718,6 +809,7 @@ class Agent:
         reclaimed_usage: float | None,
         valid: Mapping[str, PodSpec],
         cap: float | None = None,
+        dedicated: Mapping[str, DedicatedAssignment] | None = None,
     ) -> tuple[ReclaimedFigure, ReclaimedFigure]:
         cfg = self.config
         rc = cfg.reporter
@@ -730,7 +822,13 @@ class Agent:
             pc = self._cgroups.get(s.uid)
             mm = self.metrics.memory(pc.cgroup, now) if pc is not None else None
             usage = None if mm is None else {"rss": mm.rss, "cache": mm.cache, "shmem": mm.shmem}
-            u = memory_policy.memory_user(s.level, s.memory_request, usage)
+            held = (dedicated or {}).get(s.uid)
+            whole = (
+                memory_policy.exclusive_memory(topo, held.numas)
+                if held is not None and held.exclusive
+                else None
+            )
+            u = memory_policy.memory_user(s.level, s.memory_request, usage, whole)
             if u is not None:
                 users.append(u)
         capacity = topo.total_memory
@@ -769,7 +867,11 @@ class Agent:
             cpu_rep, mem_rep = 0.0, 0.0
         return (
             ReclaimedFigure(
-                names.RECLAIMED_MILLICPU, cpu_value, cpu_rep, _rescale(cpu_numa, cpu_rep), cpu_terms
+                names.RECLAIMED_MILLICPU,
+                cpu_value,
+                cpu_rep,
+                _rescale(cpu_numa, cpu_rep, whole=True),
+                cpu_terms,
             ),
             ReclaimedFigure(
                 names.RECLAIMED_MEMORY, mem_value, mem_rep, _rescale(mem_numa, mem_rep), mem_terms
@@ -1069,14 +1171,23 @@ class Agent:
         }
 
 
-def _rescale(per_numa: Mapping[int, float], total: float | None) -> dict[int, float]:
+def _path_or_none(value: object) -> Path | None:
+    return value if isinstance(value, Path) else None
+
+
+def _rescale(
+    per_numa: Mapping[int, float], total: float | None, *, whole: bool = False
+) -> dict[int, float]:
+    """Per-NUMA figures scaled to the published total (cpu: truncated to whole cores)."""
     if total is None:
         return {}
     s = sum(per_numa.values())
     if s <= 0:
         n = len(per_numa)
-        return {k: total / n for k in per_numa} if n else {}
-    return {k: v * total / s for k, v in per_numa.items()}
+        out = {k: total / n for k in per_numa} if n else {}
+    else:
+        out = {k: v * total / s for k, v in per_numa.items()}
+    return {k: float(math.floor(v + 1e-9)) for k, v in out.items()} if whole else out
 
 
 def _show(value: KnobValue) -> str:

@@ -189,6 +189,12 @@ class AgentConfig(_Section):
         "/var/lib/pykatalyst/agent-enforcer.json",
         description="where the enforcer keeps its desired-state checkpoint (None: none)",
     )
+    cpu_state_path: str | None = Field(
+        "auto",
+        description="where the cpu placement (dedicated, SNB, pools) is checkpointed: 'auto' "
+        "puts agent-cpu-state.json next to the enforcer's checkpoint, in the agent's state "
+        "directory; None: not kept (a restart rebuilds it from the cgroups' cpusets)",
+    )
 
     @model_validator(mode="after")
     def _root(self) -> AgentConfig:

@@ -192,6 +192,11 @@ class Enforcer:
         return {cg: dict(k) for cg, k in self._desired.items()}
 
     @property
+    def checkpoint_path(self) -> Path | None:
+        """Where the desired state is checkpointed (the agent's state directory)."""
+        return self._checkpoint
+
+    @property
     def interrupted(self) -> bool:
         """The checkpoint says the last pass did not finish (the agent died mid-apply)."""
         return not self._complete
@@ -471,7 +476,7 @@ class Enforcer:
             "complete": complete,
             "desired": encode_desired(state),
         }
-        _atomic_write(self._checkpoint, json.dumps(doc, sort_keys=True, indent=1))
+        atomic_write(self._checkpoint, json.dumps(doc, sort_keys=True, indent=1))
 
 
 # -- desired state validation and encoding -------------------------------------------------
@@ -589,14 +594,20 @@ def _load_checkpoint(path: Path) -> tuple[bool, dict[str, dict[Knob, KnobValue]]
     return bool(doc.get("complete", False)), desired
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write-then-rename, so a crash leaves either the old file or the new one, whole."""
+def atomic_write(path: Path, text: str) -> None:
+    """Write-then-rename, so a crash leaves either the old file or the new one, whole;
+    a failed write leaves no temporary file behind."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     with contextlib.suppress(OSError):
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
