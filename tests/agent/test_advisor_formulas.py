@@ -187,3 +187,14 @@ def test_smoothed_report_moves_at_most_max_step_per_sample(values: list[float]) 
         if out is not None:
             assert out >= 4.0
             last = out
+
+
+def test_headroom_keeps_fractions_of_a_core_when_asked() -> None:
+    pool = CPUSet.parse("0-1")
+    whole, _, _ = cpu_headroom(pool, [0.3, 0.3], None, None, {0: 0, 1: 0})
+    frac, per_numa, terms = cpu_headroom(
+        pool, [0.3, 0.3], None, None, {0: 0, 1: 0}, whole_cores=False
+    )
+    assert whole == 1.0
+    assert abs(frac - 1.4) < 1e-9 and abs(per_numa[0] - 1.4) < 1e-9
+    assert terms["per_numa_cores"] == 1.4

@@ -23,9 +23,10 @@ MEMORY_ENHANCEMENT = names.MEMORY_ENHANCEMENT_ANNOTATION
 
 # The agent's settings for a 2-cpu, 1-NUMA test node: pools may be one cpu, a new shared
 # pod joins its pool at once (no ramp-up), and capacity is published from the first
-# samples rather than after minutes of smoothing. Its eviction plugins only log: how much
-# the node's other processes leave reclaimable varies from run to run, and these tests
-# are about placement (the eviction path is the backstop's test).
+# samples rather than after minutes of smoothing, in fractions of a core (a whole idle core
+# is rare on a 2-cpu machine that also runs the control plane). Its eviction plugins only
+# log: how much the node's other processes leave reclaimable varies from run to run, and
+# these tests are about placement (the eviction path is the backstop's test).
 AGENT_CONFIG = {
     "eviction": {"dry_run": ["*"]},
     "period_s": 2,
@@ -35,6 +36,7 @@ AGENT_CONFIG = {
         "enable_reclaim": True,
         "min_reclaimed_for_allocate_cpu": 0,
         "min_share_cpu_requirement": 0.1,
+        "headroom_whole_cores": False,
     },
     "reporter": {
         "period_s": 2,

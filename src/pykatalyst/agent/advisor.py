@@ -211,11 +211,14 @@ def cpu_headroom(
     reclaimed_usage: float | None,
     reclaimed_quota: float | None,
     numa_of: Mapping[int, int],
+    whole_cores: bool = True,
 ) -> tuple[float, dict[int, float], Terms]:
     """Reclaimed cpu = idle cpus of the reclaim pool + what reclaimed pods use there.
 
     The supply is split evenly over the pool's NUMA nodes and each share truncated to
-    whole cores, as Katalyst reports it; the total is the sum of those shares.
+    whole cores, as Katalyst reports it; the total is the sum of those shares. With
+    `whole_cores` off the shares keep their fraction (small nodes, where a whole idle core
+    is rare).
 
     Reclaimed pods themselves keep reclaim-pool cpus busy; their usage is added back, since
     it is theirs to keep. A quota on reclaimed pods caps the total. Without per-cpu usage the
@@ -254,10 +257,11 @@ def cpu_headroom(
     if size:
         # Katalyst's default headroom: the pool's supply split evenly over its NUMA nodes,
         # each share truncated to whole cores; the node's figure is the sum of the shares.
-        each = math.floor(supply / len(per_numa_cpus) + 1e-9)
-        per_numa = {n: float(each) for n in sorted(per_numa_cpus)}
-        terms["per_numa_whole_cores"] = each
-        supply = float(each * len(per_numa))
+        share = supply / len(per_numa_cpus)
+        each = float(math.floor(share + 1e-9)) if whole_cores else share
+        per_numa = {n: each for n in sorted(per_numa_cpus)}
+        terms["per_numa_whole_cores" if whole_cores else "per_numa_cores"] = round(each, 3)
+        supply = each * len(per_numa)
     terms["supply_cores"] = round(supply, 3)
     return supply, per_numa, terms
 

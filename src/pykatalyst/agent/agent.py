@@ -16,7 +16,7 @@ changes this tick's desired knobs before they are enforced, so a stage can throt
 The loop keeps its per-tick work small: pods are parsed once per resourceVersion, cgroups
 are rediscovered only when a pod without a known cgroup appears (or every
 `REDISCOVER_PERIOD_S`), and the enforcer — which reads the machine — is called only when the
-desired knobs change, or every `RESYNC_PERIOD_S` to undo drift.
+desired knobs change, or every `resync_period_s` (default: every period) to undo drift.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from pykatalyst.agent.plan import (
     ReclaimedFigure,
     knob_value_json,
 )
-from pykatalyst.agent.reporter import NumaAllocation, Reporter, ReportInput
+from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportInput
 from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
@@ -72,7 +72,6 @@ OOM_PRIORITY_IGNORED = (
 )
 
 REDISCOVER_PERIOD_S = 30.0
-RESYNC_PERIOD_S = 30.0
 UNMANAGED = "(unmanaged)"
 SYSTEM_ALL_CPUS = "(all)"  # a system_cores pod without a cpuset_pool: every cpu but dedicated
 BESTEFFORT = "besteffort"  # the kubelet's QoS class whose cgroup holds reclaimed pods
@@ -374,6 +373,9 @@ class Agent:
                 valid[uid] = s
                 if s.qos is not None and s.qos.enhancements.oom_priority is not None:
                     self._event_once(events, s, "OOMPriorityIgnored", OOM_PRIORITY_IGNORED)
+                if s.qos is not None and s.qos.warnings:
+                    warned = "; ".join(str(w) for w in s.qos.warnings)
+                    self._event_once(events, s, "QoSWarning", f"Pod {s.key}: {warned}")
         dedicated_reqs = sorted(
             (
                 self._dedicated_request(s)
@@ -556,7 +558,7 @@ class Agent:
                         desired[cgroup] = {**desired.get(cgroup, {}), **knobs}
 
         enforce_terms = self._enforce(now, desired, specs, events, warnings)
-        report_terms = self._report(now, lay, cpu_fig, mem_fig, valid)
+        report_terms = self._report(now, lay, cpu_fig, mem_fig, valid, plan)
         self._emit_events(events, now)
         return AgentPlan(
             node=plan.node,
@@ -630,12 +632,11 @@ class Agent:
         root: str | None = configured
         if configured == "auto":
             root = None
-            qos_cgroup = getattr(self.host, "qos_cgroup", None)
-            if callable(qos_cgroup):
-                try:
-                    root = str(qos_cgroup(BESTEFFORT)).strip("/")
-                except ValueError:
-                    root = None
+            try:
+                besteffort = self.host.qos_cgroup(BESTEFFORT)
+            except ValueError:
+                besteffort = None
+            root = besteffort.strip("/") if besteffort is not None else None
             if root is None:
                 root = next(
                     (
@@ -815,7 +816,12 @@ class Agent:
         rc = cfg.reporter
         topo = self.topology
         cpu_value, cpu_numa, cpu_terms = cpu_headroom(
-            reclaim, self.metrics.cpu_usage_ratio(now), reclaimed_usage, cap, self._numa_of
+            reclaim,
+            self.metrics.cpu_usage_ratio(now),
+            reclaimed_usage,
+            cap,
+            self._numa_of,
+            whole_cores=cfg.advisor.headroom_whole_cores,
         )
         users: list[MemoryUser] = []
         for s in valid.values():
@@ -1025,7 +1031,7 @@ class Agent:
         if self.enforcer is None:
             return {"state": "no enforcer"}
         changed = desired != self._last_desired
-        due = self._last_enforce is None or now - self._last_enforce >= RESYNC_PERIOD_S
+        due = self._last_enforce is None or now - self._last_enforce >= self.config.resync_s
         if not (changed or due):
             return {"state": "unchanged"}
         try:
@@ -1078,6 +1084,7 @@ class Agent:
         cpu: ReclaimedFigure,
         mem: ReclaimedFigure,
         valid: Mapping[str, PodSpec],
+        plan: AgentPlan,
     ) -> dict[str, Any]:
         if not self.publish:
             return {"state": "not published (dry run)" if self.dry_run else "not published"}
@@ -1114,6 +1121,8 @@ class Agent:
             mem.per_numa,
             allocations,
             terms,
+            {p.name: p.cpuset for p in plan.pools},
+            [PodCpus(p.key, p.uid, p.pool, p.cpuset, p.ramping_up, p.note) for p in plan.pods],
         )
         return self.reporter.report(inp, now)
 

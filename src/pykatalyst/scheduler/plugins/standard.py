@@ -245,11 +245,21 @@ def field_mask(snap: NodeSnapshot, expr: Mapping[str, Any]) -> BOOL:
     return ok if op == "In" else ~ok
 
 
+def _well_formed(items: Any) -> bool:
+    """A list of requirements, each a map whose `values` (if any) is a list: the API
+    server refuses anything else, so a term that is not matches no node here."""
+    return isinstance(items, list) and all(
+        isinstance(e, Mapping) and isinstance(e.get("values") or [], list) for e in items
+    )
+
+
 def term_mask(snap: NodeSnapshot, term: Mapping[str, Any]) -> BOOL:
+    if not isinstance(term, Mapping):
+        return np.zeros(snap.n, np.bool_)
     exprs = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
-    if not exprs and not fields:
-        return np.zeros(snap.n, np.bool_)  # an empty term matches no node
+    if (not exprs and not fields) or not (_well_formed(exprs) and _well_formed(fields)):
+        return np.zeros(snap.n, np.bool_)  # an empty (or ill-formed) term matches no node
     ok = np.ones(snap.n, np.bool_)
     for e in exprs:
         ok &= requirement_mask(snap, e)
