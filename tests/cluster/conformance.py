@@ -281,9 +281,11 @@ def test_cluster_scoped_kind_has_no_namespace(cluster: Cluster) -> None:
 
 
 def test_custom_resources_are_served(cluster: Cluster) -> None:
+    # A live cluster's real nodes have their CNRs already.
+    before = names(cluster.list(CUSTOM_NODE_RESOURCE).items)
     created = cluster.create(CUSTOM_NODE_RESOURCE, cnr("n1"))
     assert created["apiVersion"] == CUSTOM_NODE_RESOURCE.api_version
-    assert names(cluster.list(CUSTOM_NODE_RESOURCE).items) == ["n1"]
+    assert names(cluster.list(CUSTOM_NODE_RESOURCE).items) == sorted([*before, "n1"])
 
 
 def test_unknown_kind_is_not_found(cluster: Cluster) -> None:
@@ -324,6 +326,16 @@ def test_creating_a_crd_serves_its_kind(cluster: Cluster) -> None:
             },
         },
     )
+    # A real server serves the new kind once the CRD is Established, a moment later.
+    served_by = time.monotonic() + WAIT
+    while True:
+        try:
+            cluster.list(widget, "default")
+            break
+        except NotFound:
+            if time.monotonic() > served_by:
+                raise
+            time.sleep(0.05)
     made = cluster.create(
         widget,
         {
@@ -333,7 +345,7 @@ def test_creating_a_crd_serves_its_kind(cluster: Cluster) -> None:
             "spec": {"size": 3},
         },
     )
-    assert made["spec"] == {"size": 3}
+    assert made["spec"] == {"size": 3} and made["metadata"]["generation"] == 1
     assert names(cluster.list(widget, "default").items) == ["w1"]
 
 
@@ -407,14 +419,54 @@ def test_pod_spec_is_immutable_but_for_a_few_fields(cluster: Cluster) -> None:
 
 
 def test_generation_counts_spec_changes_only(cluster: Cluster) -> None:
-    obj = cluster.create(NODE, node("n1"))
-    labelled = cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "b"}}})
+    obj = cluster.create(CUSTOM_NODE_RESOURCE, cnr("n1"))
+    assert obj["metadata"]["generation"] == 1
+    labelled = cluster.patch(CUSTOM_NODE_RESOURCE, "n1", {"metadata": {"labels": {"a": "b"}}})
     assert labelled["metadata"]["generation"] == 1
-    with_status = cluster.patch(NODE, "n1", {"status": {"phase": "Running"}}, subresource="status")
+    with_status = cluster.patch(
+        CUSTOM_NODE_RESOURCE, "n1", {"status": {"resources": {}}}, subresource="status"
+    )
     assert with_status["metadata"]["generation"] == 1
-    respecced = cluster.patch(NODE, "n1", {"spec": {"unschedulable": True}})
+    respecced = cluster.patch(
+        CUSTOM_NODE_RESOURCE, "n1", {"spec": {"nodeResourceProperties": [{"propertyName": "x"}]}}
+    )
     assert respecced["metadata"]["generation"] == 2
     assert obj["metadata"]["uid"] == respecced["metadata"]["uid"]
+
+
+def test_pod_generation_counts_spec_changes_but_not_binding(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1"))
+    labelled = cluster.patch(POD, "p1", {"metadata": {"labels": {"a": "b"}}}, "default")
+    assert labelled["metadata"]["generation"] == 1
+    cluster.bind("default", "p1", "n1")
+    assert cluster.get(POD, "p1", "default")["metadata"]["generation"] == 1
+    image = cluster.patch(
+        POD,
+        "p1",
+        {"spec": {"containers": [{"name": "main", "image": "busybox:2"}]}},
+        "default",
+        patch_type="strategic",
+    )
+    assert image["metadata"]["generation"] == 2
+    # The first graceful deletion counts as a change too; shortening it does not.
+    marked = cluster.delete(POD, "p1", "default", grace_period_seconds=30)
+    assert marked is not None and marked["metadata"]["generation"] == 3
+    shorter = cluster.delete(POD, "p1", "default", grace_period_seconds=10)
+    assert shorter is not None and shorter["metadata"]["generation"] == 3
+
+
+@pytest.mark.parametrize(
+    ("kind", "manifest"), [(NODE, node("n1")), (CONFIG_MAP, config_map("n1", {"k": "v"}))]
+)
+def test_nodes_and_config_maps_have_no_generation(
+    cluster: Cluster, kind: Kind, manifest: JSON
+) -> None:
+    ns = "default" if kind.namespaced else None
+    created = cluster.create(kind, manifest)
+    assert "generation" not in created["metadata"]
+    change = {"spec": {"unschedulable": True}} if kind == NODE else {"data": {"k": "w"}}
+    changed = cluster.patch(kind, "n1", change, ns)
+    assert "generation" not in changed["metadata"]
 
 
 def test_noop_update_changes_nothing(cluster: Cluster) -> None:
@@ -498,16 +550,21 @@ def test_watch_from_version_sees_changes_in_order(cluster: Cluster, watches: lis
     cluster.patch(POD, "p1", {"metadata": {"labels": {"a": "b"}}}, "default")
     cluster.create(POD, pod("p2"))
     assert cluster.delete(POD, "p1", "default") is None
-    events = collect(w, 4)
+    events = collect(w, 5)
+    # An unbound pod goes at once, but its deletion is written first: MODIFIED, then DELETED.
     assert summary(events) == [
         ("ADDED", "p1"),
         ("MODIFIED", "p1"),
         ("ADDED", "p2"),
+        ("MODIFIED", "p1"),
         ("DELETED", "p1"),
     ]
     versions = [rv(e.object) for e in events]
-    assert versions == sorted(versions) and len(set(versions)) == 4
+    assert versions == sorted(versions) and len(set(versions)) == 5
     assert events[1].object["metadata"]["labels"] == {"a": "b"}
+    for ev in events[3:]:
+        assert ev.object["metadata"]["deletionGracePeriodSeconds"] == 0
+        assert "deletionTimestamp" in ev.object["metadata"]
     assert quiet(w) == []
 
 
@@ -583,7 +640,7 @@ def test_field_selected_watch_sees_a_pod_bound_to_its_node(
     assert summary(events) == [("ADDED", "p1")]
     assert events[0].object["spec"]["nodeName"] == "n1"
     cluster.delete(POD, "p1", "default", grace_period_seconds=0)
-    assert summary(collect(w, 1)) == [("DELETED", "p1")]
+    assert summary(collect(w, 2)) == [("MODIFIED", "p1"), ("DELETED", "p1")]
 
 
 def test_bookmarks_carry_the_current_version(
@@ -713,7 +770,7 @@ def test_patch_missing_is_not_found(cluster: Cluster) -> None:
 # --- status subresource -------------------------------------------------------------------
 
 
-def test_update_ignores_status_and_update_status_ignores_the_rest(cluster: Cluster) -> None:
+def test_update_ignores_status_and_update_status_ignores_spec(cluster: Cluster) -> None:
     obj = cluster.create(NODE, node("n1"))
     obj["status"] = {"capacity": {"cpu": "8"}}
     obj["metadata"]["labels"] = {"zone": "a"}
@@ -721,13 +778,27 @@ def test_update_ignores_status_and_update_status_ignores_the_rest(cluster: Clust
     assert updated["metadata"]["labels"] == {"zone": "a"}
     assert updated.get("status", {}).get("capacity") is None
 
+    # A built-in kind's status write keeps spec but writes labels and annotations.
     updated["status"] = {"capacity": {"cpu": "16"}}
     updated["metadata"]["labels"] = {"zone": "b"}
     updated["spec"] = {"unschedulable": True}
     after = cluster.update_status(NODE, updated)
     assert after["status"]["capacity"] == {"cpu": "16"}
-    assert after["metadata"]["labels"] == {"zone": "a"}
+    assert after["metadata"]["labels"] == {"zone": "b"}
     assert after["spec"].get("unschedulable") is None
+    patched = cluster.patch(
+        NODE,
+        "n1",
+        {"metadata": {"labels": {"rack": "r1"}}, "spec": {"unschedulable": True}},
+        subresource="status",
+    )
+    assert patched["metadata"]["labels"] == {"zone": "b", "rack": "r1"}
+    assert patched["spec"].get("unschedulable") is None
+
+
+def test_nodes_may_carry_status_from_creation(cluster: Cluster) -> None:
+    manifest = {**node("n1"), "status": {"capacity": {"cpu": "4"}}}
+    assert cluster.create(NODE, manifest)["status"]["capacity"] == {"cpu": "4"}
 
 
 def test_status_patch_touches_only_status(cluster: Cluster) -> None:
@@ -818,6 +889,33 @@ def test_bound_pod_default_grace_is_its_termination_grace(cluster: Cluster) -> N
     cluster.create(POD, pod("p1", node="n1", grace=45))
     left = cluster.delete(POD, "p1", "default")
     assert left is not None and left["metadata"]["deletionGracePeriodSeconds"] == 45
+
+
+def test_negative_grace_is_the_shortest_grace(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", node="n1", grace=30))
+    left = cluster.delete(POD, "p1", "default", grace_period_seconds=-5)
+    assert left is not None and left["metadata"]["deletionGracePeriodSeconds"] == 1
+    cluster.create(POD, pod("p2", node="n1", grace=30))
+    cluster.evict("default", "p2", grace_period_seconds=-5)
+    assert cluster.get(POD, "p2", "default")["metadata"]["deletionGracePeriodSeconds"] == 1
+    cluster.create(POD, pod("p3"))
+    assert cluster.delete(POD, "p3", "default", grace_period_seconds=-5) is None
+
+
+def test_grace_zero_on_a_terminating_pod_deletes_it_after_a_last_write(
+    cluster: Cluster, watches: list[Watch]
+) -> None:
+    cluster.create(POD, pod("p1", node="n1", grace=30))
+    start = cluster.list(POD, "default").resource_version
+    w = cluster.watch(POD, "default", resource_version=start)
+    watches.append(w)
+    cluster.delete(POD, "p1", "default")
+    assert cluster.delete(POD, "p1", "default", grace_period_seconds=0) is None
+    events = collect(w, 3)
+    assert summary(events) == [("MODIFIED", "p1"), ("MODIFIED", "p1"), ("DELETED", "p1")]
+    grace = [e.object["metadata"]["deletionGracePeriodSeconds"] for e in events]
+    assert grace == [30, 0, 0]
+    assert quiet(w) == []
 
 
 def test_finalizers_hold_deletion_until_removed(cluster: Cluster, watches: list[Watch]) -> None:

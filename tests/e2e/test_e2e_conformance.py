@@ -3,9 +3,9 @@ KubeCluster: the same tests MemoryCluster passes. Where the two disagree, Memory
 the one to fix.
 
 A real API server cannot be made fresh for every test, so each test starts from a cleaned
-one: the objects the suite creates (pods, config maps, nodes without a kubelet, CNRs) are
-removed before it runs. Tests that need a controllable clock, the backing store or a small
-watch window skip, saying so (the suite's own `need`)."""
+one: the objects the suite creates (pods, config maps, nodes without a kubelet, CNRs, the
+CRDs of its example.com group) are removed before it runs. Tests that need a controllable
+clock, the backing store or a small watch window skip, saying so (the suite's own `need`)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,15 @@ from typing import Any
 
 import pytest
 
-from pykatalyst.api.names import CONFIG_MAP, CUSTOM_NODE_RESOURCE, NODE, POD
+from pykatalyst.api.names import CONFIG_MAP, CRD, CUSTOM_NODE_RESOURCE, NODE, POD
 from pykatalyst.cluster.protocol import NotFound
 from tests.cluster.conformance import *  # noqa: F403
 from tests.e2e.conftest import REPO
 
 KEEP_CONFIG_MAPS = {"kube-root-ca.crt", "extension-apiserver-authentication"}
 NAMESPACES = ("default", "kube-system")
+SUITE_CRD_GROUP = "example.com"
+PAUSED = ("kube-scheduler", "kube-controller-manager")
 
 
 def _real_nodes(admin: Any) -> set[str]:
@@ -61,6 +63,9 @@ def _clean(admin: Any, keep_nodes: set[str]) -> None:
         if cnr["metadata"]["name"] not in keep_nodes:
             with contextlib.suppress(NotFound):
                 admin.delete(CUSTOM_NODE_RESOURCE, cnr["metadata"]["name"])
+    for crd in _suite_crds(admin):
+        with contextlib.suppress(NotFound):
+            admin.delete(CRD, crd)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         left = sum(len(admin.list(POD, namespace=ns).items) for ns in NAMESPACES)
@@ -70,9 +75,23 @@ def _clean(admin: Any, keep_nodes: set[str]) -> None:
             for cm in admin.list(CONFIG_MAP, namespace=ns).items
         )
         left += len(admin.list(NODE).items) - len(keep_nodes)
+        left += len(_suite_crds(admin))  # a CRD goes once its custom resources are gone
         if left == 0:
             return
         time.sleep(0.2)
+
+
+def _suite_crds(admin: Any) -> list[str]:
+    return [
+        c["metadata"]["name"]
+        for c in admin.list(CRD).items
+        if c.get("spec", {}).get("group") == SUITE_CRD_GROUP
+    ]
+
+
+def _pause(*names: str) -> None:
+    script = str(REPO / "scripts" / "cluster.sh")
+    subprocess.run(["bash", script, "pause", *names], check=True, capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +104,12 @@ def keep_nodes(admin: Any) -> Iterator[set[str]]:
             "the conformance suite pauses the scheduler and controller manager: it needs the "
             "cluster of scripts/cluster.sh"
         )
-    script = str(REPO / "scripts" / "cluster.sh")
-    paused = ["kube-scheduler", "kube-controller-manager"]
-    subprocess.run(["bash", script, "pause", *paused], check=True, capture_output=True)
+    _pause(*PAUSED)
     try:
         yield _real_nodes(admin)
     finally:
-        subprocess.run(["bash", script, "resume", *paused], check=True, capture_output=True)
+        script = str(REPO / "scripts" / "cluster.sh")
+        subprocess.run(["bash", script, "resume", *PAUSED], check=True, capture_output=True)
 
 
 @pytest.fixture
@@ -106,6 +124,9 @@ def backend() -> None:
 
 @pytest.fixture
 def cluster(admin: Any, keep_nodes: set[str]) -> Iterator[Any]:
+    # Others share the cluster: should a run of theirs have resumed the scheduler or the
+    # controller manager meanwhile, pause them again (a no-op when they are paused).
+    _pause(*PAUSED)
     _clean(admin, keep_nodes)
     yield admin
     _clean(admin, keep_nodes)

@@ -299,6 +299,24 @@ def _is_crd(st: _KindState) -> bool:
     return st.kind.group == CRD.group and st.kind.plural == CRD.plural
 
 
+# Of the core group only these kinds' strategies set metadata.generation (kube-apiserver
+# 1.34): nodes, namespaces, config maps and events have none. Neither have leases nor
+# events.k8s.io events; CRDs, custom resources and the workload kinds have it.
+_CORE_WITH_GENERATION: Final = frozenset({"pods", "replicationcontrollers", "podtemplates"})
+_GROUPS_WITHOUT_GENERATION: Final = frozenset({"coordination.k8s.io", "events.k8s.io"})
+
+
+def _tracks_generation(st: _KindState) -> bool:
+    if st.kind.group == "":
+        return st.kind.plural in _CORE_WITH_GENERATION
+    return st.kind.group not in _GROUPS_WITHOUT_GENERATION
+
+
+def _bump_generation(meta: JSON, old_meta: Mapping[str, Any]) -> None:
+    if "generation" in old_meta:
+        meta["generation"] = int(old_meta["generation"]) + 1
+
+
 def _with_rv(obj: JSON, rv: str) -> JSON:
     return {**obj, "metadata": {**obj["metadata"], "resourceVersion": rv}}
 
@@ -994,7 +1012,8 @@ class MemoryCluster:
                 self._register_crd(new)
             meta["uid"] = self._new_uid()
             meta["creationTimestamp"] = rfc3339(self.clock.now())
-            meta["generation"] = 1
+            if _tracks_generation(st):
+                meta["generation"] = 1
             meta.pop("deletionTimestamp", None)
             meta.pop("deletionGracePeriodSeconds", None)
             meta.pop("resourceVersion", None)
@@ -1083,11 +1102,7 @@ class MemoryCluster:
                 st, name, "metadata.uid", f'Invalid value: "{meta["uid"]}": field is immutable'
             )
         if sub_resource == "status":
-            # The status subresource writes status and nothing else.
-            new = {**old, "status": new.get("status")}
-            if new["status"] is None:
-                new.pop("status")
-            new["metadata"] = dict(old_meta)
+            new = self._status_write(st, old, new, ns)
         elif sub_resource == "resize":
             new = self._resized(old, new)
         else:
@@ -1096,28 +1111,13 @@ class MemoryCluster:
                     new["status"] = old["status"]
                 else:
                     new.pop("status", None)
-            meta["namespace"] = ns
-            if not st.kind.namespaced:
-                meta.pop("namespace", None)
-            for key in (
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-            ):
-                if key in old_meta:
-                    meta[key] = old_meta[key]
-                else:
-                    meta.pop(key, None)
+            self._keep_system_meta(st, meta, old_meta, ns)
             if _is_pod(st):
                 self._default_pod(new)
         new = self._admit(st, "UPDATE", new, old, name, ns, sub_resource) or new
         if sub_resource == "status":
-            # Whatever a plugin did, the status subresource still writes only status.
-            new = {**old, "status": new.get("status")}
-            if new["status"] is None:
-                new.pop("status")
+            # Whatever a plugin did, the status subresource still writes only what it may.
+            new = self._status_write(st, old, new, ns)
         elif sub_resource == "resize":
             new = self._resized(old, new)
         elif _is_pod(st):
@@ -1140,7 +1140,7 @@ class MemoryCluster:
         if new == old:
             return copy_object(old)  # a no-op write changes nothing, not even the version
         if self._spec_changed(st, old, new):
-            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+            _bump_generation(meta, old_meta)
         if _is_crd(st):
             self._register_crd(new)
         if (
@@ -1151,6 +1151,49 @@ class MemoryCluster:
             self._commit(st, "DELETED", new, old)
             return copy_object(_with_rv(new, str(self._rv)))
         return copy_object(self._commit(st, "MODIFIED", new, old))
+
+    @staticmethod
+    def _keep_system_meta(st: _KindState, meta: JSON, old_meta: Mapping[str, Any], ns: str) -> None:
+        """An update cannot set the fields the server owns: they keep their stored values."""
+        meta["namespace"] = ns
+        if not st.kind.namespaced:
+            meta.pop("namespace", None)
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+
+    def _status_write(self, st: _KindState, old: JSON, new: JSON, ns: str) -> JSON:
+        """What a write to the status subresource keeps. For custom resources and CRDs only
+        status; for the built-in kinds (pods, nodes, namespaces) everything but spec, so
+        label and annotation changes are written too, as kube-apiserver's status strategies
+        do (a pod's ownerReferences stay as they were)."""
+        old_meta = old["metadata"]
+        if st.kind.group != "":
+            out = {**old, "status": new.get("status"), "metadata": dict(old_meta)}
+        else:
+            meta = dict(new.get("metadata") or {})
+            self._keep_system_meta(st, meta, old_meta, ns)
+            if _is_pod(st):
+                if "ownerReferences" in old_meta:
+                    meta["ownerReferences"] = old_meta["ownerReferences"]
+                else:
+                    meta.pop("ownerReferences", None)
+            out = {**new, "metadata": meta}
+            if "spec" in old:
+                out["spec"] = old["spec"]
+            else:
+                out.pop("spec", None)
+        if out.get("status") is None:
+            out.pop("status", None)
+        return out
 
     def _check_pod_update(self, st: _KindState, name: str, old: JSON, new: JSON) -> None:
         """A pod's spec is immutable but for a few fields, as on a real server: binding
@@ -1308,18 +1351,13 @@ class MemoryCluster:
             st = self._state(kind, "delete")
             ns = self._namespace_of(st, namespace, required=True)
             old = self._get_stored(st, name, ns)
-            if grace_period_seconds is not None and grace_period_seconds < 0:
-                raise self._invalid(
-                    st,
-                    name,
-                    "gracePeriodSeconds",
-                    f"Invalid value: {grace_period_seconds}: must be >= 0",
-                )
             self._admit(st, "DELETE", None, old, name, ns)
             return self._delete(st, old, grace_period_seconds)
 
     def _delete(self, st: _KindState, old: JSON, grace: int | None) -> JSON | None:
         meta = old["metadata"]
+        if grace is not None and grace < 0:
+            grace = 1  # as kube-apiserver reads a negative grace period: the shortest one
         ns, name = meta.get("namespace", ""), meta["name"]
         is_pod = _is_pod(st)
         if is_pod:
@@ -1336,22 +1374,27 @@ class MemoryCluster:
             grace = 0
         finalizers = meta.get("finalizers") or []
         now = self.clock.now()
-        if "deletionTimestamp" in meta:
-            current = int(meta.get("deletionGracePeriodSeconds") or 0)
-            if grace >= current:
-                return copy_object(old)
-        if grace > 0 or finalizers:
+        marked = "deletionTimestamp" in meta
+        current = int(meta.get("deletionGracePeriodSeconds") or 0)
+        if marked and grace >= current:
+            return copy_object(old)
+        # A pod's deletion is always written first (deletionTimestamp, the grace period), even
+        # with grace 0: watchers see MODIFIED, then DELETED, as from a real API server.
+        if grace > 0 or finalizers or (is_pod and not (marked and current == 0)):
             new = {**old, "metadata": dict(meta)}
             nmeta = new["metadata"]
             nmeta["deletionTimestamp"] = rfc3339(now + grace)
             nmeta["deletionGracePeriodSeconds"] = grace
-            if grace > 0 or "deletionTimestamp" not in meta:
-                nmeta["generation"] = int(meta.get("generation", 1)) + 1
+            if not marked:
+                _bump_generation(nmeta, meta)
             if grace > 0 and is_pod:
                 self._terminating[(ns, name)] = now + grace
             elif is_pod:
                 self._terminating.pop((ns, name), None)
-            return copy_object(self._commit(st, "MODIFIED", new, old))
+            stored = self._commit(st, "MODIFIED", new, old)
+            if grace > 0 or finalizers:
+                return copy_object(stored)
+            old = stored
         if _is_core(st, "namespaces"):
             self._purge_namespace(name)
         if _is_crd(st):
@@ -1447,11 +1490,10 @@ class MemoryCluster:
                 }
             )
             status["conditions"] = conds
-            meta = dict(old["metadata"])
-            meta["generation"] = int(meta.get("generation", 1)) + 1
+            # The binding writes spec.nodeName past the pod strategy: generation stays.
             new = {
                 **old,
-                "metadata": meta,
+                "metadata": dict(old["metadata"]),
                 "spec": {**spec, "nodeName": node_name},
                 "status": status,
             }
@@ -1489,13 +1531,6 @@ class MemoryCluster:
                         details={"causes": [{"reason": "DisruptionBudget", "message": reason}]},
                         retry_after_seconds=10.0,
                     )
-            if grace_period_seconds is not None and grace_period_seconds < 0:
-                raise self._invalid(
-                    st,
-                    name,
-                    "deleteOptions.gracePeriodSeconds",
-                    f"Invalid value: {grace_period_seconds}: must be >= 0",
-                )
             self._delete(st, old, grace_period_seconds)
 
     # --- persistence ----------------------------------------------------------------------
