@@ -27,7 +27,14 @@ from typing import Any
 
 import pytest
 
-from pykatalyst.api.names import CONFIG_MAP, CUSTOM_NODE_RESOURCE, NODE, POD, Kind
+from pykatalyst.api.names import (
+    CONFIG_MAP,
+    CUSTOM_NODE_RESOURCE,
+    NODE,
+    POD,
+    POD_DISRUPTION_BUDGET,
+    Kind,
+)
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import AdmissionRequest, AdmissionResponse, MemoryCluster, rfc3339
 from pykatalyst.cluster.protocol import (
@@ -294,59 +301,102 @@ def test_unknown_kind_is_not_found(cluster: Cluster) -> None:
         cluster.list(gadget)
 
 
-def test_creating_a_crd_serves_its_kind(cluster: Cluster) -> None:
-    widget = Kind("example.com", "v1", "Widget", "widgets", True)
-    crd_kind = Kind(
-        "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False
-    )
+CRD_KIND = Kind(
+    "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False
+)
+
+
+def serve_crd(cluster: Cluster, kind: Kind, status_subresource: bool = True) -> None:
+    """Create a CRD for `kind` (group example.com, any content) and wait until it is served:
+    a real server serves the new kind once the CRD is Established, a moment later."""
+    version: JSON = {
+        "name": kind.version,
+        "served": True,
+        "storage": True,
+        "schema": {
+            "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        },
+    }
+    if status_subresource:
+        version["subresources"] = {"status": {}}
     cluster.create(
-        crd_kind,
+        CRD_KIND,
         {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
-            "metadata": {"name": "widgets.example.com"},
+            "metadata": {"name": f"{kind.plural}.{kind.group}"},
             "spec": {
-                "group": "example.com",
-                "scope": "Namespaced",
-                "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {
-                            "openAPIV3Schema": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            }
-                        },
-                        "subresources": {"status": {}},
-                    }
-                ],
+                "group": kind.group,
+                "scope": "Namespaced" if kind.namespaced else "Cluster",
+                "names": {
+                    "kind": kind.kind,
+                    "plural": kind.plural,
+                    "singular": kind.kind.lower(),
+                },
+                "versions": [version],
             },
         },
     )
-    # A real server serves the new kind once the CRD is Established, a moment later.
     served_by = time.monotonic() + WAIT
     while True:
         try:
-            cluster.list(widget, "default")
-            break
+            cluster.list(kind, "default" if kind.namespaced else None)
+            return
         except NotFound:
             if time.monotonic() > served_by:
                 raise
             time.sleep(0.05)
-    made = cluster.create(
-        widget,
-        {
-            "apiVersion": "example.com/v1",
-            "kind": "Widget",
-            "metadata": {"name": "w1", "namespace": "default"},
-            "spec": {"size": 3},
-        },
-    )
+
+
+def widget(name: str, **body: Any) -> JSON:
+    return {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": name, "namespace": "default"},
+        **body,
+    }
+
+
+WIDGET = Kind("example.com", "v1", "Widget", "widgets", True)
+
+
+def test_creating_a_crd_serves_its_kind(cluster: Cluster) -> None:
+    serve_crd(cluster, WIDGET)
+    made = cluster.create(WIDGET, widget("w1", spec={"size": 3}))
     assert made["spec"] == {"size": 3} and made["metadata"]["generation"] == 1
-    assert names(cluster.list(widget, "default").items) == ["w1"]
+    assert names(cluster.list(WIDGET, "default").items) == ["w1"]
+
+
+def test_a_crd_status_subresource_splits_the_writes(cluster: Cluster) -> None:
+    serve_crd(cluster, WIDGET)
+    made = cluster.create(WIDGET, widget("w1", spec={"size": 3}, status={"ready": True}))
+    assert "status" not in made
+    made["status"] = {"ready": True}
+    made["spec"] = {"size": 4}
+    updated = cluster.update(WIDGET, made)
+    assert "status" not in updated and updated["metadata"]["generation"] == 2
+    updated["status"] = {"ready": True}
+    updated["spec"] = {"size": 5}
+    updated["metadata"]["labels"] = {"a": "b"}
+    after = cluster.update_status(WIDGET, updated)
+    assert after["status"] == {"ready": True} and after["spec"] == {"size": 4}
+    assert "labels" not in after["metadata"] and after["metadata"]["generation"] == 2
+
+
+GADGET = Kind("example.com", "v1", "Gadget", "gadgets", True)
+
+
+def test_a_crd_without_status_subresource_writes_status_as_data(cluster: Cluster) -> None:
+    serve_crd(cluster, GADGET, status_subresource=False)
+    body = {**widget("g1", spec={"size": 3}, status={"ready": False}), "kind": "Gadget"}
+    made = cluster.create(GADGET, body)
+    assert made["status"] == {"ready": False}
+    made["status"] = {"ready": True}
+    updated = cluster.update(GADGET, made)
+    # Without the subresource, status is content: written, and counted in generation.
+    assert updated["status"] == {"ready": True} and updated["metadata"]["generation"] == 2
+    with pytest.raises(NotFound):
+        cluster.patch(GADGET, "g1", {"status": {"ready": False}}, "default", subresource="status")
 
 
 # --- update and optimistic concurrency ----------------------------------------------------
@@ -533,6 +583,21 @@ def test_field_selectors(cluster: Cluster) -> None:
     assert sel("status.phase=Running") == []
 
 
+def test_node_field_selectors(cluster: Cluster) -> None:
+    cluster.create(NODE, node("n1"))
+    cordoned = node("n2")
+    cordoned["spec"] = {"unschedulable": True}
+    cluster.create(NODE, cordoned)
+
+    def sel(s: str) -> list[str]:
+        return [n for n in names(cluster.list(NODE, field_selector=s).items) if n in ("n1", "n2")]
+
+    # An unset spec.unschedulable selects as false.
+    assert sel("spec.unschedulable=false") == ["n1"]
+    assert sel("spec.unschedulable!=false") == ["n2"]
+    assert sel("metadata.name=n2") == ["n2"]
+
+
 def test_unsupported_field_selector_is_bad_request(cluster: Cluster) -> None:
     with pytest.raises(BadRequest) as err:
         cluster.list(POD, field_selector="spec.hostname=x")
@@ -588,6 +653,18 @@ def test_watch_without_version_starts_with_current_objects(
     assert sorted(summary(initial)) == [("ADDED", "a"), ("ADDED", "b")]
     cluster.create(POD, pod("c"))
     assert summary(collect(w, 1)) == [("ADDED", "c")]
+
+
+def test_watch_from_version_zero_starts_with_current_objects(
+    cluster: Cluster, watches: list[Watch]
+) -> None:
+    cluster.create(POD, pod("a"))
+    w = cluster.watch(POD, "default", resource_version="0")
+    watches.append(w)
+    assert summary(collect(w, 1)) == [("ADDED", "a")]
+    cluster.create(POD, pod("b"))
+    assert summary(collect(w, 1)) == [("ADDED", "b")]
+    assert quiet(w) == []
 
 
 def test_watch_filters_by_namespace(cluster: Cluster, watches: list[Watch]) -> None:
@@ -742,6 +819,50 @@ def test_strategic_patch_merges_containers_by_name(cluster: Cluster) -> None:
     )
     images = {c["name"]: c["image"] for c in patched["spec"]["containers"]}
     assert images == {"main": "busybox", "side": "envoy:2"}
+
+
+def test_strategic_patch_replaces_node_taints(cluster: Cluster) -> None:
+    manifest = node("n1")
+    manifest["spec"] = {"taints": [{"key": "a", "effect": "NoSchedule"}]}
+    cluster.create(NODE, manifest)
+    patched = cluster.patch(
+        NODE,
+        "n1",
+        {"spec": {"taints": [{"key": "b", "effect": "NoSchedule"}]}},
+        patch_type="strategic",
+    )
+    assert patched["spec"]["taints"] == [{"key": "b", "effect": "NoSchedule"}]
+
+
+def test_strategic_patch_merges_finalizers(cluster: Cluster) -> None:
+    cluster.create(CONFIG_MAP, config_map("c1", finalizers=["example.com/a", "example.com/c"]))
+    patched = cluster.patch(
+        CONFIG_MAP,
+        "c1",
+        {"metadata": {"finalizers": ["example.com/c", "example.com/b"]}},
+        "default",
+        patch_type="strategic",
+    )
+    assert patched["metadata"]["finalizers"] == ["example.com/a", "example.com/c", "example.com/b"]
+    dropped = cluster.patch(
+        CONFIG_MAP,
+        "c1",
+        {"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/a"]}},
+        "default",
+        patch_type="strategic",
+    )
+    assert dropped["metadata"]["finalizers"] == ["example.com/c", "example.com/b"]
+    cluster.patch(CONFIG_MAP, "c1", {"metadata": {"finalizers": None}}, "default")
+
+
+def test_strategic_patch_of_a_custom_resource_is_unsupported(cluster: Cluster) -> None:
+    before = cluster.create(CUSTOM_NODE_RESOURCE, cnr("n1"))
+    with pytest.raises(ApiError) as err:
+        cluster.patch(
+            CUSTOM_NODE_RESOURCE, "n1", {"metadata": {"labels": {"a": "b"}}}, patch_type="strategic"
+        )
+    assert err.value.code == 415 and err.value.reason == "UnsupportedMediaType"
+    assert cluster.get(CUSTOM_NODE_RESOURCE, "n1") == before
 
 
 def test_patch_with_stale_version_conflicts(cluster: Cluster) -> None:
@@ -990,6 +1111,111 @@ def test_eviction_refused_by_guard_is_too_many_requests(
         cluster.evict("default", "p1")
     assert err.value.code == 429 and "budget" in err.value.message
     assert "deletionTimestamp" not in cluster.get(POD, "p1", "default")["metadata"]
+
+
+def running(cluster: Cluster, name: str, ready: bool = True) -> None:
+    """Play the kubelet: the pod runs (and is Ready, unless told otherwise)."""
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    cluster.patch(
+        POD,
+        name,
+        {"status": {"phase": "Running", "conditions": [condition]}},
+        "default",
+        subresource="status",
+    )
+
+
+def budget(cluster: Cluster, name: str, app: str, **status: Any) -> JSON:
+    """A PodDisruptionBudget over pods labelled app=`app`; with `status`, written as if the
+    disruption controller had observed it (the suite runs without one)."""
+    created = cluster.create(
+        POD_DISRUPTION_BUDGET,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+        },
+    )
+    if not status:
+        return created
+    observed = {"observedGeneration": created["metadata"]["generation"], **status}
+    return cluster.patch(
+        POD_DISRUPTION_BUDGET, name, {"status": observed}, "default", subresource="status"
+    )
+
+
+def test_eviction_spends_the_budget(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", labels={"app": "web"}, node="n1", grace=30))
+    running(cluster, "p1")
+    budget(
+        cluster,
+        "web",
+        "web",
+        disruptionsAllowed=1,
+        currentHealthy=2,
+        desiredHealthy=1,
+        expectedPods=2,
+    )
+    cluster.evict("default", "p1")
+    evicted = cluster.get(POD, "p1", "default")
+    assert evicted["metadata"]["deletionGracePeriodSeconds"] == 30
+    target = [c for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert [(c["status"], c["reason"]) for c in target] == [("True", "EvictionByEvictionAPI")]
+    spent = cluster.get(POD_DISRUPTION_BUDGET, "web", "default")["status"]
+    assert spent["disruptionsAllowed"] == 0 and list(spent["disruptedPods"]) == ["p1"]
+    allowed = [c for c in spent["conditions"] if c["type"] == "DisruptionAllowed"]
+    assert [(c["status"], c["reason"]) for c in allowed] == [("False", "InsufficientPods")]
+
+
+def test_eviction_refused_by_an_exhausted_budget_is_429(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", labels={"app": "web"}, node="n1"))
+    running(cluster, "p1")
+    budget(cluster, "web", "web", disruptionsAllowed=0, currentHealthy=1, desiredHealthy=1)
+    before = cluster.get(POD, "p1", "default")
+    with pytest.raises(TooManyRequests) as err:
+        cluster.evict("default", "p1")
+    assert err.value.code == 429
+    assert "violate the pod's disruption budget" in err.value.message
+    causes = err.value.details.get("causes") or []
+    assert [c.get("reason") for c in causes] == ["DisruptionBudget"]
+    assert "needs 1 healthy pods and has 1 currently" in causes[0]["message"]
+    assert cluster.get(POD, "p1", "default") == before
+
+
+def test_eviction_under_a_budget_not_yet_observed_is_429(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", labels={"app": "web"}, node="n1"))
+    running(cluster, "p1")
+    budget(cluster, "web", "web")
+    with pytest.raises(TooManyRequests) as err:
+        cluster.evict("default", "p1")
+    causes = err.value.details.get("causes") or []
+    assert "still being processed" in causes[0]["message"]
+    assert err.value.retry_after_seconds == 10
+    assert "deletionTimestamp" not in cluster.get(POD, "p1", "default")["metadata"]
+
+
+def test_eviction_under_two_budgets_is_a_server_error(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", labels={"app": "web"}, node="n1"))
+    running(cluster, "p1")
+    budget(cluster, "a", "web", disruptionsAllowed=1, currentHealthy=2, desiredHealthy=1)
+    budget(cluster, "b", "web", disruptionsAllowed=1, currentHealthy=2, desiredHealthy=1)
+    with pytest.raises(ApiError) as err:
+        cluster.evict("default", "p1")
+    assert err.value.code == 500 and "more than one PodDisruptionBudget" in err.value.message
+
+
+def test_pending_and_unready_pods_may_be_evicted_past_the_budget(cluster: Cluster) -> None:
+    budget(cluster, "web", "web", disruptionsAllowed=0, currentHealthy=1, desiredHealthy=1)
+    cluster.create(POD, pod("pending", labels={"app": "web"}, node="n1"))
+    cluster.evict("default", "pending")
+    assert "deletionTimestamp" in cluster.get(POD, "pending", "default")["metadata"]
+    # Not Ready, while the budget has its healthy pods: the pod goes.
+    cluster.create(POD, pod("unready", labels={"app": "web"}, node="n1"))
+    running(cluster, "unready", ready=False)
+    cluster.evict("default", "unready")
+    assert "deletionTimestamp" in cluster.get(POD, "unready", "default")["metadata"]
+    assert cluster.get(POD_DISRUPTION_BUDGET, "web", "default")["status"]["disruptionsAllowed"] == 0
 
 
 # --- admission ----------------------------------------------------------------------------

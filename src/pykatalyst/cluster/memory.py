@@ -38,6 +38,7 @@ from pykatalyst.api.names import (
     NAMESPACE,
     NODE,
     POD,
+    POD_DISRUPTION_BUDGET,
     SYSTEM_NAMESPACE,
     Kind,
 )
@@ -70,6 +71,7 @@ from pykatalyst.cluster.protocol import (
 from pykatalyst.cluster.selectors import (
     FieldSelector,
     LabelSelector,
+    label_selector_from_dict,
     parse_field_selector,
     parse_label_selector,
     valid_label_key,
@@ -306,10 +308,42 @@ _CORE_WITH_GENERATION: Final = frozenset({"pods", "replicationcontrollers", "pod
 _GROUPS_WITHOUT_GENERATION: Final = frozenset({"coordination.k8s.io", "events.k8s.io"})
 
 
+def _is_custom_resource(st: _KindState) -> bool:
+    """Served from a CRD (Katalyst kinds included) rather than built into the server."""
+    group = st.kind.group
+    return group not in ("", "apps", "batch", "policy", "autoscaling") and not group.endswith(
+        ".k8s.io"
+    )
+
+
 def _tracks_generation(st: _KindState) -> bool:
     if st.kind.group == "":
         return st.kind.plural in _CORE_WITH_GENERATION
     return st.kind.group not in _GROUPS_WITHOUT_GENERATION
+
+
+def _pdb_selects(pdb: JSON, labels: Mapping[str, str]) -> bool:
+    """Whether a PodDisruptionBudget covers a pod with these labels (an unreadable
+    selector covers nothing, as the eviction subresource reads it)."""
+    try:
+        return label_selector_from_dict((pdb.get("spec") or {}).get("selector")).matches(labels)
+    except BadRequest:
+        return False
+
+
+def _pod_ready(pod: JSON) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _budget_refusal(cause: str, retry_after: float | None) -> TooManyRequests:
+    return TooManyRequests(
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        details={"causes": [{"reason": "DisruptionBudget", "message": cause}]},
+        retry_after_seconds=retry_after,
+    )
 
 
 def _bump_generation(meta: JSON, old_meta: Mapping[str, Any]) -> None:
@@ -474,6 +508,9 @@ class MemoryCluster:
             self.register_kind(k, status_subresource=True, unconditional_update=k != CRD)
         for k in (EVENT, CONFIG_MAP, LEASE):
             self.register_kind(k, status_subresource=False, unconditional_update=True)
+        self.register_kind(
+            POD_DISRUPTION_BUDGET, status_subresource=True, unconditional_update=True
+        )
         for k in KATALYST_KINDS:
             self.register_kind(k, status_subresource=True, unconditional_update=False)
         for st in self._kinds.values():
@@ -1305,6 +1342,14 @@ class MemoryCluster:
                         raise PatchError("a merge patch must be a JSON object", malformed=True)
                     result = merge_patch(old, self._ingest(st, patch))
                 elif patch_type == "strategic":
+                    if _is_custom_resource(st):
+                        raise ApiError(
+                            "the body of the request was in an unknown format - accepted media "
+                            "types include: application/json-patch+json, "
+                            "application/merge-patch+json, application/apply-patch+yaml",
+                            "UnsupportedMediaType",
+                            415,
+                        )
                     if not isinstance(patch, dict):
                         raise PatchError(
                             "a strategic merge patch must be a JSON object", malformed=True
@@ -1500,6 +1545,15 @@ class MemoryCluster:
             self._commit(st, "MODIFIED", new, old)
 
     def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
+        """The `pods/eviction` subresource, as kube-apiserver answers it. `eviction_guard`
+        (when set) may refuse any pod not yet terminating with a 429. A pod that is
+        Pending, finished or terminating is then deleted without a budget check. For any
+        other, the one PodDisruptionBudget whose selector matches its labels decides: none
+        lets it go, more than one is a 500, a budget whose status is not yet observed or
+        that allows no disruption is a 429; otherwise the eviction spends one allowed
+        disruption (recorded in the budget's `status.disruptedPods`). The pod gets the
+        condition `DisruptionTarget=True` (reason `EvictionByEvictionAPI`), then is deleted
+        with the eviction's grace period."""
         with self._cond:
             st = self._state(POD, "create")
             old = self._get_stored(st, name, namespace)
@@ -1520,9 +1574,8 @@ class MemoryCluster:
                 "eviction",
                 Kind("policy", "v1", "Eviction", "evictions", True),
             )
-            if "deletionTimestamp" in old["metadata"]:
-                return  # already terminating: the eviction is a success that changes nothing
-            if self.eviction_guard is not None:
+            terminating = "deletionTimestamp" in old["metadata"]
+            if self.eviction_guard is not None and not terminating:
                 reason = self.eviction_guard(copy_json(old))
                 if reason:
                     raise TooManyRequests(
@@ -1531,7 +1584,103 @@ class MemoryCluster:
                         details={"causes": [{"reason": "DisruptionBudget", "message": reason}]},
                         retry_after_seconds=10.0,
                     )
-            self._delete(st, old, grace_period_seconds)
+            phase = (old.get("status") or {}).get("phase")
+            if not terminating and phase not in ("Pending", "Succeeded", "Failed"):
+                self._spend_disruption(old)
+            self._delete(st, self._mark_disruption_target(st, old), grace_period_seconds)
+
+    def _spend_disruption(self, pod: JSON) -> None:
+        """The budget check of an eviction: raise if the pod's budget refuses it, else
+        record the disruption in the budget's status."""
+        pdbs = self._kinds.get((POD_DISRUPTION_BUDGET.group, POD_DISRUPTION_BUDGET.plural))
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        matching = [
+            b
+            for b in (pdbs.objects.get(meta["namespace"], {}).values() if pdbs else ())
+            if _pdb_selects(b, labels)
+        ]
+        if len(matching) > 1:
+            raise ApiError(
+                "This pod has more than one PodDisruptionBudget, which the eviction "
+                "subresource does not support.",
+                "",
+                500,
+            )
+        if not matching or pdbs is None:
+            return
+        pdb = matching[0]
+        spec, status = pdb.get("spec") or {}, dict(pdb.get("status") or {})
+        current, desired = (
+            int(status.get("currentHealthy", 0)),
+            int(status.get("desiredHealthy", 0)),
+        )
+        if not _pod_ready(pod) and (
+            spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or current >= desired > 0
+        ):
+            return
+        name = pdb["metadata"]["name"]
+        allowed = int(status.get("disruptionsAllowed", 0))
+        if int(status.get("observedGeneration", 0)) < int(pdb["metadata"].get("generation", 0)):
+            raise _budget_refusal(
+                f"The disruption budget {name} is still being processed by the server.", 10.0
+            )
+        if allowed < 0:
+            raise Forbidden(
+                f'poddisruptionbudgets.policy "{name}" is forbidden: pdb disruptions allowed '
+                "is negative"
+            )
+        if allowed == 0:
+            raise _budget_refusal(
+                f"The disruption budget {name} needs {desired} healthy pods and has "
+                f"{current} currently",
+                None,
+            )
+        status["disruptionsAllowed"] = allowed - 1
+        if allowed == 1:
+            conditions = status.get("conditions") or []
+            was: JSON = next((c for c in conditions if c.get("type") == "DisruptionAllowed"), {})
+            status["conditions"] = [
+                *(c for c in conditions if c.get("type") != "DisruptionAllowed"),
+                {
+                    "type": "DisruptionAllowed",
+                    "status": "False",
+                    "reason": "InsufficientPods",
+                    "message": was.get("message", ""),
+                    "observedGeneration": status.get("observedGeneration", 0),
+                    "lastTransitionTime": was.get("lastTransitionTime")
+                    if was.get("status") == "False"
+                    else rfc3339(self.clock.now()),
+                },
+            ]
+        status["disruptedPods"] = {
+            **(status.get("disruptedPods") or {}),
+            meta["name"]: rfc3339(self.clock.now()),
+        }
+        self._commit(pdbs, "MODIFIED", {**pdb, "status": status}, pdb)
+
+    def _mark_disruption_target(self, st: _KindState, pod: JSON) -> JSON:
+        status = dict(pod.get("status") or {})
+        conditions = list(status.get("conditions") or [])
+        current = next((c for c in conditions if c.get("type") == "DisruptionTarget"), None)
+        wanted: JSON = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting",
+        }
+        if current is not None and all(current.get(k) == v for k, v in wanted.items()):
+            return pod
+        now = rfc3339(self.clock.now())
+        wanted["lastProbeTime"] = None
+        wanted["lastTransitionTime"] = (
+            current.get("lastTransitionTime", now)
+            if current is not None and current.get("status") == "True"
+            else now
+        )
+        status["conditions"] = [c for c in conditions if c.get("type") != "DisruptionTarget"]
+        status["conditions"].append(wanted)
+        return self._commit(st, "MODIFIED", {**pod, "status": status}, pod)
 
     # --- persistence ----------------------------------------------------------------------
 
