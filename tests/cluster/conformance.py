@@ -950,6 +950,59 @@ def test_new_pods_start_pending(cluster: Cluster) -> None:
     assert cluster.create(POD, manifest)["status"]["phase"] == "Pending"
 
 
+def _resources(requests: dict[str, str], limits: dict[str, str]) -> JSON:
+    out: JSON = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+@pytest.mark.parametrize(
+    ("requests", "limits", "qos"),
+    [
+        ({}, {}, "BestEffort"),
+        ({"cpu": "100m"}, {}, "Burstable"),
+        ({}, {"cpu": "1", "memory": "1Gi"}, "Guaranteed"),  # requests default to limits
+        ({"cpu": "1", "memory": "1Gi"}, {"cpu": "1000m", "memory": "1024Mi"}, "Guaranteed"),
+        ({"cpu": "500m", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}, "Burstable"),
+        ({"cpu": "1"}, {"cpu": "1"}, "Burstable"),  # no memory limit
+    ],
+)
+def test_new_pods_get_their_qos_class(
+    cluster: Cluster, requests: dict[str, str], limits: dict[str, str], qos: str
+) -> None:
+    manifest = pod("p1")
+    manifest["spec"]["containers"][0]["resources"] = _resources(requests, limits)
+    created = cluster.create(POD, manifest)
+    assert created["status"]["qosClass"] == qos
+    # A status write that leaves it out keeps it.
+    created["status"] = {"phase": "Running"}
+    assert cluster.update_status(POD, created)["status"]["qosClass"] == qos
+
+
+def test_create_with_a_resource_version_is_refused(cluster: Cluster) -> None:
+    manifest = config_map("c1")
+    manifest["metadata"]["resourceVersion"] = "5"
+    with pytest.raises(ApiError) as err:
+        cluster.create(CONFIG_MAP, manifest)
+    assert "resourceVersion should not be set on objects to be created" in err.value.message
+    with pytest.raises(NotFound):
+        cluster.get(CONFIG_MAP, "c1", "default")
+
+
+def test_empty_labels_and_finalizers_are_left_out(cluster: Cluster) -> None:
+    created = cluster.create(CONFIG_MAP, config_map("c1", labels={}, finalizers=[]))
+    assert "labels" not in created["metadata"] and "finalizers" not in created["metadata"]
+    cluster.patch(CONFIG_MAP, "c1", {"metadata": {"labels": {"a": "1"}}}, "default")
+    emptied = cluster.patch(CONFIG_MAP, "c1", {"metadata": {"labels": {"a": None}}}, "default")
+    assert "labels" not in emptied["metadata"]
+    # Removing a label that is not there writes nothing.
+    again = cluster.patch(CONFIG_MAP, "c1", {"metadata": {"labels": {"a": None}}}, "default")
+    assert rv(again) == rv(emptied)
+
+
 # --- binding ------------------------------------------------------------------------------
 
 

@@ -42,6 +42,7 @@ from pykatalyst.api.names import (
     SYSTEM_NAMESPACE,
     Kind,
 )
+from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.cluster.clock import Clock, VirtualClock
 from pykatalyst.cluster.patch import (
     PatchError,
@@ -344,6 +345,45 @@ def _budget_refusal(cause: str, retry_after: float | None) -> TooManyRequests:
         details={"causes": [{"reason": "DisruptionBudget", "message": cause}]},
         retry_after_seconds=retry_after,
     )
+
+
+def _nanos(value: Any) -> int:
+    try:
+        return Quantity.parse(str(value)).nanos
+    except QuantityError:
+        return 0
+
+
+def pod_qos_class(spec: Mapping[str, Any]) -> str:
+    """The Kubernetes QoS class the API server writes to a new pod's status.qosClass, from
+    the cpu and memory requests and limits of its containers and init containers."""
+    requests: dict[str, int] = {}
+    limits: dict[str, int] = {}
+    guaranteed = True
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            res = (c.get("resources") if isinstance(c, dict) else None) or {}
+            for name in ("cpu", "memory"):
+                req = _nanos((res.get("requests") or {}).get(name, 0))
+                lim = _nanos((res.get("limits") or {}).get(name, 0))
+                if req > 0:
+                    requests[name] = requests.get(name, 0) + req
+                if lim > 0:
+                    limits[name] = limits.get(name, 0) + lim
+                else:
+                    guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    if guaranteed and requests == limits:
+        return "Guaranteed"
+    return "Burstable"
+
+
+def _drop_empty_meta(meta: JSON) -> None:
+    """ObjectMeta's lists and maps are omitted when empty, as the API server writes them."""
+    for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if key in meta and not meta[key]:
+            del meta[key]
 
 
 def _bump_generation(meta: JSON, old_meta: Mapping[str, Any]) -> None:
@@ -1026,9 +1066,11 @@ class MemoryCluster:
                 meta["namespace"] = ns
             else:
                 meta.pop("namespace", None)
+            if meta.get("resourceVersion"):
+                raise ApiError("resourceVersion should not be set on objects to be created")
             if _is_pod(st):
                 self._default_pod(new)
-                new["status"] = {"phase": "Pending"}
+                new["status"] = {"phase": "Pending", "qosClass": pod_qos_class(new["spec"])}
             elif _is_core(st, "namespaces"):
                 new["status"] = {"phase": "Active"}
             elif st.status_subresource and st.kind.group not in ("", CRD.group):
@@ -1039,6 +1081,7 @@ class MemoryCluster:
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = self._generate_name(st, str(meta["generateName"]), ns)
             self._validate_meta(st, new)
+            _drop_empty_meta(meta)
             name = meta["name"]
             if name in st.objects.get(ns, {}):
                 raise AlreadyExists(
@@ -1161,6 +1204,7 @@ class MemoryCluster:
             self._check_pod_update(st, name, old, new)
         meta = new["metadata"] = dict(new["metadata"])
         self._validate_meta(st, new)
+        _drop_empty_meta(meta)
         if meta["name"] != name or meta.get("namespace", "") != ns:
             raise BadRequest("an update cannot change an object's name or namespace")
         if "deletionTimestamp" in old_meta:
@@ -1230,6 +1274,11 @@ class MemoryCluster:
                 out.pop("spec", None)
         if out.get("status") is None:
             out.pop("status", None)
+        old_qos = (old.get("status") or {}).get("qosClass")
+        status = out.get("status")
+        # The QoS class is fixed at creation: a status write without it keeps it.
+        if _is_pod(st) and old_qos and isinstance(status, dict) and not status.get("qosClass"):
+            out["status"] = {**status, "qosClass": old_qos}
         return out
 
     def _check_pod_update(self, st: _KindState, name: str, old: JSON, new: JSON) -> None:
