@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pykatalyst.agent.host import cgroupfs
 from pykatalyst.agent.host.base import (
     ApplyResult,
     CgroupStats,
@@ -47,6 +48,7 @@ class _Pod:
 
 class InMemoryHost:
     cgroup_version = 1
+    page_size = 1  # exact limits: no page rounding
 
     def __init__(self, topology: CPUTopology) -> None:
         self._topo = topology
@@ -152,6 +154,18 @@ class InMemoryHost:
             cpu_usage_ratio=ratio,
             memory=MemoryInfo(total=total, free=total // 2, available=total // 2),
         )
+
+    def qos_cgroup(self, qos_class: str) -> str | None:
+        return None  # no kubelet layout to ask: the agent infers it from the pods
+
+    def memory_usage(self, cgroup: str) -> int | None:
+        return None
+
+    def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
+        return cgroupfs.values_equal(knob, desired, actual, self.cgroup_version, self.page_size)
+
+    def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
+        return cgroupfs.check_knob_value(knob, value)
 
     def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
         return dict(self.knobs.get(cgroup, {}))

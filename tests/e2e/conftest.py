@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -35,6 +36,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO.parent / "shared" / "katalyst-examples"
+# The authorizer's refusal ('... is forbidden: User "system:serviceaccount:ns:sa" cannot
+# list resource ...'), not other 403s such as writes into a namespace being deleted.
+RBAC_DENIED = re.compile(r'forbidden: User "[^"]*" cannot ')
 WORKLOAD_IMAGE = os.environ.get("PYKATALYST_E2E_IMAGE", "pykatalyst.test/busybox:1")
 
 
@@ -142,9 +146,9 @@ class LocalNode:
     crictl: str
     endpoint: str
 
-    def crictl_json(self, *args: str) -> Any:
+    def crictl_json(self, command: str, *args: str) -> Any:
         out = subprocess.run(
-            [self.crictl, "--runtime-endpoint", self.endpoint, *args, "-o", "json"],
+            [self.crictl, "--runtime-endpoint", self.endpoint, command, "-o", "json", *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -177,6 +181,14 @@ def local_node(node_name: str) -> LocalNode:
 def namespace(kubectl: Kubectl) -> Iterator[str]:
     name = f"e2e-{secrets.token_hex(3)}"
     kubectl.run("create", "namespace", name)
+    # Pods are refused until the controller manager has made the namespace's ServiceAccount.
+    wait_until(
+        f"the default ServiceAccount of {name}",
+        lambda: (
+            kubectl.run("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0
+        ),
+        60,
+    )
     yield name
     kubectl.run("delete", "namespace", name, "--wait=false", check=False)
 
@@ -252,7 +264,7 @@ def components(tmp_path: Path) -> Iterator[Callable[..., Component]]:
         f"{c.name}: {line.strip()}"
         for c in started
         for line in c.log().splitlines()
-        if "forbidden" in line.lower()
+        if RBAC_DENIED.search(line)
     ]
     assert not denied, "RBAC denied a component's call:\n" + "\n".join(denied[:10])
 
