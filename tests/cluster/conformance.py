@@ -30,6 +30,7 @@ import pytest
 from pykatalyst.api.names import (
     CONFIG_MAP,
     CUSTOM_NODE_RESOURCE,
+    EVENT,
     NODE,
     POD,
     POD_DISRUPTION_BUDGET,
@@ -397,6 +398,41 @@ def test_a_crd_without_status_subresource_writes_status_as_data(cluster: Cluster
     assert updated["status"] == {"ready": True} and updated["metadata"]["generation"] == 2
     with pytest.raises(NotFound):
         cluster.patch(GADGET, "g1", {"status": {"ready": False}}, "default", subresource="status")
+
+
+def event(namespace: str, involved: JSON, **extra: Any) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": "e-", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": "Tested",
+        "message": "m",
+        "type": "Normal",
+        "source": {"component": "conformance"},
+        **extra,
+    }
+
+
+def test_events_belong_to_their_objects_namespace(cluster: Cluster) -> None:
+    pod_ref = {"apiVersion": "v1", "kind": "Pod", "name": "p1", "namespace": "default"}
+    node_ref = {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    made = [cluster.create(EVENT, event("default", ref)) for ref in (pod_ref, node_ref)]
+    for ns, ref in (("kube-system", pod_ref), ("kube-system", node_ref)):
+        with pytest.raises(Invalid) as err:
+            cluster.create(EVENT, event(ns, ref))
+        assert "involvedObject.namespace" in err.value.message
+    # An event with an eventTime must say who reported it.
+    timed = {"eventTime": "2026-01-01T00:00:00.000000Z", "action": "Test"}
+    with pytest.raises(Invalid) as err:
+        cluster.create(EVENT, event("default", pod_ref, **timed))
+    assert "reportingComponent" in err.value.message
+    reported = {**timed, "reportingComponent": "conformance", "reportingInstance": "i1"}
+    made.append(cluster.create(EVENT, event("kube-system", node_ref, **reported)))
+    listed = {
+        (e["metadata"]["namespace"], e["metadata"]["name"]) for e in cluster.list(EVENT).items
+    }
+    assert {(e["metadata"]["namespace"], e["metadata"]["name"]) for e in made} <= listed
 
 
 # --- update and optimistic concurrency ----------------------------------------------------

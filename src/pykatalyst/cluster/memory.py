@@ -1012,6 +1012,30 @@ class MemoryCluster:
                 f"Invalid value: {fins!r}: must be a list of strings",
             )
 
+    def _validate_event(self, st: _KindState, event: JSON) -> None:
+        """kube-apiserver's checks of a core/v1 Event: its namespace must be its object's
+        (an event about a cluster-scoped object goes to "default"; with an eventTime,
+        "kube-system" too), and an event with an eventTime names who reported it."""
+        meta = event["metadata"]
+        name, ns = meta["name"], meta.get("namespace", "")
+        involved = event.get("involvedObject") or {}
+        involved_ns = str(involved.get("namespace") or "") if isinstance(involved, dict) else ""
+        timed = bool(event.get("eventTime"))
+        allowed = {involved_ns} if involved_ns else {"", DEFAULT_NAMESPACE}
+        if timed and not involved_ns:
+            allowed = {DEFAULT_NAMESPACE, KUBE_SYSTEM_NAMESPACE}
+        if ns not in allowed:
+            raise self._invalid(
+                st,
+                name,
+                "involvedObject.namespace",
+                f'Invalid value: "{involved_ns}": does not match event.namespace',
+            )
+        if timed:
+            for key in ("reportingComponent", "reportingInstance", "action", "reason"):
+                if not event.get(key):
+                    raise self._invalid(st, name, key, "Required value")
+
     @staticmethod
     def _default_pod(obj: JSON) -> None:
         """The API server's pod defaulting that scheduling and QoS depend on."""
@@ -1081,6 +1105,8 @@ class MemoryCluster:
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = self._generate_name(st, str(meta["generateName"]), ns)
             self._validate_meta(st, new)
+            if _is_core(st, "events"):
+                self._validate_event(st, new)
             _drop_empty_meta(meta)
             name = meta["name"]
             if name in st.objects.get(ns, {}):
