@@ -174,8 +174,11 @@ class AgentConfig(_Section):
         default_factory=EvictionConfig,
         description="the eviction manager: thresholds, dry-run plugins (docs/eviction.md)",
     )
-    reclaimed_cpu_idle: bool = Field(
-        True, description="cpu.idle=1 (SCHED_IDLE) on reclaimed pods and on the reclaimed root"
+    reclaimed_cpu_idle: bool = Field(True, description="cpu.idle=1 (SCHED_IDLE) on reclaimed pods")
+    reclaimed_root_cpu_idle: bool = Field(
+        False,
+        description="cpu.idle=1 on the reclaimed root as well; only for a root the kubelet "
+        "does not manage: a kubelet cannot start while its best-effort cgroup is idle",
     )
     reclaimed_root: str = Field(
         "auto",
