@@ -209,7 +209,11 @@ class EvictionConfig(_Section):
             pairs: list[tuple[str, dict[str, Any], str]] = [
                 ("enable_system_level_eviction", sysm, "enabled"),
                 ("system_kswapd_rate_threshold", sysm, "kswapd_rate_threshold"),
-                ("system_kswapd_rate_exceed_duration", sysm, "kswapd_rate_exceed_duration_s"),
+                (
+                    "system_kswapd_rate_exceed_duration_threshold",
+                    sysm,
+                    "kswapd_rate_exceed_duration_s",
+                ),
                 ("enable_numa_level_eviction", numa, "enabled"),
                 ("numa_free_below_watermark_times_threshold", numa, "any_times_threshold"),
                 (
