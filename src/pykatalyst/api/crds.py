@@ -285,6 +285,7 @@ class CPUPressureEvictionConfig(KubeModel):
     enable_suppression_eviction: bool = False
     max_suppression_tolerance_rate: float = 5.0
     min_suppression_tolerance_duration: Duration = 300.0
+    grace_period: int | None = Field(None, ge=0)
 
 
 class MemoryPressureEvictionConfig(KubeModel):
@@ -297,6 +298,8 @@ class MemoryPressureEvictionConfig(KubeModel):
     system_kswapd_rate_exceed_duration_threshold: int = 120
     enable_rss_overuse_eviction: bool = Field(False, alias="enableRSSOveruseEviction")
     rss_overuse_rate_threshold: float = 1.05
+    system_free_memory_threshold_minimum: Quantity | None = None
+    grace_period: int | None = Field(None, ge=0)
 
 
 class ReclaimedResourcesEvictionConfig(KubeModel):
