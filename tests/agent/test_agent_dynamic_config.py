@@ -133,3 +133,13 @@ def test_an_invalid_value_keeps_the_last_good_config_and_says_which_field() -> N
     plan = node.agent.reconcile()
     assert node.agent.config.advisor.enable_reclaim is True
     assert plan.config["state"] == "in force"
+
+
+def test_the_agent_says_at_start_whether_it_reclaims(caplog: Any) -> None:
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="pykatalyst.agent"):
+        Node(KATALYST_STYLE)
+    (line,) = [r.getMessage() for r in caplog.records if "reclaim" in r.getMessage()]
+    assert "reclaim on (advisor.enable_reclaim=true)" in line
+    assert "cpu.idle on reclaimed pods off (reclaimed_cpu_idle=false)" in line

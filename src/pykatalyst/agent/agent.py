@@ -40,7 +40,7 @@ from pykatalyst.agent.advisor import (
     memory_headroom,
     regulate,
 )
-from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.config import AgentConfig, reclaim_setting
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest, Layout
 from pykatalyst.agent.host.base import CpuQuota, Host, HostSample, Knob, KnobValue, PodCgroup
 from pykatalyst.agent.metrics import MetricStore
@@ -125,6 +125,7 @@ class Agent:
         self.clock = clock
         self.base_config = config if config is not None else AgentConfig()
         self.config = self.base_config
+        _log.info("agent for %s: %s", node_name, reclaim_setting(self.base_config))
         self.enforcer = enforcer
         self.eviction_stages: list[EvictionStage] = list(eviction_stages)
         self.dry_run = dry_run
