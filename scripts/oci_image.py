@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Write an OCI image archive from a static busybox, with no container engine.
+
+    python3 scripts/oci_image.py --name pykatalyst.test/busybox:1 --out busybox.tar \
+        [--busybox /bin/busybox] [--cmd /bin/sh -c 'sleep 3600']
+
+The image has one layer: busybox at /bin/busybox and a link for each applet it lists
+(sh, sleep, cat, yes, ...). The archive is an OCI image layout in a tar, the form that
+``ctr -n k8s.io images import`` reads; the image name travels in the index's
+``io.containerd.image.name`` annotation. The output is byte-for-byte reproducible: every
+time stamp is zero and every entry is written in a fixed order.
+
+Standard library only, so that the cluster scripts need nothing from the project's venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+
+def _info(name: str, *, kind: bytes = tarfile.REGTYPE, mode: int = 0o644) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = mode
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def applets(busybox: Path) -> list[str]:
+    out = subprocess.run([str(busybox), "--list"], check=True, capture_output=True, text=True)
+    return sorted({line.strip() for line in out.stdout.splitlines() if line.strip()})
+
+
+def layer(busybox: Path) -> bytes:
+    """The root filesystem as an uncompressed tar."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for d in ("bin", "dev", "etc", "proc", "sys", "tmp", "var", "root"):
+            tar.addfile(_info(d, kind=tarfile.DIRTYPE, mode=0o1777 if d == "tmp" else 0o755))
+        data = busybox.read_bytes()
+        info = _info("bin/busybox", mode=0o755)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for name in applets(busybox):
+            if name == "busybox":
+                continue
+            link = _info(f"bin/{name}", kind=tarfile.SYMTYPE, mode=0o777)
+            link.linkname = "busybox"
+            tar.addfile(link)
+        for path, text in (
+            ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"),
+            ("etc/group", "root:x:0:\nnobody:x:65534:\n"),
+        ):
+            raw = text.encode()
+            info = _info(path)
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+    return buf.getvalue()
+
+
+def blob(data: bytes) -> tuple[str, bytes]:
+    return "sha256:" + hashlib.sha256(data).hexdigest(), data
+
+
+def build(name: str, busybox: Path, cmd: list[str]) -> bytes:
+    raw = layer(busybox)
+    diff_id = "sha256:" + hashlib.sha256(raw).hexdigest()
+    gz = gzip.compress(raw, compresslevel=6, mtime=0)
+    layer_digest, _ = blob(gz)
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {
+            "Env": ["PATH=/bin"],
+            "Cmd": cmd,
+            "WorkingDir": "/",
+        },
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "history": [{"created_by": "pykatalyst scripts/oci_image.py (busybox-static)"}],
+    }
+    config_raw = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    config_digest, _ = blob(config_raw)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest,
+            "size": len(config_raw),
+        },
+        "layers": [
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                "digest": layer_digest,
+                "size": len(gz),
+            }
+        ],
+    }
+    manifest_raw = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    manifest_digest, _ = blob(manifest_raw)
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else "latest"
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": manifest_digest,
+                "size": len(manifest_raw),
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "annotations": {
+                    "io.containerd.image.name": name,
+                    "org.opencontainers.image.ref.name": tag,
+                },
+            }
+        ],
+    }
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        entries: list[tuple[str, bytes]] = [
+            ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+            ("index.json", json.dumps(index, sort_keys=True).encode()),
+        ]
+        for digest, data in ((layer_digest, gz), (config_digest, config_raw), (manifest_digest, manifest_raw)):
+            entries.append((f"blobs/sha256/{digest.split(':', 1)[1]}", data))
+        for d in ("blobs", "blobs/sha256"):
+            tar.addfile(_info(d, kind=tarfile.DIRTYPE, mode=0o755))
+        for path, data in entries:
+            info = _info(path)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--name", required=True, help="image reference, e.g. pykatalyst.test/busybox:1")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--busybox", type=Path, default=Path("/bin/busybox"))
+    parser.add_argument("--cmd", nargs=argparse.REMAINDER, default=["/bin/sh"])
+    args = parser.parse_args(argv)
+    if not args.busybox.is_file():
+        parser.error(f"--busybox: {args.busybox} does not exist (apt-get install busybox-static)")
+    args.out.write_bytes(build(args.name, args.busybox, args.cmd or ["/bin/sh"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,289 @@
+"""The end-to-end suite: pykatalyst on a real, upstream Kubernetes.
+
+Run it with `bash scripts/e2e.sh` (brings up the one-node cluster of scripts/cluster.sh,
+runs `pytest -m e2e`, tears down what it started), or against any cluster:
+
+    KUBECONFIG=~/.kube/config pytest -m e2e tests/e2e
+
+Every test here carries the `e2e` marker; the unit run deselects them. Without a
+KUBECONFIG the whole suite skips, saying so. Checks that look at the node itself (crictl,
+cgroups, /proc of the containers, restarting the kubelet) need the cluster of
+scripts/cluster.sh on this machine (PYKATALYST_CLUSTER_DIR and CONTAINER_RUNTIME_ENDPOINT
+set by `cluster.sh env`) and skip with that reason elsewhere.
+
+Each pykatalyst component runs as a host process with its own ServiceAccount's kubeconfig
+(PYKATALYST_{AGENT,SCHEDULER,CONTROLLER}_KUBECONFIG), so the real authorizer checks the RBAC
+in deploy/: a component log line saying "forbidden" fails the test that started it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO.parent / "shared" / "katalyst-examples"
+# The authorizer's refusal ('... is forbidden: User "system:serviceaccount:ns:sa" cannot
+# list resource ...'), not other 403s such as writes into a namespace being deleted.
+RBAC_DENIED = re.compile(r'forbidden: User "[^"]*" cannot ')
+WORKLOAD_IMAGE = os.environ.get("PYKATALYST_E2E_IMAGE", "pykatalyst.test/busybox:1")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.e2e)
+
+
+def _kubeconfig() -> str:
+    path = os.environ.get("KUBECONFIG", "")
+    if not path or not Path(path).is_file():
+        pytest.skip(
+            "no cluster: set KUBECONFIG to a cluster's admin kubeconfig, or run "
+            "`bash scripts/e2e.sh`, which brings up a one-node cluster"
+        )
+    return path
+
+
+def _tool(name: str) -> str:
+    bin_dir = os.environ.get("PYKATALYST_K8S_BIN", "")
+    if bin_dir and (Path(bin_dir) / name).is_file():
+        return str(Path(bin_dir) / name)
+    found = shutil.which(name)
+    if not found:
+        pytest.skip(f'{name} is not on PATH (`eval "$(bash scripts/cluster.sh env)"`)')
+    return found
+
+
+@dataclass
+class Kubectl:
+    """kubectl as a user runs it, with the admin kubeconfig."""
+
+    binary: str
+    kubeconfig: str
+
+    def run(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.binary, "--kubeconfig", self.kubeconfig, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "-o", "json").stdout)
+
+    def apply(self, manifest: str | dict[str, Any], *args: str) -> str:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        return self.run("apply", "-f", "-", *args, input=text).stdout
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> str:
+    return _kubeconfig()
+
+
+@pytest.fixture(scope="session")
+def kubectl(kubeconfig: str) -> Kubectl:
+    return Kubectl(_tool("kubectl"), kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def admin(kubeconfig: str) -> Iterator[Any]:
+    from pykatalyst.cluster.kube import KubeCluster
+
+    cluster = KubeCluster.from_kubeconfig(kubeconfig, None, qps=0)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="session")
+def node_name(kubectl: Kubectl) -> str:
+    nodes = kubectl.json("get", "nodes")["items"]
+    ready = [
+        n["metadata"]["name"]
+        for n in nodes
+        if any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in n.get("status", {}).get("conditions", [])
+        )
+    ]
+    wanted = os.environ.get("NODE_NAME")
+    if wanted and wanted in ready:
+        return wanted
+    if not ready:
+        pytest.skip("the cluster has no Ready node with a kubelet")
+    return ready[0]
+
+
+@dataclass
+class LocalNode:
+    """The node of scripts/cluster.sh, on this machine: crictl and the cgroup tree."""
+
+    name: str
+    state_dir: Path
+    crictl: str
+    endpoint: str
+
+    def crictl_json(self, command: str, *args: str) -> Any:
+        out = subprocess.run(
+            [self.crictl, "--runtime-endpoint", self.endpoint, command, "-o", "json", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return json.loads(out.stdout)
+
+    def kubelet_restart(self, policy: str | None = None) -> None:
+        cmd = ["bash", str(REPO / "scripts" / "cluster.sh"), "kubelet-restart"]
+        if policy:
+            cmd.append(policy)
+        subprocess.run(cmd, check=True, timeout=300, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def local_node(node_name: str) -> LocalNode:
+    state = os.environ.get("PYKATALYST_CLUSTER_DIR", "")
+    endpoint = os.environ.get("CONTAINER_RUNTIME_ENDPOINT", "")
+    if not state or not endpoint or not Path(state).is_dir():
+        pytest.skip(
+            "node-level check: the node is not local (needs the cluster of scripts/cluster.sh "
+            "on this machine, with `cluster.sh env` in the environment)"
+        )
+    if os.geteuid() != 0:
+        pytest.skip("node-level check: needs root to read the node's cgroups")
+    return LocalNode(node_name, Path(state), _tool("crictl"), endpoint)
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl) -> Iterator[str]:
+    name = f"e2e-{secrets.token_hex(3)}"
+    kubectl.run("create", "namespace", name)
+    # Pods are refused until the controller manager has made the namespace's ServiceAccount.
+    wait_until(
+        f"the default ServiceAccount of {name}",
+        lambda: (
+            kubectl.run("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0
+        ),
+        60,
+    )
+    yield name
+    kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+def component_kubeconfig(component: str) -> str:
+    path = os.environ.get(f"PYKATALYST_{component.upper()}_KUBECONFIG", "")
+    if not path or not Path(path).is_file():
+        pytest.skip(
+            f"no kubeconfig for the {component}'s ServiceAccount "
+            f"(PYKATALYST_{component.upper()}_KUBECONFIG; `cluster.sh env` sets it)"
+        )
+    return path
+
+
+@dataclass
+class Component:
+    """One `katalyst <command>` process, with its log."""
+
+    name: str
+    args: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Component:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "katalyst"), *self.args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def components(tmp_path: Path) -> Iterator[Callable[..., Component]]:
+    """Start `katalyst` commands; at the end stop them and fail on any RBAC denial."""
+    started: list[Component] = []
+
+    def start(name: str, *args: str, env: dict[str, str] | None = None) -> Component:
+        comp = Component(name, list(args), tmp_path / f"{name}-{len(started)}.log", env or {})
+        started.append(comp.start())
+        return comp
+
+    yield start
+    for comp in started:
+        comp.stop()
+    denied = [
+        f"{c.name}: {line.strip()}"
+        for c in started
+        for line in c.log().splitlines()
+        if RBAC_DENIED.search(line)
+    ]
+    assert not denied, "RBAC denied a component's call:\n" + "\n".join(denied[:10])
+
+
+def wait_until(
+    what: str, check: Callable[[], Any], timeout: float = 60, interval: float = 0.5
+) -> Any:
+    """Poll `check` until it returns a truthy value; fail naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            error = None
+            if last:
+                return last
+        except (AssertionError, subprocess.CalledProcessError, KeyError, ValueError) as exc:
+            error = exc
+        time.sleep(interval)
+    detail = f" (last error: {error})" if error else f" (last value: {last!r})"
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
