@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json  # noqa: E402
+from tests.fixtures.fake_node import FakePod, container_id, make_kubelet_tree  # noqa: E402
 
-from pykatalyst.agent.agent import RESYNC_PERIOD_S, Agent  # noqa: E402
+from pykatalyst.agent.agent import Agent  # noqa: E402
 from pykatalyst.agent.config import AgentConfig  # noqa: E402
 from pykatalyst.agent.enforcer import Enforcer  # noqa: E402
-from pykatalyst.agent.host.fake import FakePod, container_id, make_kubelet_tree  # noqa: E402
 from pykatalyst.api import names  # noqa: E402
 from pykatalyst.cluster.clock import VirtualClock  # noqa: E402
 from pykatalyst.cluster.memory import MemoryCluster  # noqa: E402
@@ -130,8 +130,9 @@ def bench_fake_tree(pods: int, ticks: int, moving: int = 20) -> list[float]:
             )
         host = node.host()
         # as `katalyst agent` builds it: the enforcer trusts its own writes between resyncs
-        enforcer = Enforcer(host, None, clock, verify_period_s=RESYNC_PERIOD_S)
-        agent = Agent("node-1", cluster, host, clock, AgentConfig(), enforcer)
+        cfg = AgentConfig()
+        enforcer = Enforcer(host, None, clock, verify_period_s=cfg.resync_s)
+        agent = Agent("node-1", cluster, host, clock, cfg, enforcer)
         clock.advance(60)
         usage = {f.uid: 0.0 for f in fakes}
         rng = random.Random(2)

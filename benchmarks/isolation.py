@@ -53,11 +53,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pykatalyst.agent.enforcer import Enforcer
-from pykatalyst.agent.host.base import Knob, KnobValue
-from pykatalyst.agent.host.linux import LinuxHost
-from pykatalyst.agent.host.testbed import SANDBOX, CgroupTestbed, testbed_unavailable_reason
-from pykatalyst.cluster.clock import RealClock
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the cgroup testbed is a test fixture, not in the wheel
+
+from tests.fixtures.cgroup_testbed import (  # noqa: E402
+    SANDBOX,
+    CgroupTestbed,
+    testbed_unavailable_reason,
+)
+
+from pykatalyst.agent.enforcer import Enforcer  # noqa: E402
+from pykatalyst.agent.host.base import Knob, KnobValue  # noqa: E402
+from pykatalyst.agent.host.linux import LinuxHost  # noqa: E402
+from pykatalyst.cluster.clock import RealClock  # noqa: E402
 
 PROBE = r"""
 import json, sys, time
@@ -178,7 +186,7 @@ class AgentWorld:
 
     def add_pod(self, name: str, container: str, qos: str, requests: dict[str, str]) -> str:
         """Create the pod object, then its cgroups under the uid it was given."""
-        from pykatalyst.agent.host.fake import container_id
+        from tests.fixtures.fake_node import container_id
 
         created = self.cluster.create(
             self.names.POD,

@@ -388,7 +388,7 @@ install_pykatalyst_access() {
         sa="katalyst-$comp"
         token=$("$kubectl" --kubeconfig "$KC/admin.kubeconfig" -n "$NAMESPACE" create token "$sa" \
             --duration=48h)
-        kubeconfig_token "$KC/$comp.kubeconfig" "system:serviceaccount:$NAMESPACE:$sa" "$token"
+        kubeconfig_token "$KC/katalyst-$comp.kubeconfig" "system:serviceaccount:$NAMESPACE:$sa" "$token"
     done
 }
 
@@ -541,9 +541,9 @@ env_() {
     cat <<EOF
 export KUBECONFIG=$KC/admin.kubeconfig
 export PYKATALYST_CLUSTER_DIR=$STATE
-export PYKATALYST_AGENT_KUBECONFIG=$KC/agent.kubeconfig
-export PYKATALYST_SCHEDULER_KUBECONFIG=$KC/scheduler.kubeconfig
-export PYKATALYST_CONTROLLER_KUBECONFIG=$KC/controller.kubeconfig
+export PYKATALYST_AGENT_KUBECONFIG=$KC/katalyst-agent.kubeconfig
+export PYKATALYST_SCHEDULER_KUBECONFIG=$KC/katalyst-scheduler.kubeconfig
+export PYKATALYST_CONTROLLER_KUBECONFIG=$KC/katalyst-controller.kubeconfig
 export PYKATALYST_K8S_BIN=$bin
 export CONTAINER_RUNTIME_ENDPOINT=unix://$SOCK
 export IMAGE_SERVICE_ENDPOINT=unix://$SOCK

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.host import cgroupfs
 from pykatalyst.agent.host.base import (
     ApplyResult,
     CgroupStats,
@@ -60,6 +61,7 @@ class _Pod:
 
 class InMemoryHost:
     cgroup_version = 1
+    page_size = 1  # exact limits: no page rounding
 
     def __init__(self, topology: CPUTopology) -> None:
         self._topo = topology
@@ -165,6 +167,18 @@ class InMemoryHost:
             cpu_usage_ratio=ratio,
             memory=MemoryInfo(total=total, free=total // 2, available=total // 2),
         )
+
+    def qos_cgroup(self, qos_class: str) -> str | None:
+        return None  # no kubelet layout to ask: the agent infers it from the pods
+
+    def memory_usage(self, cgroup: str) -> int | None:
+        return None
+
+    def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
+        return cgroupfs.values_equal(knob, desired, actual, self.cgroup_version, self.page_size)
+
+    def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
+        return cgroupfs.check_knob_value(knob, value)
 
     def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
         return dict(self.knobs.get(cgroup, {}))

@@ -110,15 +110,17 @@ def test_cpu_headroom_is_idle_reclaim_cpus_plus_reclaimed_usage() -> None:
     pool = CPUSet.parse("2-7")
     ratio = [1.0, 1.0, 0.5, 0.5, 1.0, 0.0, 0.0, 0.0]
     supply, per_numa, terms = cpu_headroom(pool, ratio, 1.5, None, NUMA_OF)
-    # busy in pool: 0.5 + 0.5 + 1 = 2; idle 4; + reclaimed usage 1.5
-    assert supply == pytest.approx(5.5)
-    assert sum(per_numa.values()) == pytest.approx(5.5)
+    # busy in pool: 0.5 + 0.5 + 1 = 2; idle 4; + reclaimed usage 1.5 = 5.5 cores,
+    # split over the pool's 2 NUMA nodes and truncated: 2 + 2
+    assert per_numa == {0: 2.0, 1: 2.0}
+    assert supply == 4.0
     assert terms["reclaim_pool_busy_cpus"] == pytest.approx(2.0)
 
 
 def test_cpu_headroom_is_capped_by_a_reclaimed_quota() -> None:
     supply, _, terms = cpu_headroom(CPUSet.parse("0-7"), [0.0] * 8, 0.0, 3.0, NUMA_OF)
-    assert supply == 3.0 and terms["capped_by_quota_cores"] == 3.0
+    assert terms["capped_by_quota_cores"] == 3.0
+    assert supply == 2.0  # 3 cores over 2 NUMA nodes: 1 whole core each
 
 
 def test_missing_per_cpu_usage_never_means_zero_headroom() -> None:
@@ -185,3 +187,14 @@ def test_smoothed_report_moves_at_most_max_step_per_sample(values: list[float]) 
         if out is not None:
             assert out >= 4.0
             last = out
+
+
+def test_headroom_keeps_fractions_of_a_core_when_asked() -> None:
+    pool = CPUSet.parse("0-1")
+    whole, _, _ = cpu_headroom(pool, [0.3, 0.3], None, None, {0: 0, 1: 0})
+    frac, per_numa, terms = cpu_headroom(
+        pool, [0.3, 0.3], None, None, {0: 0, 1: 0}, whole_cores=False
+    )
+    assert whole == 1.0
+    assert abs(frac - 1.4) < 1e-9 and abs(per_numa[0] - 1.4) < 1e-9
+    assert terms["per_numa_cores"] == 1.4

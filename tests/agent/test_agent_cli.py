@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from pykatalyst.agent.host.fake import make_kubelet_tree
 from pykatalyst.api import names
 from pykatalyst.cli.main import app
+from pykatalyst.runtime.agent import AGENT_PORT
+from tests.fixtures.fake_node import make_kubelet_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 PODS = ROOT / "examples" / "agent" / "pods.yaml"
@@ -133,3 +141,66 @@ def test_cluster_options_are_checked_before_the_agent_runs(
     code, out = _run_once(tmp_path / "root", *args)
     assert code == 2
     assert message in out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, str] | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return None
+
+
+def test_running_agent_serves_health_and_metrics_and_stops_on_sigterm(tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    make_kubelet_tree(tmp_path, version=2)
+    port = _free_port()
+    cmd = [sys.executable, "-c", "from pykatalyst.cli.main import app; app()", "agent"]
+    args = ["--node", "n1", "--dry-run", "--pods", str(PODS), "--host-root", str(tmp_path)]
+    proc = subprocess.Popen(
+        [*cmd, *args, "--port", str(port), "--bind-address", "127.0.0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        ready = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            ready = _get(base + "/readyz")
+            if ready is not None and ready[0] == 200:
+                break
+            time.sleep(0.2)
+        assert ready == (200, "ok"), ready
+        assert _get(base + "/healthz") == (200, "ok")
+        metrics = _get(base + "/metrics")
+        assert metrics is not None and metrics[0] == 200
+        families = {f.name: f for f in text_string_to_metric_families(metrics[1])}
+        ticks = families["katalyst_agent_ticks"].samples
+        assert any(s.name == "katalyst_agent_ticks_total" and s.value >= 1 for s in ticks)
+        proc.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out
+        assert time.monotonic() - began < 10, "SIGTERM took too long"
+        assert "share=" in out  # it reconciled and printed its plan before
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_the_agent_port_is_katalysts() -> None:
+    assert AGENT_PORT == 9316
+    result = CliRunner().invoke(app, ["agent", "--help"])
+    assert "9316" in result.output

@@ -16,7 +16,6 @@ import pytest
 from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import ApplyResult, Knob, KnobWrite, WriteFailure
-from pykatalyst.agent.host.fake import FakeNode, FakePod, container_id, make_kubelet_tree
 from pykatalyst.agent.host.linux import LinuxHost
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
@@ -24,6 +23,7 @@ from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from tests.agent.inmemory_host import node_json, pod_json, reclaiming
+from tests.fixtures.fake_node import FakeNode, FakePod, container_id, make_kubelet_tree
 
 DEDICATED = {names.MEMORY_ENHANCEMENT_ANNOTATION: '{"numa_binding": "true"}'}
 SANDBOX = "POD"  # FakeNode's name for the pause container

@@ -356,3 +356,37 @@ def test_shared_pod_with_numa_binding_gets_a_pool_on_its_numa_node() -> None:
     zones = n.cluster.get(names.CUSTOM_NODE_RESOURCE, "node-1")["status"]["topologyZone"]
     numa_zone = next(c for z in zones for c in z["children"] if c["name"] == str(numa))
     assert numa_zone["allocations"][0]["consumer"].startswith("default/snb/")
+
+
+HUGE = "1" * 5000
+
+
+@pytest.mark.parametrize(
+    ("kw", "seen"),
+    [
+        ({"cpu": "1e400"}, "1e400"),
+        ({"annotations": {names.MEMORY_ENHANCEMENT_ANNOTATION: f'{{"oom_priority": "{HUGE}"}}'}},
+         "oom_priority"),
+        ({"annotations": {names.NUMA_NUMBER_ANNOTATION: HUGE, **DEDICATED}}, "NUMA number"),
+        ({"annotations": {names.CPU_ENHANCEMENT_ANNOTATION: f'{{"cpu_burst_percent": "{HUGE}"}}'}},
+         "cpu_burst_percent"),
+    ],
+)  # fmt: skip
+def test_a_hostile_pod_is_left_alone_and_the_others_run(kw: dict[str, Any], seen: str) -> None:
+    n = Node()
+    bad = n.pod("bad", **kw)
+    good = n.pod("good")
+    plan = n.run(60)
+    assert n.host.knobs.get(n.host.pods[bad].cgroup) is None
+    assert cpuset(n, good) == plan.pool(names.POOL_SHARE).cpuset  # type: ignore[union-attr]
+    events = n.events("InvalidQoS")
+    assert len(events) == 1 and seen in events[0]["message"]
+
+
+def test_a_pod_katalyst_runs_is_managed_with_a_warning_event() -> None:
+    n = Node()
+    db = n.pod("db", level="dedicated_cores", cpu="1500m", memory="1Gi", annotations=DEDICATED)
+    n.run(10)
+    assert len(cpuset(n, db)) == 2  # rounded up to whole cores, as Katalyst does
+    (event,) = n.events("QoSWarning")
+    assert event["involvedObject"]["name"] == "db" and "rounded up to 2" in event["message"]

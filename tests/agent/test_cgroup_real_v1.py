@@ -23,15 +23,15 @@ from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, KnobWrite
-from pykatalyst.agent.host.fake import container_id
 from pykatalyst.agent.host.linux import LinuxHost
-from pykatalyst.agent.host.testbed import SANDBOX, CgroupTestbed, testbed_unavailable_reason
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from tests.agent.inmemory_host import node_json, pod_json, reclaiming
+from tests.fixtures.cgroup_testbed import SANDBOX, CgroupTestbed, testbed_unavailable_reason
+from tests.fixtures.fake_node import container_id
 
 pytestmark = pytest.mark.cgroup
 

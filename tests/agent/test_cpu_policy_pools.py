@@ -26,13 +26,13 @@ TOPO = CPUTopology.synthetic(sockets=2, cores_per_socket=12, threads_per_core=2)
 QUAD = CPUTopology.synthetic(sockets=2, cores_per_socket=8, threads_per_core=2, numa_per_socket=2)
 
 
-def test_reserve_count_is_numa_balanced_whole_cores() -> None:
+def test_reserve_count_is_a_hyperthread_per_numa_in_turn() -> None:
     cpus = reserve_cpus(TOPO, CpuPolicyConfig(reserved_cpus=4))
     assert len(cpus) == 4
     per_numa = [len(cpus & TOPO.cpus_in_numa(n)) for n in TOPO.numa_nodes]
     assert per_numa == [2, 2]
-    for c in cpus:
-        assert TOPO.siblings(c).issubset(cpus)
+    quad = reserve_cpus(QUAD, CpuPolicyConfig(reserved_cpus=4))
+    assert [len(quad & QUAD.cpus_in_numa(n)) for n in QUAD.numa_nodes] == [1, 1, 1, 1]
 
 
 def test_reserve_list_and_reversed_reserve() -> None:

@@ -21,11 +21,12 @@ from pykatalyst.agent.host.base import (
     KnobWrite,
     WriteFailure,
 )
-from pykatalyst.agent.host.fake import FakeNode, FakePod, make_kubelet_tree
 from pykatalyst.agent.host.linux import LinuxHost
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
+from tests.agent.wrapped_host import WrappedHost
+from tests.fixtures.fake_node import FakeNode, FakePod, make_kubelet_tree
 
 C = CPUSet.parse
 A_UID, B_UID = "aaaa-1", "bbbb-2"
@@ -190,7 +191,7 @@ def test_dry_run_writes_nothing_and_lists_the_would_be_writes(tmp_path: Path) ->
     assert {e.outcome for e in enf.explain(cg)} == {"dry-run"}
 
 
-class _FailingHost:
+class _FailingHost(WrappedHost):
     """A LinuxHost whose writes of one knob fail with a chosen errno (EBUSY by default)."""
 
     def __init__(self, inner: LinuxHost, knob: Knob, code: int = errno.EBUSY) -> None:
@@ -198,10 +199,6 @@ class _FailingHost:
         self.knob = knob
         self.code = code
         self.failing = True
-
-    @property
-    def cgroup_version(self) -> int:
-        return self.inner.cgroup_version
 
     def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
         return self.inner.read_knobs(cgroup)
@@ -302,16 +299,12 @@ def test_checkpoint_is_replaced_atomically_and_round_trips(tmp_path: Path) -> No
     assert again.desired == desired and not again.interrupted
 
 
-class _CrashingHost:
+class _CrashingHost(WrappedHost):
     """Dies (like a killed agent) after `budget` single writes."""
 
     def __init__(self, inner: LinuxHost, budget: int) -> None:
         self.inner = inner
         self.budget = budget
-
-    @property
-    def cgroup_version(self) -> int:
-        return self.inner.cgroup_version
 
     def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
         return self.inner.read_knobs(cgroup)
@@ -377,17 +370,13 @@ def test_the_journal_explains_every_write_and_stays_bounded(tmp_path: Path) -> N
 # -- property: any consistent hierarchy of cpusets can follow any other ----------------------
 
 
-class _StrictV1Cpusets:
+class _StrictV1Cpusets(WrappedHost):
     """Enforces cgroup v1's cpuset rules on a fake tree at every single write: a set is
     never empty, lies within its parent's, and keeps every child's."""
 
     def __init__(self, inner: LinuxHost, tree: dict[str, str | None]) -> None:
         self.inner = inner
         self.tree = tree  # cgroup -> parent (None at the top)
-
-    @property
-    def cgroup_version(self) -> int:
-        return self.inner.cgroup_version
 
     def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
         return self.inner.read_knobs(cgroup)

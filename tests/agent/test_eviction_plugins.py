@@ -171,45 +171,74 @@ def test_free_below_watermark_evicts_the_biggest_reclaimed_user_at_once() -> Non
     ]
 
 
-def test_kswapd_rate_is_soft_until_sustained_then_hard_for_any_pod() -> None:
+def keys_of(plan: EvictionPlan) -> set[str]:
+    return {t.key for t in plan.thresholds}
+
+
+def test_kswapd_rate_alone_never_evicts_by_default() -> None:
+    # Katalyst's system-memory plugin checks the watermark and PSI; kswapd no longer counts.
     pods = [pod("web", SHARED, memory=8 * GIB, priority=100)]
     mgr = EvictionManager("n1", only("system"))
     plans = [
+        mgr.decide(mem_snap(t, pods, kswapd_steal_pages_per_s=9000.0)) for t in range(0, 300, 5)
+    ]
+    assert all("kswapd" not in keys_of(p) and not p.victims for p in plans)
+    assert all(not p.node_taints for p in plans)
+
+
+KSWAPD_ON = {"kswapd_eviction": True}
+
+
+def test_kswapd_rate_when_enabled_is_never_soft_then_hard_for_any_pod() -> None:
+    pods = [pod("web", SHARED, memory=8 * GIB, priority=100)]
+    mgr = EvictionManager("n1", only("system", system_memory=KSWAPD_ON))
+    plans = [
         mgr.decide(mem_snap(t, pods, kswapd_steal_pages_per_s=2500.0)) for t in range(0, 120, 5)
     ]
-    assert all(met_of(p, "kswapd") == Met.SOFT for p in plans)
-    assert all(not p.victims for p in plans)
-    assert plans[0].node_taints  # the condition is up from the first round
+    assert all(met_of(p, "kswapd") == Met.NOT for p in plans)
+    assert all(not p.victims and not p.node_taints for p in plans)
     final = mgr.decide(mem_snap(120, pods, kswapd_steal_pages_per_s=2500.0))
     assert met_of(final, "kswapd") == Met.HARD
     assert [v.pod.name for v in final.victims] == ["web"]  # any QoS level for kswapd
 
 
 def test_kswapd_rate_below_threshold_resets_the_duration() -> None:
-    mgr = EvictionManager("n1", only("system"))
+    mgr = EvictionManager("n1", only("system", system_memory=KSWAPD_ON))
     pods = [pod("web", SHARED, memory=GIB)]
     for t in range(0, 100, 5):
         mgr.decide(mem_snap(t, pods, kswapd_steal_pages_per_s=3000.0))
     mgr.decide(mem_snap(100, pods, kswapd_steal_pages_per_s=10.0))
     plan = mgr.decide(mem_snap(125, pods, kswapd_steal_pages_per_s=3000.0))
-    assert met_of(plan, "kswapd") == Met.SOFT
+    assert met_of(plan, "kswapd") == Met.NOT and not plan.victims
 
 
-def test_memory_psi_escalates_from_reclaimed_to_any_pod() -> None:
-    pods = [pod("batch", memory=GIB), pod("web", SHARED, memory=GIB)]
+def psi_pods(*names_levels: tuple[str, str]) -> list[PodInfo]:
+    return [pod(n, lv, memory=GIB, memory_psi_avg10=8.0) for n, lv in names_levels]
+
+
+def test_memory_psi_escalates_from_reclaimed_to_any_pod_never_soft() -> None:
+    pods = psi_pods(("batch", RECLAIMED), ("web", SHARED), ("api", SHARED))
     mgr = EvictionManager("n1", only("system", system_memory={"cool_down_s": 0}))
     first = mgr.decide(mem_snap(0, pods, psi_some_avg10=30.0))
-    assert met_of(first, "psi") == Met.SOFT and not first.victims
+    assert met_of(first, "psi") == Met.NOT and not first.victims and not first.node_taints
     mgr.decide(mem_snap(5, pods, psi_some_avg10=30.0))
     mgr.decide(mem_snap(10, pods, psi_some_avg10=30.0))
     at15 = mgr.decide(mem_snap(15, pods, psi_some_avg10=30.0))
     assert [v.pod.name for v in at15.victims] == ["batch"]
-    # batch is terminating now; at 45 s shared pods are fair game
-    gone = [pods[1]]
+    # batch is gone; a third pressured pod keeps the pod check met; at 45 s any pod may go
+    rest = pods[1:] + psi_pods(("db", SHARED))
     for t in (20, 25, 30, 35, 40):
-        mgr.decide(mem_snap(t, gone, psi_some_avg10=30.0))
-    at45 = mgr.decide(mem_snap(45, gone, psi_some_avg10=30.0))
-    assert [v.pod.name for v in at45.victims] == ["web"]
+        mgr.decide(mem_snap(t, rest, psi_some_avg10=30.0))
+    at45 = mgr.decide(mem_snap(45, rest, psi_some_avg10=30.0))
+    assert len(at45.victims) == 1 and at45.victims[0].pod.qos_level == SHARED
+
+
+def test_memory_psi_needs_enough_pressured_pods() -> None:
+    # Katalyst: fewer than 3 pods with memory PSI above 1 is no system pressure.
+    pods = psi_pods(("batch", RECLAIMED), ("web", SHARED))
+    mgr = EvictionManager("n1", only("system"))
+    plans = [mgr.decide(mem_snap(t, pods, psi_some_avg10=60.0)) for t in range(0, 100, 5)]
+    assert all(met_of(p, "psi") == Met.NOT and not p.victims for p in plans)
 
 
 def test_system_memory_cool_down_spaces_victims() -> None:

@@ -14,10 +14,10 @@ import pytest
 
 from pykatalyst.agent.host import cgroupfs
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, KnobWrite
-from pykatalyst.agent.host.fake import FakeNode, FakePod, container_id, make_kubelet_tree
 from pykatalyst.agent.host.linux import LinuxHost
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
+from tests.fixtures.fake_node import FakeNode, FakePod, container_id, make_kubelet_tree
 
 UID_SHARED = "8d6f0a6c-1111-4c3e-9a1e-000000000001"
 UID_RECLAIMED = "8d6f0a6c-2222-4c3e-9a1e-000000000002"

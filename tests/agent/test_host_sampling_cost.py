@@ -15,11 +15,12 @@ import pytest
 
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import ApplyResult, Knob, KnobValue, KnobWrite, WriteFailure
-from pykatalyst.agent.host.fake import FakeNode, FakePod, make_kubelet_tree
 from pykatalyst.agent.host.linux import LinuxHost
-from pykatalyst.agent.host.testbed import CgroupTestbed, testbed_unavailable_reason
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.topology.cpuset import CPUSet
+from tests.agent.wrapped_host import WrappedHost
+from tests.fixtures.cgroup_testbed import CgroupTestbed, testbed_unavailable_reason
+from tests.fixtures.fake_node import FakeNode, FakePod, make_kubelet_tree
 
 UID = "5e1f0a6c-1111-4c3e-9a1e-00000000000a"
 
@@ -89,17 +90,13 @@ def test_samples_forget_cgroups_nobody_asks_about(tmp_path: Path) -> None:
     assert host.sample(4.0, [ctr]).cgroups[ctr].cpu_usage_cores == pytest.approx(0.5)
 
 
-class _CountingHost:
+class _CountingHost(WrappedHost):
     """A LinuxHost that counts knob reads and can refuse writes of one knob."""
 
     def __init__(self, inner: LinuxHost) -> None:
         self.inner = inner
         self.reads = 0
         self.refuse: Knob | None = None
-
-    @property
-    def cgroup_version(self) -> int:
-        return self.inner.cgroup_version
 
     def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
         self.reads += 1

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from pykatalyst.agent.config import ReporterConfig
-from pykatalyst.agent.reporter import NumaAllocation, Reporter, ReportInput
+from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportInput
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
@@ -126,3 +127,52 @@ def test_node_figures_are_sent_again_after_someone_erased_them() -> None:
     assert rep.report(inp(), 400)["node"] == "written"
     node = cluster.get(names.NODE, "n1")
     assert node["status"]["capacity"][names.RECLAIMED_MILLICPU] == "12k"
+
+
+def with_pools(share: str = "2-7") -> ReportInput:
+    pools = {names.POOL_SHARE: CPUSet.parse(share), names.POOL_RECLAIM: CPUSet.parse("8-15")}
+    pods = [
+        PodCpus("default/web", "uid-2", names.POOL_SHARE, CPUSet.parse(share)),
+        PodCpus("default/new", "uid-3", names.POOL_SHARE, CPUSet.parse("2-15"), ramping_up=True),
+    ]
+    return replace(inp(), pools=pools, pod_cpus=pods)
+
+
+def pools_of(cluster: MemoryCluster) -> dict[str, object]:
+    cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")
+    value: dict[str, object] = json.loads(
+        cnr["metadata"]["annotations"][names.CPU_POOLS_ANNOTATION]
+    )
+    return value
+
+
+def test_pools_and_pod_cpusets_are_published_on_change_only() -> None:
+    _, cluster, rep = setup()
+    assert rep.report(with_pools(), 100)["pools"] == "written"
+    assert pools_of(cluster) == {
+        "pools": {names.POOL_RECLAIM: "8-15", names.POOL_SHARE: "2-7"},
+        "pods": [
+            {
+                "pod": "default/new",
+                "uid": "uid-3",
+                "pool": names.POOL_SHARE,
+                "cpuset": "2-15",
+                "ramping_up": True,
+            },
+            {"pod": "default/web", "uid": "uid-2", "pool": names.POOL_SHARE, "cpuset": "2-7"},
+        ],
+    }
+    rv = cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")["metadata"]["resourceVersion"]
+    assert rep.report(with_pools(), 102)["pools"] == "unchanged"
+    assert cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")["metadata"]["resourceVersion"] == rv
+    assert rep.report(with_pools("2-9"), 103)["pools"] == "written"
+    assert pools_of(cluster)["pools"] == {names.POOL_RECLAIM: "8-15", names.POOL_SHARE: "2-9"}
+
+
+def test_pools_are_published_again_after_an_api_error() -> None:
+    _, cluster, rep = setup()
+    rep.report(with_pools(), 100)
+    cluster.delete(names.CUSTOM_NODE_RESOURCE, "n1")
+    assert "error" in rep.report(with_pools(), 110)
+    assert rep.report(with_pools(), 111)["pools"] == "written"
+    assert pools_of(cluster)["pools"] == {names.POOL_RECLAIM: "8-15", names.POOL_SHARE: "2-7"}

@@ -86,9 +86,14 @@ def test_numa_binding_levels_are_read(level: str) -> None:
     assert qos.numa_binding
 
 
-def test_system_cores_rejects_numa_binding() -> None:
-    with pytest.raises(QoSError, match="numa_binding is not allowed for system_cores"):
-        parse_pod_qos(pod({LEVEL: "system_cores", MEM: '{"numa_binding": "true"}'}))
+def warned(qos: Any, field: str) -> bool:
+    return any(w.field == field for w in qos.warnings)
+
+
+def test_system_cores_ignore_numa_binding_as_katalyst_does() -> None:
+    qos = parse_pod_qos(pod({LEVEL: "system_cores", MEM: '{"numa_binding": "true"}'}))
+    assert qos.is_system and not qos.numa_binding
+    assert warned(qos, f"metadata.annotations[{MEM}].numa_binding")
 
 
 def test_system_cores_with_pool() -> None:
@@ -118,25 +123,34 @@ def test_empty_level_is_rejected_like_katalyst() -> None:
 # --- enhancement JSON -------------------------------------------------------------------
 
 
-def test_malformed_enhancement_json() -> None:
-    with pytest.raises(QoSError) as info:
-        parse_pod_qos(pod({MEM: '{"numa_binding": "true",}'}))
-    assert info.value.field == f"metadata.annotations[{MEM}]"
-    assert "malformed JSON" in str(info.value)
+def test_malformed_enhancement_json_reads_as_empty() -> None:
+    qos = parse_pod_qos(pod({MEM: '{"numa_binding": "true",}'}))
+    assert not qos.numa_binding and qos.enhancements.raw[MEM] == {}
+    (warning,) = qos.warnings
+    assert warning.field == f"metadata.annotations[{MEM}]"
+    assert "malformed JSON" in str(warning) and "empty" in str(warning)
 
 
 @pytest.mark.parametrize("text", ["[]", '"x"', "1", "null"])
-def test_enhancement_must_be_an_object(text: str) -> None:
-    with pytest.raises(QoSError, match="must hold a JSON object"):
-        parse_pod_qos(pod({CPU: text}))
+def test_enhancement_that_is_not_an_object_reads_as_empty(text: str) -> None:
+    qos = parse_pod_qos(pod({CPU: text}))
+    assert qos.enhancements.raw[CPU] == {}
+    assert "must hold a JSON object" in str(qos.warnings[0])
 
 
-def test_enhancement_values_must_be_strings() -> None:
-    with pytest.raises(QoSError) as info:
-        parse_pod_qos(pod({LEVEL: "dedicated_cores", MEM: '{"numa_binding": true}'}))
-    assert info.value.field == f"metadata.annotations[{MEM}].numa_binding"
-    assert "JSON strings" in str(info.value)
-    assert '"true"' in info.value.accepted
+def test_enhancement_values_that_are_not_strings_read_as_empty() -> None:
+    qos = parse_pod_qos(pod({MEM: '{"numa_binding": true, "oom_priority": "50"}'}))
+    assert not qos.numa_binding and qos.oom_priority == 50
+    (warning,) = qos.warnings
+    assert warning.field == f"metadata.annotations[{MEM}].numa_binding"
+    assert "JSON strings" in str(warning) and '"true"' in warning.accepted
+
+
+@pytest.mark.parametrize("value", ["True", "TRUE", "yes", "1", ""])
+def test_booleans_other_than_true_read_as_false_like_katalyst(value: str) -> None:
+    qos = parse_pod_qos(pod({MEM: json.dumps({"numa_binding": value})}))
+    assert not qos.numa_binding
+    assert warned(qos, f"metadata.annotations[{MEM}].numa_binding")
 
 
 def test_unknown_keys_are_kept_and_warned() -> None:
@@ -155,13 +169,11 @@ def test_key_in_the_wrong_annotation_is_warned_not_applied() -> None:
 @pytest.mark.parametrize(
     ("annotation", "key", "value"),
     [
-        (MEM, "numa_binding", "yes"),
         (MEM, "oom_priority", "high"),
         (MEM, "rss_overuse_threshold", "0"),
         (CPU, "cpu_burst_policy", "turbo"),
         (CPU, "cpu_burst_percent", "-1"),
         (CPU, "cpuset_pool", "bad pool"),
-        (CPU, "full_pcpus_pairing", "1"),
         (NET, "namespace_type", "guest_ns"),
     ],
 )
@@ -225,15 +237,20 @@ def test_default_oom_priority_is_level_floor() -> None:
 # --- level rules ------------------------------------------------------------------------
 
 
-def test_numa_exclusive_needs_numa_binding() -> None:
-    fields = errors(dedicated({"numa_exclusive": "true"}))
-    assert f"metadata.annotations[{MEM}].numa_exclusive" in fields
+def test_numa_exclusive_without_numa_binding_has_no_effect() -> None:
+    p = pod(
+        {LEVEL: "shared_cores", MEM: json.dumps({"numa_exclusive": "true"})},
+    )
+    qos = parse_pod_qos(p)
+    assert not qos.numa_exclusive
+    assert warned(qos, f"metadata.annotations[{MEM}].numa_exclusive")
 
 
-def test_numa_exclusive_only_for_dedicated() -> None:
+def test_numa_exclusive_off_dedicated_is_ignored_as_katalyst_does() -> None:
     p = pod({MEM: json.dumps({"numa_binding": "true", "numa_exclusive": "true"})})
-    with pytest.raises(QoSError, match="only allowed for dedicated_cores"):
-        parse_pod_qos(p)
+    qos = parse_pod_qos(p)
+    assert qos.is_shared and qos.numa_binding and not qos.numa_exclusive
+    assert "only dedicated_cores" in str(qos.warnings[0])
 
 
 def test_dedicated_requires_numa_binding() -> None:
@@ -255,24 +272,35 @@ def test_numa_exclusive_conflicts(key: str) -> None:
     assert f"metadata.annotations[{CPU}].{key}" in errors(p)
 
 
-def test_dedicated_needs_whole_cpus_and_guaranteed() -> None:
+def test_dedicated_fractional_cpu_is_rounded_up_with_a_warning() -> None:
     half = container({"cpu": "1500m", "memory": "1Gi"}, {"cpu": "1500m", "memory": "1Gi"})
-    p = pod({LEVEL: "dedicated_cores", MEM: '{"numa_binding":"true"}'}, [half])
-    with pytest.raises(QoSError) as info:
-        parse_pod_qos(p)
-    assert info.value.field == "spec.containers[0].resources.requests.cpu"
-    assert info.value.value == "1500m"
+    qos = parse_pod_qos(pod({LEVEL: "dedicated_cores", MEM: '{"numa_binding":"true"}'}, [half]))
+    assert qos.is_dedicated
+    (warning,) = qos.warnings
+    assert warning.field == "spec.containers[0].resources.requests.cpu"
+    assert warning.value == "1500m" and "rounded up to 2" in warning.message
+
+
+def test_dedicated_not_guaranteed_runs_with_a_warning() -> None:
     burstable = container({"cpu": "2", "memory": "1Gi"}, {"cpu": "4", "memory": "1Gi"})
     p = pod({LEVEL: "dedicated_cores", MEM: '{"numa_binding":"true"}'}, [burstable])
-    assert errors(p) == ["spec.containers[0].resources.limits.cpu"]
+    qos = parse_pod_qos(p)
+    assert qos.is_dedicated and qos.k8s_qos_class == K8S_QOS_BURSTABLE
+    assert [w.field for w in qos.warnings] == ["spec.containers[0].resources.limits.cpu"]
 
 
-def test_reclaimed_must_not_ask_native_resources() -> None:
+def test_dedicated_without_cpu_request_is_an_error() -> None:
+    p = pod({LEVEL: "dedicated_cores", MEM: '{"numa_binding":"true"}'}, [container()])
+    assert "spec.containers[0].resources.requests.cpu" in errors(p)
+
+
+def test_reclaimed_asking_native_resources_runs_with_a_warning() -> None:
     native = container({"cpu": "1"}, name="worker")
-    with pytest.raises(QoSError) as info:
-        parse_pod_qos(pod({LEVEL: "reclaimed_cores"}, [RECLAIMED, native]))
-    assert info.value.field == "spec.containers[1].resources.requests.cpu"
-    assert "'worker'" in str(info.value) and names.RECLAIMED_MILLICPU in info.value.accepted
+    qos = parse_pod_qos(pod({LEVEL: "reclaimed_cores"}, [RECLAIMED, native]))
+    assert qos.is_reclaimed
+    (warning,) = qos.warnings
+    assert warning.field == "spec.containers[1].resources.requests.cpu"
+    assert "'worker'" in str(warning) and names.RECLAIMED_MILLICPU in warning.accepted
 
 
 def test_suppression_tolerance_only_for_reclaimed() -> None:
@@ -286,8 +314,15 @@ def test_suppression_tolerance_only_for_reclaimed() -> None:
 
 def test_cpuset_pool_only_for_shared_and_system() -> None:
     assert parse_pod_qos(pod({CPU: '{"cpuset_pool": "flink"}'})).cpuset_pool == "flink"
-    with pytest.raises(QoSError, match="cpuset_pool is not allowed"):
-        parse_pod_qos(pod({LEVEL: "reclaimed_cores", CPU: '{"cpuset_pool": "x"}'}, [RECLAIMED]))
+    qos = parse_pod_qos(pod({LEVEL: "reclaimed_cores", CPU: '{"cpuset_pool": "x"}'}, [RECLAIMED]))
+    assert qos.cpuset_pool == names.POOL_RECLAIM and qos.enhancements.cpuset_pool is None
+    assert "no effect on reclaimed_cores" in str(qos.warnings[0])
+
+
+def test_cpuset_pool_on_dedicated_is_ignored_as_katalyst_does() -> None:
+    qos = parse_pod_qos(dedicated({"numa_binding": "true"}, **{CPU: '{"cpuset_pool": "x"}'}))
+    assert qos.is_dedicated and qos.cpuset_pool == names.POOL_DEDICATED
+    assert warned(qos, f"metadata.annotations[{CPU}].cpuset_pool")
 
 
 def test_validate_collects_every_problem() -> None:
@@ -297,7 +332,7 @@ def test_validate_collects_every_problem() -> None:
             MEM: '{"numa_exclusive": "true", "mystery": "1"}',
             CPU: '{"cpu_burst_policy": "turbo"}',
         },
-        [container({"cpu": "500m"})],
+        [container({"memory": "1Gi"})],
     )
     problems = validate_pod_qos(p)
     severities = [x.severity for x in problems]

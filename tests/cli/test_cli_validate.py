@@ -72,25 +72,35 @@ INVALID = {
         "premium_cores",
         "can't get valid qos level",
     ),
+    "exclusive-without-binding.yaml": (
+        f"metadata.annotations[{names.MEMORY_ENHANCEMENT_ANNOTATION}].numa_binding",
+        None,
+        "dedicated_cores requires numa_binding",
+    ),
+    "bad-quantity.yaml": (
+        "spec.containers[0].resources.requests[cpu]",
+        "two",
+        "invalid quantity",
+    ),
+}
+
+# Katalyst runs these pods: a warning by default, an error with --strict.
+LENIENT_DIR = INVALID_DIR.parent / "lenient"
+LENIENT = {
     "malformed-enhancement.yaml": (
         f"metadata.annotations[{names.MEMORY_ENHANCEMENT_ANNOTATION}]",
         '{"numa_binding": "true",}',
-        "malformed JSON",
+        "Katalyst reads it as empty",
     ),
     "enhancement-not-allowed.yaml": (
         f"metadata.annotations[{names.CPU_ENHANCEMENT_ANNOTATION}].cpuset_pool",
         "batch",
-        "cpuset_pool is not allowed for reclaimed_cores",
-    ),
-    "exclusive-without-binding.yaml": (
-        f"metadata.annotations[{names.MEMORY_ENHANCEMENT_ANNOTATION}].numa_exclusive",
-        "true",
-        "numa_exclusive requires numa_binding",
+        "cpuset_pool has no effect on reclaimed_cores",
     ),
     "dedicated-fractional-cpu.yaml": (
         "spec.containers[0].resources.requests.cpu",
         "1500m",
-        "must request whole CPUs",
+        "rounded up to 2",
     ),
     "reclaimed-native-cpu.yaml": (
         "spec.containers[0].resources.requests.cpu",
@@ -98,6 +108,23 @@ INVALID = {
         "asks for native cpu",
     ),
 }
+
+
+@pytest.mark.parametrize("name", sorted(LENIENT))
+def test_pods_katalyst_runs_pass_with_a_warning_and_fail_strict(name: str) -> None:
+    field, value, message = LENIENT[name]
+    path = LENIENT_DIR / name
+    code, report = run_json("validate", "-f", str(path))
+    assert code == 0, report["problems"]
+    assert report["valid"] is True and len(report["pods"]) == 1
+    first = report["problems"][0]
+    assert first["severity"] == "warning"
+    assert (first["field"], first["value"]) == (field, value)
+    assert message in first["message"]
+    code, out = run("validate", "-f", str(path))
+    assert code == 0 and "warning:" in out and message in out
+    code, out = run("validate", "--strict", "-f", str(path))
+    assert code == 1 and "error:" in out and message in out
 
 
 @pytest.mark.parametrize("name", sorted(INVALID))
@@ -120,10 +147,11 @@ def test_each_invalid_example_gets_its_own_message(name: str) -> None:
 
 def test_invalid_messages_differ() -> None:
     messages = set()
-    for name in INVALID:
-        _, report = run_json("validate", "-f", str(INVALID_DIR / name))
-        messages.add(report["problems"][0]["message"])
-    assert len(messages) == len(INVALID)
+    for folder, cases in ((INVALID_DIR, INVALID), (LENIENT_DIR, LENIENT)):
+        for name in cases:
+            _, report = run_json("validate", "-f", str(folder / name))
+            messages.add(report["problems"][0]["message"])
+    assert len(messages) == len(INVALID) + len(LENIENT)
 
 
 def test_yaml_syntax_error_reports_file_and_line() -> None:

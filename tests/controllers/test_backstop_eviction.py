@@ -261,3 +261,23 @@ def test_one_records_file_from_agent_and_backstop_is_explained_together(tmp_path
     table = CliRunner().invoke(app, ["explain", "--records", str(path)])
     assert table.exit_code == 0, table.output
     assert "6000" in table.output and "AgentSilent" not in table.output.split("6000")[0]
+
+
+def test_backstop_counts_and_skips_pods_it_cannot_read() -> None:
+    from pykatalyst.controllers.backstop import read_reclaimed_pod
+
+    huge = '{"oom_priority": "' + "1" * 5000 + '"}'
+    pod = {
+        "metadata": {
+            "name": "p",
+            "namespace": "default",
+            "annotations": {
+                names.QOS_LEVEL_ANNOTATION: names.QOS_RECLAIMED_CORES,
+                names.MEMORY_ENHANCEMENT_ANNOTATION: huge,
+            },
+        },
+        "spec": {"nodeName": "n1", "containers": [{"name": "a"}]},
+    }
+    assert read_reclaimed_pod(pod) == (None, "invalid-qos")
+    pod["metadata"]["labels"] = ["x"]
+    assert read_reclaimed_pod(pod) == (None, "unreadable")

@@ -132,7 +132,10 @@ def test_the_dockerfile_installs_the_package_and_drops_root() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     lines = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
     assert lines[0] == "FROM python:3.11-slim"
-    assert any(x.startswith("RUN pip install") and x.rstrip(" \\").endswith(".") for x in lines)
+    # the package with the Kubernetes client, without the simulator's charting library
+    installs = [x.rstrip(" \\") for x in lines if x.startswith("RUN pip install")]
+    assert any(x.endswith("'.[kube]'") for x in installs), installs
+    assert not any("sim" in x or "dev" in x for x in installs)
     user = [x for x in lines if x.startswith("USER ")]
     assert user and not user[-1].split()[1].startswith("0")
     assert 'ENTRYPOINT ["katalyst"]' in lines
@@ -182,6 +185,35 @@ def test_every_container_runs_a_katalyst_command_the_cli_accepts(container: JSON
     # missing value or one of the wrong type (a port that is not a number) fails here.
     command, _ = _parsed(container)
     assert command in {"agent", "scheduler", "controller"}
+
+
+def _served_port(command: str, params: dict[str, Any]) -> int | None:
+    """The port a command serves /healthz, /readyz and /metrics on, as its options say."""
+    if command == "agent":
+        return int(params["port"]) or None
+    if command == "controller":
+        return params.get("metrics_port")
+    listen = params.get("listen")
+    return int(str(listen).rsplit(":", 1)[1]) if listen else None
+
+
+@pytest.mark.parametrize(
+    "container",
+    [c for _, c in _containers()],
+    ids=[f"{w['metadata']['name']}/{c['name']}" for w, c in _containers()],
+)
+def test_every_daemon_is_probed_on_the_health_endpoints_it_serves(container: JSON) -> None:
+    command, params = _parsed(container)
+    port = _served_port(command, params)
+    assert port is not None, f"{command} serves no health endpoints with these args"
+    # The kubelet probes the pod IP: a loopback-only server would never answer it.
+    address = params["bind_address"] if command == "agent" else str(params.get("listen", ""))
+    assert not address.startswith(("127.", "localhost", "[::1]")), address
+    named = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = container[probe]["httpGet"]
+        assert get["path"] == path, probe
+        assert named.get(get["port"], get["port"]) == port, probe
 
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -783,8 +815,8 @@ def test_the_daemonsets_agent_command_runs_against_a_node_tree_and_a_cluster(
     /etc/katalyst, and the ServiceAccount files (named by a kubeconfig, or found by
     `--in-cluster` with the KUBERNETES_SERVICE_* environment Kubernetes sets); the API
     server is the embedded one over HTTP."""
-    from pykatalyst.agent.host.fake import make_kubelet_tree
-    from pykatalyst.cluster.http import ApiServer
+    from pykatalyst.runtime.apiserver import ApiServer
+    from tests.fixtures.fake_node import make_kubelet_tree
 
     workload, container, _ = _workload_running("agent")
     spec = workload["spec"]["template"]["spec"]

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from pykatalyst.api.names import POD
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.http import ApiServer, kubeconfig_for
+from pykatalyst.cluster.http import kubeconfig_for
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.runtime.apiserver import ApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 PODS = ROOT / "examples" / "pods" / "shared-normal.yaml"

@@ -15,7 +15,7 @@ import yaml
 from pykatalyst.api.names import CONFIG_MAP, NODE, POD
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.connect import ConnectError, connect
-from pykatalyst.cluster.http import ApiServer, kubeconfig_for
+from pykatalyst.cluster.http import kubeconfig_for
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.kube import KubeCluster, KubeWatch, TokenBucket, error_from_response
 from pykatalyst.cluster.memory import MemoryCluster
@@ -31,6 +31,7 @@ from pykatalyst.cluster.protocol import (
     TooManyRequests,
     WatchEvent,
 )
+from pykatalyst.runtime.apiserver import ApiServer
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.http import ApiServer
 from pykatalyst.cluster.kube import KubeCluster
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.runtime.apiserver import ApiServer
 from tests.cluster.conformance import *  # noqa: F403
 from tests.cluster.conformance import SMALL_HISTORY
 

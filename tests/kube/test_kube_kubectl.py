@@ -12,8 +12,9 @@ import yaml
 
 from pykatalyst.api.names import CUSTOM_NODE_RESOURCE, NODE, POD
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.http import ApiServer, kubeconfig_for
+from pykatalyst.cluster.http import kubeconfig_for
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.runtime.apiserver import ApiServer
 
 KUBECTL = shutil.which("kubectl")
 ROOT = Path(__file__).resolve().parents[2]

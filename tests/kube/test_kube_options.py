@@ -18,8 +18,9 @@ from pykatalyst.cli.kubeopts import (
     KubeconfigArg,
     cluster_from_options,
 )
-from pykatalyst.cluster.http import ApiServer, kubeconfig_for
+from pykatalyst.cluster.http import kubeconfig_for
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.runtime.apiserver import ApiServer
 
 app = typer.Typer()
 

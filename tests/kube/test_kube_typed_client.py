@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client, watch
 
 from pykatalyst.api.names import POD
-from pykatalyst.cluster.http import ApiServer
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.runtime.apiserver import ApiServer
 
 
 @pytest.fixture

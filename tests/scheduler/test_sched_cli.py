@@ -75,3 +75,48 @@ def test_bad_listen_address() -> None:
     result = runner.invoke(app, ["scheduler", "--extender", "--listen", "nowhere"])
     assert result.exit_code == 2
     assert "expected HOST:PORT" in result.stderr
+
+
+def test_the_standalone_scheduler_serves_health_and_stops_on_sigterm() -> None:
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cmd = [sys.executable, "-c", "from pykatalyst.cli.main import app; app()", "scheduler"]
+    proc = subprocess.Popen(
+        [*cmd, "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        status, deadline = None, time.monotonic() + 60
+        while status != 200 and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+                    status = r.status
+            except OSError:
+                time.sleep(0.2)
+        assert status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            assert "katalyst_scheduler_ticks_total" in r.read().decode()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out
+        assert "(healthz, readyz, metrics)" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_the_extender_listens_on_loopback_unless_told_otherwise() -> None:
+    # It has no authentication; deploy/extender asks for 0.0.0.0 behind its Service.
+    result = runner.invoke(app, ["scheduler", "--help"])
+    assert "127.0.0.1:8888" in result.output

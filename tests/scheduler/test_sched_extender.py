@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.runtime.host import ComponentHost
 from pykatalyst.scheduler.config import load_config_text
 from pykatalyst.scheduler.extender import NOT_IN_CACHE, ExtenderService, make_app
 from pykatalyst.scheduler.scheduler import Scheduler
@@ -120,7 +121,10 @@ def test_http_endpoints_speak_kube_scheduler_json() -> None:
     body = {"Pod": kube_pod(c), "Nodes": None, "NodeNames": ["n0", "n1"]}
 
     async def run() -> None:
-        client = TestClient(TestServer(make_app(svc, lambda: 0.0)))
+        app = make_app(svc, lambda: 0.0)
+        # as the runtime serves it: its health routes beside the extender's verbs
+        app.router.add_routes(ComponentHost("scheduler").health_routes())
+        client = TestClient(TestServer(app))
         await client.start_server()
         try:
             resp = await client.post(
@@ -143,7 +147,34 @@ def test_http_endpoints_speak_kube_scheduler_json() -> None:
             assert resp.status == 404
             resp = await client.get("/healthz")
             assert await resp.text() == "ok"
+            resp = await client.get("/metrics")
+            assert "katalyst_scheduler_ticks_total" in await resp.text()
         finally:
             await client.close()
 
     asyncio.run(run())
+
+
+def test_filter_refuses_an_ill_typed_pod_and_keeps_serving() -> None:
+    c, svc = setup()
+    raw = pod("odd", {"cpu": "1"})
+    raw["spec"]["affinity"] = "x"  # what kube-scheduler would never send, a client might
+    result = svc.filter({"Pod": raw, "NodeNames": ["n1"]}, 0.0)
+    assert result["NodeNames"] == []
+    assert "spec.affinity" in result["FailedAndUnresolvableNodes"]["n1"]
+    good = svc.filter({"Pod": kube_pod(c), "NodeNames": ["n1"]}, 0.0)
+    assert good["NodeNames"] == ["n1"]
+
+
+def test_a_fractional_dedicated_pod_counts_the_whole_cores_it_gets() -> None:
+    from pykatalyst.scheduler.podinfo import pod_info
+
+    raw = pod(
+        "db",
+        {"cpu": "1500m", "memory": "1Gi"},
+        qos=names.QOS_DEDICATED_CORES,
+        memory_enhancement={"numa_binding": "true"},
+    )
+    info = pod_info(raw)
+    assert not info.problem and info.is_dedicated_numa
+    assert info.request("cpu") == 2000

@@ -300,3 +300,27 @@ def test_only_pods_of_our_profiles_are_scheduled_and_success_is_recorded() -> No
     (event,) = events_for(c, "ours")
     assert event["reason"] == "Scheduled"
     assert event["message"] == "Successfully assigned default/ours to n0"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "bound"),
+    [
+        ({names.MEMORY_ENHANCEMENT_ANNOTATION: '{"oom_priority": "' + "1" * 5000 + '"}'}, False),
+        ({names.NUMA_IDS_ANNOTATION: ",".join(f"{i * 4097}-{i * 4097 + 4096}" for i in range(999))},
+         False),
+        # a bare JSON number too long to read: Katalyst reads the enhancement as empty
+        ({names.CPU_ENHANCEMENT_ANNOTATION: '{"cpu_burst_percent": ' + "1" * 5000 + "}"}, True),
+    ],
+)  # fmt: skip
+def test_a_hostile_pod_never_stops_the_others(annotations: dict[str, str], bound: bool) -> None:
+    c = MemoryCluster(VirtualClock())
+    add_node(c, node("n1", cpu="8"))
+    sched = Scheduler(c)
+    add_pod(c, pod("bad", {"cpu": "1"}, annotations=annotations))
+    add_pod(c, pod("good", {"cpu": "1"}))
+    outcomes = {o.pod: o for o in sched.run_until_idle(0.0)}
+    assert outcomes["default/good"].node == "n1"
+    assert (outcomes["default/bad"].node == "n1") is bound
+    if not bound:
+        (event,) = events_for(c, "bad")
+        assert event["reason"] == "FailedScheduling" and "invalid QoS" in event["message"]

@@ -85,10 +85,14 @@ def regulate(
     state: RegulatorState | None,
     now: float,
     lower: float,
-    upper: int,
+    upper: int | None,
     cfg: AdvisorConfig,
 ) -> tuple[int, RegulatorState, Terms]:
-    """The pool size for `requirement` cores (Katalyst's cpu regulator)."""
+    """The pool size for `requirement` cores (Katalyst's cpu regulator).
+
+    `upper` None leaves the size uncapped: several pools that together want more than
+    the node has are then scaled down together by `assemble_pools`, keeping their ratio.
+    """
     raw = requirement + reserved_for_allocate
     v = math.ceil(raw - 1e-9)
     if cfg.ht_align and v % 2:
@@ -108,9 +112,10 @@ def regulate(
         v = min(v, math.ceil(current + cfg.max_ramp_up_step))
         terms["previous"] = current
     lo = math.ceil(lower - 1e-9)
-    v = min(max(v, lo), upper)
+    v = max(v, lo) if upper is None else min(max(v, lo), upper)
     terms["lower_bound"] = lo
-    terms["upper_bound"] = upper
+    if upper is not None:
+        terms["upper_bound"] = upper
     terms["size"] = v
     if state is not None and v < state.size:
         last_down = now
@@ -157,15 +162,18 @@ def assemble_pools(
 
 
 def _normalize(want: Mapping[str, int], avail: int) -> dict[str, int]:
-    """Shrink sizes in proportion to fit `avail`, each keeping at least one cpu when it can."""
+    """Scale sizes together to fit `avail` (Katalyst's normalizePoolSizes): each pool gets
+    ceil(want × avail / Σ want), then the pool furthest above its share (highest
+    size / want, ties: the larger) gives back one cpu at a time, down to one cpu each."""
     total = sum(want.values())
     if avail < len(want):
         # Not even one cpu each: every pool shares whatever there is.
         return {n: avail for n in want}
-    sizes = {n: max(1, math.ceil(w * avail / total)) for n, w in want.items()}
+    sizes = {n: math.ceil(w * avail / total) for n, w in want.items()}
     while sum(sizes.values()) > avail:
-        largest = max(sorted(sizes), key=lambda n: sizes[n])
-        sizes[largest] -= 1
+        over = [n for n in sorted(sizes) if sizes[n] > 1]
+        pick = max(over, key=lambda n: (sizes[n] / want[n], sizes[n]))
+        sizes[pick] -= 1
     return sizes
 
 
@@ -203,8 +211,14 @@ def cpu_headroom(
     reclaimed_usage: float | None,
     reclaimed_quota: float | None,
     numa_of: Mapping[int, int],
+    whole_cores: bool = True,
 ) -> tuple[float, dict[int, float], Terms]:
     """Reclaimed cpu = idle cpus of the reclaim pool + what reclaimed pods use there.
+
+    The supply is split evenly over the pool's NUMA nodes and each share truncated to
+    whole cores, as Katalyst reports it; the total is the sum of those shares. With
+    `whole_cores` off the shares keep their fraction (small nodes, where a whole idle core
+    is rare).
 
     Reclaimed pods themselves keep reclaim-pool cpus busy; their usage is added back, since
     it is theirs to keep. A quota on reclaimed pods caps the total. Without per-cpu usage the
@@ -241,11 +255,13 @@ def cpu_headroom(
         terms["capped_by_quota_cores"] = reclaimed_quota
     per_numa: dict[int, float] = {}
     if size:
-        for n, count in sorted(per_numa_cpus.items()):
-            b = per_numa_busy.get(n, 0.0) if have_ratio else used * count / size
-            per_numa[n] = max(count - b, 0.0) + used * count / size
-        scale = supply / sum(per_numa.values()) if sum(per_numa.values()) > 0 else 0.0
-        per_numa = {n: v * scale for n, v in per_numa.items()}
+        # Katalyst's default headroom: the pool's supply split evenly over its NUMA nodes,
+        # each share truncated to whole cores; the node's figure is the sum of the shares.
+        share = supply / len(per_numa_cpus)
+        each = float(math.floor(share + 1e-9)) if whole_cores else share
+        per_numa = {n: each for n in sorted(per_numa_cpus)}
+        terms["per_numa_whole_cores" if whole_cores else "per_numa_cores"] = round(each, 3)
+        supply = each * len(per_numa)
     terms["supply_cores"] = round(supply, 3)
     return supply, per_numa, terms
 
@@ -259,6 +275,7 @@ class MemoryUser:
     rss: int | None
     cache: int | None
     shmem: int | None
+    exclusive_memory: int | None = None  # a numa_exclusive pod: its NUMA nodes' memory
 
 
 def memory_headroom(
@@ -271,12 +288,19 @@ def memory_headroom(
     """Reclaimed memory = capacity − reserve − Σ requirement of non-reclaimed pods.
 
     With reclaim on, a pod's requirement is 1.1 × (rss + cache + shmem) (system pods:
-    rss); a pod without memory metrics is held at its request (fallback 8 GiB).
+    rss); a pod without memory metrics is held at its request (fallback 8 GiB); a
+    numa_exclusive dedicated pod at the whole memory of its NUMA nodes.
     """
     max_alloc = max(capacity - cfg.reserved_for_allocate_memory, 0)
     requirement = 0.0
     from_metrics = from_request = 0
+    exclusive = 0
     for u in users:
+        if u.exclusive_memory is not None:
+            # Katalyst: a numa_exclusive dedicated pod holds its NUMA nodes' memory whole.
+            requirement += u.exclusive_memory
+            exclusive += 1
+            continue
         if cfg.enable_reclaim and u.rss is not None:
             if u.qos_level == names.QOS_SYSTEM_CORES:
                 value = u.rss * cfg.system_memory_coefficient
@@ -297,6 +321,7 @@ def memory_headroom(
         "requirement": int(requirement),
         "pods_from_metrics": from_metrics,
         "pods_from_request": from_request,
+        "numa_exclusive_pods": exclusive,
         "usage_coefficient": cfg.memory_usage_coefficient,
     }
     per_numa: dict[int, float] = {}

@@ -16,7 +16,7 @@ changes this tick's desired knobs before they are enforced, so a stage can throt
 The loop keeps its per-tick work small: pods are parsed once per resourceVersion, cgroups
 are rediscovered only when a pod without a known cgroup appears (or every
 `REDISCOVER_PERIOD_S`), and the enforcer — which reads the machine — is called only when the
-desired knobs change, or every `RESYNC_PERIOD_S` to undo drift.
+desired knobs change, or every `resync_period_s` (default: every period) to undo drift.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from pykatalyst.agent import cpu_policy, memory_policy
+from pykatalyst.agent import cpu_policy, cpu_state, memory_policy
 from pykatalyst.agent.advisor import (
     HeadroomSmoother,
     MemoryUser,
@@ -53,7 +54,7 @@ from pykatalyst.agent.plan import (
     ReclaimedFigure,
     knob_value_json,
 )
-from pykatalyst.agent.reporter import NumaAllocation, Reporter, ReportInput
+from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportInput
 from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
 from pykatalyst.api import config_fields, names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
@@ -64,8 +65,15 @@ from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
+log = logging.getLogger("pykatalyst.agent")
+
+OOM_PRIORITY_IGNORED = (
+    "oom_priority is not applied on this node: Katalyst enforces it with its eBPF OOM "
+    "priority program, and the kubelet owns the processes' oom_score_adj; the kernel's "
+    "OOM killer follows the kubelet's QoS-class scores"
+)
+
 REDISCOVER_PERIOD_S = 30.0
-RESYNC_PERIOD_S = 30.0
 UNMANAGED = "(unmanaged)"
 SYSTEM_ALL_CPUS = "(all)"  # a system_cores pod without a cpuset_pool: every cpu but dedicated
 BESTEFFORT = "besteffort"  # the kubelet's QoS class whose cgroup holds reclaimed pods
@@ -159,6 +167,15 @@ class Agent:
         self._snb_domains: dict[int, CPUSet] = {}
         self._pools: dict[str, CPUSet] = {}
         self._regulators: dict[str, RegulatorState] = {}
+        self.cpu_state_error: str | None = None
+        self._cpu_rebuild = True  # until a checkpoint says where pods are
+        self._cpu_checkpoint = cpu_state.checkpoint_for(
+            self.base_config.cpu_state_path,
+            node_name,
+            self.topology,
+            _path_or_none(getattr(enforcer, "checkpoint_path", None)),
+        )
+        self._restore_cpu_state()
         self._events_sent: set[tuple[str, str, str]] = set()
         self._last_desired: dict[str, dict[Knob, KnobValue]] | None = None
         self._last_enforce: float | None = None
@@ -324,6 +341,67 @@ class Agent:
             )
         self.metrics.insurance_period_s = cfg.metrics.insurance_period_s
 
+    # --- cpu placement across restarts ------------------------------------------------------
+
+    def _restore_cpu_state(self) -> None:
+        ck = self._cpu_checkpoint
+        if ck is None:
+            return
+        try:
+            state = ck.load()
+        except cpu_state.CpuStateError as exc:
+            self.cpu_state_error = f"{ck.path}: {exc}"
+            log.warning(
+                "cpu state checkpoint %s refused: %s; rebuilding the placement from the "
+                "cpusets the cgroups show",
+                ck.path,
+                exc,
+            )
+            return
+        if state is not None:
+            self._dedicated = dict(state.dedicated)
+            self._snb = dict(state.snb)
+            self._pools = dict(state.pools)
+            self._cpu_rebuild = False
+
+    def _rebuild_cpu_state(self, specs: Mapping[str, PodSpec]) -> None:
+        """Without a checkpoint, take the placement from the cpusets pods run on."""
+        dedicated: dict[str, tuple[CPUSet, bool]] = {}
+        snb: dict[str, CPUSet] = {}
+        for s in sorted(specs.values(), key=lambda s: s.created_key):
+            if s.qos is None or s.level not in (names.QOS_DEDICATED_CORES, names.QOS_SHARED_CORES):
+                continue
+            if s.level == names.QOS_SHARED_CORES and not s.qos.numa_binding:
+                continue
+            cg = self._match(s)
+            cpus = CPUSet()
+            for path in cg.containers.values():
+                v = self.host.read_knobs(path).get(Knob.CPUSET_CPUS)
+                if isinstance(v, CPUSet):
+                    cpus = cpus | v
+            if s.level == names.QOS_DEDICATED_CORES:
+                dedicated[s.uid] = (cpus, s.qos.numa_exclusive)
+            else:
+                snb[s.uid] = cpus
+        state = cpu_state.from_cgroups(self.topology, dedicated, snb)
+        self._dedicated = {**state.dedicated, **self._dedicated}
+        self._snb = {**state.snb, **self._snb}
+        if state.dedicated or state.snb:
+            log.info(
+                "cpu placement rebuilt from cgroups: %d dedicated, %d NUMA-bound shared pods",
+                len(state.dedicated),
+                len(state.snb),
+            )
+
+    def _save_cpu_state(self, warnings: list[str]) -> None:
+        ck = self._cpu_checkpoint
+        if ck is None or self.dry_run:
+            return
+        try:
+            ck.save(cpu_state.CpuState(self._dedicated, self._snb, self._pools))
+        except OSError as exc:
+            warnings.append(f"cannot checkpoint the cpu placement to {ck.path}: {exc}")
+
     # --- the loop -----------------------------------------------------------------------------
 
     def reconcile(self, now: float | None = None) -> AgentPlan:
@@ -357,6 +435,9 @@ class Agent:
 
         # cgroups and samples
         self._discover(now, specs)
+        if self._cpu_rebuild:
+            self._cpu_rebuild = False
+            self._rebuild_cpu_state(specs)
         sample = self.host.sample(now, self._cgroup_list(specs))
         self.metrics.ingest(sample)
 
@@ -367,6 +448,11 @@ class Agent:
                 self._event_once(events, s, "InvalidQoS", s.error)
             else:
                 valid[uid] = s
+                if s.qos is not None and s.qos.enhancements.oom_priority is not None:
+                    self._event_once(events, s, "OOMPriorityIgnored", OOM_PRIORITY_IGNORED)
+                if s.qos is not None and s.qos.warnings:
+                    warned = "; ".join(str(w) for w in s.qos.warnings)
+                    self._event_once(events, s, "QoSWarning", f"Pod {s.key}: {warned}")
         dedicated_reqs = sorted(
             (
                 self._dedicated_request(s)
@@ -381,7 +467,11 @@ class Agent:
         snb_reqs = sorted(
             (
                 cpu_policy.SnbRequest(
-                    s.uid, s.key, s.request_cores, s.qos.enhancements.numa_ids if s.qos else None
+                    s.uid,
+                    s.key,
+                    s.request_cores,
+                    s.qos.enhancements.numa_ids if s.qos else None,
+                    s.memory_request,
                 )
                 for s in valid.values()
                 if s.level == names.QOS_SHARED_CORES and s.qos is not None and s.qos.numa_binding
@@ -464,6 +554,7 @@ class Agent:
             pools.update(placed)
         self._pools = pools
         self._snb_domains = snb_domains
+        self._save_cpu_state(warnings)
         unbound_used = CPUSet().union(*(pools[n] for n in sizes))
         reclaim = (lay.share_domain - unbound_used) | (lay.bound_leftover - bound_used)
         if not reclaim:
@@ -501,7 +592,7 @@ class Agent:
         # beyond it, so their usage there must not be published as more capacity.
         reclaimed_usage = self._reclaimed_usage(valid, now)
         cap = float(len(reclaim)) if overlap else None
-        cpu_fig, mem_fig = self._headroom(now, reclaim, reclaimed_usage, valid, cap)
+        cpu_fig, mem_fig = self._headroom(now, reclaim, reclaimed_usage, valid, cap, lay.dedicated)
 
         # per-pod plans and knobs
         pod_plans, desired = self._pod_plans(
@@ -545,7 +636,7 @@ class Agent:
                         desired[cgroup] = {**desired.get(cgroup, {}), **knobs}
 
         enforce_terms = self._enforce(now, desired, specs, events, warnings)
-        report_terms = self._report(now, lay, cpu_fig, mem_fig, valid)
+        report_terms = self._report(now, lay, cpu_fig, mem_fig, valid, plan)
         self._emit_events(events, now)
         return AgentPlan(
             node=plan.node,
@@ -620,12 +711,11 @@ class Agent:
         root: str | None = configured
         if configured == "auto":
             root = None
-            qos_cgroup = getattr(self.host, "qos_cgroup", None)
-            if callable(qos_cgroup):
-                try:
-                    root = str(qos_cgroup(BESTEFFORT)).strip("/")
-                except ValueError:
-                    root = None
+            try:
+                besteffort = self.host.qos_cgroup(BESTEFFORT)
+            except ValueError:
+                besteffort = None
+            root = besteffort.strip("/") if besteffort is not None else None
             if root is None:
                 root = next(
                     (
@@ -696,6 +786,7 @@ class Agent:
             numa_ids=e.numa_ids,
             align_by_socket=e.align_by_socket,
             distribute_evenly=e.distribute_evenly_across_numa,
+            memory=s.memory_request,
         )
 
     def _ramping(self, s: PodSpec, now: float) -> bool:
@@ -752,7 +843,7 @@ class Agent:
                 self._regulators.get(pool),
                 now,
                 adv.min_share_cpu_requirement,
-                max(available, 0),
+                None,  # fitted below, all pools together
                 adv,
             )
             scope[pool] = state
@@ -798,19 +889,31 @@ class Agent:
         reclaimed_usage: float | None,
         valid: Mapping[str, PodSpec],
         cap: float | None = None,
+        dedicated: Mapping[str, DedicatedAssignment] | None = None,
     ) -> tuple[ReclaimedFigure, ReclaimedFigure]:
         cfg = self.config
         rc = cfg.reporter
         topo = self.topology
         cpu_value, cpu_numa, cpu_terms = cpu_headroom(
-            reclaim, self.metrics.cpu_usage_ratio(now), reclaimed_usage, cap, self._numa_of
+            reclaim,
+            self.metrics.cpu_usage_ratio(now),
+            reclaimed_usage,
+            cap,
+            self._numa_of,
+            whole_cores=cfg.advisor.headroom_whole_cores,
         )
         users: list[MemoryUser] = []
         for s in valid.values():
             pc = self._cgroups.get(s.uid)
             mm = self.metrics.memory(pc.cgroup, now) if pc is not None else None
             usage = None if mm is None else {"rss": mm.rss, "cache": mm.cache, "shmem": mm.shmem}
-            u = memory_policy.memory_user(s.level, s.memory_request, usage)
+            held = (dedicated or {}).get(s.uid)
+            whole = (
+                memory_policy.exclusive_memory(topo, held.numas)
+                if held is not None and held.exclusive
+                else None
+            )
+            u = memory_policy.memory_user(s.level, s.memory_request, usage, whole)
             if u is not None:
                 users.append(u)
         capacity = topo.total_memory
@@ -849,7 +952,11 @@ class Agent:
             cpu_rep, mem_rep = 0.0, 0.0
         return (
             ReclaimedFigure(
-                names.RECLAIMED_MILLICPU, cpu_value, cpu_rep, _rescale(cpu_numa, cpu_rep), cpu_terms
+                names.RECLAIMED_MILLICPU,
+                cpu_value,
+                cpu_rep,
+                _rescale(cpu_numa, cpu_rep, whole=True),
+                cpu_terms,
             ),
             ReclaimedFigure(
                 names.RECLAIMED_MEMORY, mem_value, mem_rep, _rescale(mem_numa, mem_rep), mem_terms
@@ -1003,7 +1110,7 @@ class Agent:
         if self.enforcer is None:
             return {"state": "no enforcer"}
         changed = desired != self._last_desired
-        due = self._last_enforce is None or now - self._last_enforce >= RESYNC_PERIOD_S
+        due = self._last_enforce is None or now - self._last_enforce >= self.config.resync_s
         if not (changed or due):
             return {"state": "unchanged"}
         try:
@@ -1056,6 +1163,7 @@ class Agent:
         cpu: ReclaimedFigure,
         mem: ReclaimedFigure,
         valid: Mapping[str, PodSpec],
+        plan: AgentPlan,
     ) -> dict[str, Any]:
         if not self.publish:
             return {"state": "not published (dry run)" if self.dry_run else "not published"}
@@ -1092,6 +1200,8 @@ class Agent:
             mem.per_numa,
             allocations,
             terms,
+            {p.name: p.cpuset for p in plan.pools},
+            [PodCpus(p.key, p.uid, p.pool, p.cpuset, p.ramping_up, p.note) for p in plan.pods],
         )
         return self.reporter.report(inp, now)
 
@@ -1149,14 +1259,23 @@ class Agent:
         }
 
 
-def _rescale(per_numa: Mapping[int, float], total: float | None) -> dict[int, float]:
+def _path_or_none(value: object) -> Path | None:
+    return value if isinstance(value, Path) else None
+
+
+def _rescale(
+    per_numa: Mapping[int, float], total: float | None, *, whole: bool = False
+) -> dict[int, float]:
+    """Per-NUMA figures scaled to the published total (cpu: truncated to whole cores)."""
     if total is None:
         return {}
     s = sum(per_numa.values())
     if s <= 0:
         n = len(per_numa)
-        return {k: total / n for k in per_numa} if n else {}
-    return {k: v * total / s for k, v in per_numa.items()}
+        out = {k: total / n for k in per_numa} if n else {}
+    else:
+        out = {k: v * total / s for k, v in per_numa.items()}
+    return {k: float(math.floor(v + 1e-9)) for k, v in out.items()} if whole else out
 
 
 def _show(value: KnobValue) -> str:

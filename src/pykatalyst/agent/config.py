@@ -24,6 +24,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pykatalyst.agent.eviction.config import EvictionConfig
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.quantity import Quantity, QuantityError, parse_quantity
+from pykatalyst.api.yamlio import load_yaml
 from pykatalyst.topology.cpuset import CPUSet
 
 GI = 1024**3
@@ -106,6 +107,9 @@ class AdvisorConfig(_Section):
         4.0, description="cpus always left to the reclaim pool (reservedForReclaim)"
     )
     min_share_cpu_requirement: Cores = Field(4.0, description="lower bound of a share pool")
+    headroom_whole_cores: bool = Field(
+        True, description="publish reclaimed cpu per NUMA node in whole cores (Katalyst)"
+    )
     usage_coefficient: float = Field(1.25, gt=0, description="estimate = max(k × usage, loads)")
     fallback_cpu_estimate: Cores = Field(4.0, description="estimate when it would be <= 0")
     max_ramp_up_step: Cores = Field(10.0, description="a pool grows at most this much per tick")
@@ -158,6 +162,11 @@ class AgentConfig(_Section):
     """Everything the agent can be told. Load from YAML with `load_config`."""
 
     period_s: float = Field(5.0, gt=0, description="reconcile period (Katalyst: 5s)")
+    resync_period_s: Seconds | None = Field(
+        None,
+        description="knobs changed behind the agent's back are put back within this "
+        "(default: every period)",
+    )
     cpu: CpuPolicyConfig = Field(default_factory=CpuPolicyConfig)
     advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
     reporter: ReporterConfig = Field(default_factory=ReporterConfig)
@@ -192,6 +201,17 @@ class AgentConfig(_Section):
         "/var/lib/pykatalyst/agent-enforcer.json",
         description="where the enforcer keeps its desired-state checkpoint (None: none)",
     )
+    cpu_state_path: str | None = Field(
+        "auto",
+        description="where the cpu placement (dedicated, SNB, pools) is checkpointed: 'auto' "
+        "puts agent-cpu-state.json next to the enforcer's checkpoint, in the agent's state "
+        "directory; None: not kept (a restart rebuilds it from the cgroups' cpusets)",
+    )
+
+    @property
+    def resync_s(self) -> float:
+        """How long the agent trusts the knobs it wrote before reading them again."""
+        return self.period_s if self.resync_period_s is None else self.resync_period_s
 
     @model_validator(mode="after")
     def _root(self) -> AgentConfig:
@@ -306,7 +326,7 @@ def load_config(path: str | Path | None) -> AgentConfig:
         return AgentConfig()
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = load_yaml(p.read_text(), str(p))
     except OSError as exc:
         raise ConfigError(f"cannot read agent config {p}: {exc}") from None
     except yaml.YAMLError as exc:

@@ -2,7 +2,8 @@
 
 The machine is cut in this order, each step a pure function of the previous ones:
 
-1. `reserve_cpus`: the reserve pool for the system (a count taken NUMA-balanced, or a list).
+1. `reserve_cpus`: the reserve pool for the system (a count taken a hyperthread per NUMA
+   node in turn, or a list).
 2. `place_dedicated`: dedicated_cores pods with NUMA binding get exclusive cpus inside the
    NUMA nodes their hint allows (fewest NUMAs; exclusive pods need wholly free NUMAs; no
    socket crossing), taken by topology. An assignment, once made, is kept while the pod
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pykatalyst.agent.config import CpuPolicyConfig
-from pykatalyst.topology.allocate import take_by_topology, take_numa_balanced
+from pykatalyst.topology.allocate import take_by_topology, take_ht_numa_balanced
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
@@ -38,7 +39,8 @@ class CpuPolicyError(ValueError):
 
 
 def reserve_cpus(topo: CPUTopology, cfg: CpuPolicyConfig) -> CPUSet:
-    """The reserve pool: the explicit list, or `reserved_cpus` taken NUMA-balanced."""
+    """The reserve pool: the explicit list, or `reserved_cpus` taken one hyperthread per
+    NUMA node in turn (Katalyst's TakeHTByNUMABalance), so each node keeps some."""
     if cfg.reserved_cpu_list:
         cpus = CPUSet.parse(cfg.reserved_cpu_list)
         unknown = cpus - topo.all_cpus
@@ -55,7 +57,7 @@ def reserve_cpus(topo: CPUTopology, cfg: CpuPolicyConfig) -> CPUSet:
         raise CpuPolicyError(
             f"cpu.reserved_cpus={n} leaves no cpu for pods (machine has {topo.num_cpus})"
         )
-    return take_numa_balanced(topo, topo.all_cpus, n, reverse=cfg.reserve_cpus_reversely)
+    return take_ht_numa_balanced(topo, topo.all_cpus, n, reverse=cfg.reserve_cpus_reversely)
 
 
 # --- 2. dedicated -------------------------------------------------------------------------
@@ -71,6 +73,7 @@ class DedicatedRequest:
     numa_ids: tuple[int, ...] | None = None
     align_by_socket: bool = False
     distribute_evenly: bool = False
+    memory: int = 0  # bytes requested; NUMA hints must hold it as well as the cpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +90,16 @@ def numa_hints(
     req: DedicatedRequest,
     available: Mapping[int, CPUSet],
     occupied: frozenset[int],
+    free_memory: Mapping[int, int] | None = None,
 ) -> list[tuple[int, ...]]:
     """NUMA sets a dedicated pod may bind to, preferred first.
 
     Katalyst's rules: at least the fewest NUMAs whose cpus could hold the request; a
     non-exclusive pod fits one NUMA unless it asks for more (numa_number); the available
-    cpus must cover the request; a set no larger than a socket may not cross sockets;
-    exclusive pods need NUMAs nobody else holds; numa_ids / numa_number pin the set.
+    cpus must cover the request, and (as Katalyst's memory plugin hints) the NUMAs' free
+    memory must cover its memory request; a set no larger than a socket may not cross
+    sockets; exclusive pods need NUMAs nobody else holds — no dedicated pod, no NUMA-bound
+    shared pod, no memory given out; numa_ids / numa_number pin the set.
     """
     numas = sorted(topo.numa_nodes)
     caps = sorted((len(topo.cpus_in_numa(n)) for n in numas), reverse=True)
@@ -123,6 +129,8 @@ def numa_hints(
                 continue
             if sum(len(available.get(n, EMPTY)) for n in mask) < req.cpus:
                 continue
+            if free_memory is not None and not _memory_fits(topo, req, mask, free_memory):
+                continue
             sockets = {topo.socket_of_numa(n) for n in mask}
             if size <= per_socket and len(sockets) > 1:
                 continue
@@ -136,18 +144,59 @@ def numa_hints(
     return out
 
 
+def _memory_fits(
+    topo: CPUTopology, req: DedicatedRequest, mask: tuple[int, ...], free: Mapping[int, int]
+) -> bool:
+    if req.exclusive:
+        # The whole of each node goes to the pod: nobody may hold memory there.
+        return (
+            all(free.get(n, 0) >= topo.memory_of_numa(n) for n in mask)
+            and sum(free.get(n, 0) for n in mask) >= req.memory
+        )
+    return sum(free.get(n, 0) for n in mask) >= req.memory
+
+
+def free_numa_memory(
+    topo: CPUTopology,
+    assignments: Iterable[DedicatedAssignment],
+    memory: Mapping[str, int],
+    snb_memory: Mapping[int, int] | None = None,
+) -> dict[int, int] | None:
+    """Memory not yet promised on each NUMA node (None when the machine does not say).
+
+    An exclusive pod takes its nodes' memory whole; another NUMA-bound pod its request,
+    spread evenly over its nodes; `snb_memory` is what NUMA-bound shared pods hold.
+    """
+    if not topo.memory_per_numa:
+        return None
+    free = {n: topo.memory_of_numa(n) for n in topo.numa_nodes}
+    for a in assignments:
+        for n in a.numas:
+            use = free[n] if a.exclusive else memory.get(a.uid, 0) // max(len(a.numas), 1)
+            free[n] = max(free[n] - use, 0)
+    for n, used in (snb_memory or {}).items():
+        if n in free:
+            free[n] = max(free[n] - used, 0)
+    return free
+
+
 def place_dedicated(
     topo: CPUTopology,
     reserve: CPUSet,
     requests: Sequence[DedicatedRequest],
     previous: Mapping[str, DedicatedAssignment],
     min_left: int,
+    snb_numas: Mapping[int, int] | None = None,
 ) -> tuple[dict[str, DedicatedAssignment], dict[str, str]]:
     """Exclusive cpus for dedicated pods; (assignments by uid, failure reasons by uid).
 
     Pods placed before keep their cpus. New pods are placed in the order given, never
     leaving fewer than `min_left` cpus for the pools (the reclaim pool must not vanish).
+    `snb_numas` is the memory NUMA-bound shared pods hold on each node they run on: an
+    exclusive pod never takes such a node, so that no running pod has to move.
     """
+    snb_held = dict(snb_numas or {})
+    memory = {r.uid: r.memory for r in requests}
     taken = reserve
     out: dict[str, DedicatedAssignment] = {}
     failed: dict[str, str] = {}
@@ -165,14 +214,18 @@ def place_dedicated(
         else:
             pending.append(req)
     for req in pending:
-        occupied = frozenset(n for a in out.values() for n in a.numas)
+        occupied = frozenset({n for a in out.values() for n in a.numas} | set(snb_held))
         available = {n: topo.cpus_in_numa(n) - taken for n in topo.numa_nodes}
-        hints = numa_hints(topo, req, available, occupied)
+        free_mem = free_numa_memory(topo, out.values(), memory, snb_held)
+        hints = numa_hints(topo, req, available, occupied, free_mem)
         if not hints:
             failed[req.uid] = (
                 f"no NUMA hint fits {req.cpus} dedicated cpus"
+                + (f" and {req.memory} bytes of memory" if free_mem is not None else "")
                 + (" on wholly free NUMA nodes" if req.exclusive else "")
-                + f" (free per NUMA: { {n: len(c) for n, c in sorted(available.items())} })"
+                + f" (free per NUMA: { {n: len(c) for n, c in sorted(available.items())} }"
+                + (f", memory {free_mem}" if free_mem is not None else "")
+                + ")"
             )
             continue
         chosen: DedicatedAssignment | None = None
@@ -217,6 +270,7 @@ class SnbRequest:
     key: str
     cores: float
     numa_ids: tuple[int, ...] | None = None
+    memory: int = 0
 
 
 def snb_pool_name(pool: str, numa: int) -> str:
@@ -230,13 +284,16 @@ def place_snb(
     dedicated: Mapping[str, DedicatedAssignment],
     requests: Sequence[SnbRequest],
     previous: Mapping[str, int],
+    dedicated_memory: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, int], dict[str, str]]:
     """One NUMA node for each shared pod with numa_binding; (numa by uid, failures by uid).
 
-    A pod keeps the node it had. A new pod goes where its doubled request fits and the
+    A pod keeps the node it had. A new pod goes where its doubled request fits, its memory
+    request fits the node's memory not yet promised (as Katalyst's memory hints), and the
     most cpus stay free ("spreading"), never onto a node an exclusive dedicated pod owns,
     and never onto the last node without NUMA-bound pods, which non-bound pods need.
     """
+    free_mem = free_numa_memory(topo, dedicated.values(), dedicated_memory or {})
     exclusive = {n for a in dedicated.values() if a.exclusive for n in a.numas}
     taken = reserve.union(*(a.cpuset for a in dedicated.values()))
     capacity = {n: len(topo.cpus_in_numa(n) - taken) for n in topo.numa_nodes}
@@ -249,6 +306,8 @@ def place_snb(
         if n is not None and n not in exclusive and (req.numa_ids is None or n in req.numa_ids):
             out[req.uid] = n
             load[n] += req.cores * SNB_INCREASE_RATIO
+            if free_mem is not None:
+                free_mem[n] = max(free_mem[n] - req.memory, 0)
         else:
             pending.append(req)
     bound = {n for a in dedicated.values() for n in a.numas}
@@ -262,17 +321,21 @@ def place_snb(
             if n not in exclusive
             and (req.numa_ids is None or n in req.numa_ids)
             and load[n] + need <= capacity[n]
+            and (free_mem is None or free_mem[n] >= req.memory)
             and (len(unbound) > 1 or n in now_bound)
         ]
         if not candidates:
             failed[req.uid] = (
-                f"no NUMA node has room for {req.cores:g} cores x {SNB_INCREASE_RATIO:g} "
-                "while keeping a node for pods without NUMA binding"
+                f"no NUMA node has room for {req.cores:g} cores x {SNB_INCREASE_RATIO:g}"
+                + (f" and {req.memory} bytes of memory" if free_mem is not None else "")
+                + " while keeping a node for pods without NUMA binding"
             )
             continue
         best = max(candidates, key=lambda n: (capacity[n] - load[n] - need, -n))
         out[req.uid] = best
         load[best] += need
+        if free_mem is not None:
+            free_mem[best] = max(free_mem[best] - req.memory, 0)
     return out, failed
 
 
@@ -320,8 +383,18 @@ def layout(
     snb_previous: Mapping[str, int] | None = None,
 ) -> Layout:
     reserve = reserve_cpus(topo, cfg)
-    dedicated, failed = place_dedicated(topo, reserve, dedicated_requests, previous, reclaim_min)
-    snb, snb_failed = place_snb(topo, reserve, dedicated, snb_requests, snb_previous or {})
+    snb_held = _snb_memory(snb_requests, snb_previous or {})
+    dedicated, failed = place_dedicated(
+        topo, reserve, dedicated_requests, previous, reclaim_min, snb_held
+    )
+    snb, snb_failed = place_snb(
+        topo,
+        reserve,
+        dedicated,
+        snb_requests,
+        snb_previous or {},
+        {r.uid: r.memory for r in dedicated_requests},
+    )
     taken = reserve.union(*(a.cpuset for a in dedicated.values()))
     bound = tuple(sorted({n for a in dedicated.values() for n in a.numas} | set(snb.values())))
     domain = EMPTY
@@ -369,6 +442,16 @@ def layout(
         snb_failed,
         snb_rfr,
     )
+
+
+def _snb_memory(requests: Sequence[SnbRequest], previous: Mapping[str, int]) -> dict[int, int]:
+    """Memory that running NUMA-bound shared pods hold, by the NUMA node they run on."""
+    held: dict[int, int] = {}
+    for r in requests:
+        n = previous.get(r.uid)
+        if n is not None:
+            held[n] = held.get(n, 0) + r.memory
+    return held
 
 
 def _spread(total: int, numas: Sequence[int]) -> dict[int, int]:

@@ -32,12 +32,11 @@ import contextlib
 import json
 import os
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pykatalyst.agent.host import cgroupfs
 from pykatalyst.agent.host.base import (
     CpuQuota,
     Host,
@@ -176,7 +175,7 @@ class Enforcer:
         self.checkpoint_error: str | None = None
         if checkpoint is not None and checkpoint.exists():
             try:
-                complete, desired = _load_checkpoint(checkpoint)
+                complete, desired = _load_checkpoint(checkpoint, host.knob_problem)
             except CheckpointError as e:
                 # Not fatal: the next apply re-diffs against the machine anyway.
                 self.checkpoint_error = str(e)
@@ -190,6 +189,11 @@ class Enforcer:
     def desired(self) -> dict[str, dict[Knob, KnobValue]]:
         """The last desired state (from the checkpoint until the first apply)."""
         return {cg: dict(k) for cg, k in self._desired.items()}
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        """Where the desired state is checkpointed (the agent's state directory)."""
+        return self._checkpoint
 
     @property
     def interrupted(self) -> bool:
@@ -219,7 +223,7 @@ class Enforcer:
     ) -> list[KnobWrite]:
         """The writes that take the machine from its actual state to `desired`, in a safe
         order. Raises DesiredStateError (before reading anything) for an invalid value."""
-        return [s.write for s in self._plan(_normalize(desired), usage)[0]]
+        return [s.write for s in self._plan(_normalize(desired, self._host.knob_problem), usage)[0]]
 
     def _actual(self, cg: str, now: float | None) -> dict[Knob, KnobValue]:
         """The cgroup's knobs: believed ones while their period runs (`now` given), else
@@ -240,8 +244,7 @@ class Enforcer:
         usage: Mapping[str, int] | None,
         now: float | None = None,
     ) -> tuple[list[_Step], list[str]]:
-        version = self._host.cgroup_version
-        page = int(getattr(self._host, "page_size", 1) or 1)
+        same = self._host.same_value
         steps: list[_Step] = []
         notes: list[str] = []
         for cg in sorted(desired):
@@ -259,7 +262,7 @@ class Enforcer:
                     continue
                 has = knob in actual
                 old = actual.get(knob)
-                if has and cgroupfs.values_equal(knob, value, old, version, page):
+                if has and same(knob, value, old):
                     continue
                 steps.extend(self._steps_for(cg, depth, knob, value, old if has else None, has))
                 if (
@@ -290,11 +293,7 @@ class Enforcer:
     def _usage(self, cg: str, usage: Mapping[str, int] | None) -> int | None:
         if usage is not None and cg in usage:
             return usage[cg]
-        reader = getattr(self._host, "memory_usage", None)
-        if callable(reader):
-            got = reader(cg)
-            return got if isinstance(got, int) else None
-        return None
+        return self._host.memory_usage(cg)
 
     def _steps_for(
         self, cg: str, depth: int, knob: Knob, value: KnobValue, old: KnobValue, known: bool
@@ -350,7 +349,7 @@ class Enforcer:
         flag memory limits set below what a cgroup uses.
         """
         now = self._clock.now()
-        state = _normalize(desired)
+        state = _normalize(desired, self._host.knob_problem)
         steps, notes = self._plan(state, usage, now)
         for cg in [cg for cg in self._known if cg not in state]:
             self._unknow(cg)
@@ -471,13 +470,15 @@ class Enforcer:
             "complete": complete,
             "desired": encode_desired(state),
         }
-        _atomic_write(self._checkpoint, json.dumps(doc, sort_keys=True, indent=1))
+        atomic_write(self._checkpoint, json.dumps(doc, sort_keys=True, indent=1))
 
 
 # -- desired state validation and encoding -------------------------------------------------
 
 
-def _normalize(desired: DesiredState) -> dict[str, dict[Knob, KnobValue]]:
+def _normalize(
+    desired: DesiredState, knob_problem: Callable[[Knob, KnobValue], str | None]
+) -> dict[str, dict[Knob, KnobValue]]:
     """Validated copy with clean cgroup paths; raises DesiredStateError naming the first bad
     entry, so that nothing is written for an invalid desired state."""
     out: dict[str, dict[Knob, KnobValue]] = {}
@@ -494,7 +495,7 @@ def _normalize(desired: DesiredState) -> dict[str, dict[Knob, KnobValue]]:
         for knob, value in knobs.items():
             if not isinstance(knob, Knob):
                 raise DesiredStateError(cg, None, knob, f"unknown knob {knob!r}")
-            problem = cgroupfs.check_knob_value(knob, value)
+            problem = knob_problem(knob, value)
             if problem is not None:
                 if isinstance(value, CPUSet) and value.is_empty():
                     problem = (
@@ -552,7 +553,9 @@ def encode_desired(state: Mapping[str, Mapping[Knob, KnobValue]]) -> dict[str, d
     }
 
 
-def decode_desired(raw: Any) -> dict[str, dict[Knob, KnobValue]]:
+def decode_desired(
+    raw: Any, knob_problem: Callable[[Knob, KnobValue], str | None]
+) -> dict[str, dict[Knob, KnobValue]]:
     if not isinstance(raw, dict):
         raise CheckpointError(f"desired: expected an object, got {type(raw).__name__}")
     by_name = {k.value: k for k in Knob}
@@ -570,12 +573,14 @@ def decode_desired(raw: Any) -> dict[str, dict[Knob, KnobValue]]:
             entry[knob] = _decode_value(knob, value)
         out[cg] = entry
     try:
-        return _normalize(out)
+        return _normalize(out, knob_problem)
     except DesiredStateError as e:
         raise CheckpointError(str(e)) from e
 
 
-def _load_checkpoint(path: Path) -> tuple[bool, dict[str, dict[Knob, KnobValue]]]:
+def _load_checkpoint(
+    path: Path, knob_problem: Callable[[Knob, KnobValue], str | None]
+) -> tuple[bool, dict[str, dict[Knob, KnobValue]]]:
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -583,20 +588,26 @@ def _load_checkpoint(path: Path) -> tuple[bool, dict[str, dict[Knob, KnobValue]]
     if not isinstance(doc, dict) or doc.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(f"{path}: not a version {CHECKPOINT_VERSION} enforcer checkpoint")
     try:
-        desired = decode_desired(doc.get("desired", {}))
+        desired = decode_desired(doc.get("desired", {}), knob_problem)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from e
     return bool(doc.get("complete", False)), desired
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write-then-rename, so a crash leaves either the old file or the new one, whole."""
+def atomic_write(path: Path, text: str) -> None:
+    """Write-then-rename, so a crash leaves either the old file or the new one, whole;
+    a failed write leaves no temporary file behind."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     with contextlib.suppress(OSError):
         dfd = os.open(path.parent, os.O_RDONLY)
         try:

@@ -35,11 +35,31 @@ def reclaimed_memory_limit(reclaimed_memory_request: int) -> int | None:
 
 
 def memory_user(
-    level: str, request: int, usage: Mapping[str, int | None] | None
+    level: str,
+    request: int,
+    usage: Mapping[str, int | None] | None,
+    exclusive_memory: int | None = None,
 ) -> MemoryUser | None:
-    """The headroom formula's view of a pod; reclaimed pods do not count against headroom."""
+    """The headroom formula's view of a pod; reclaimed pods do not count against headroom.
+
+    `exclusive_memory` is the memory of the NUMA nodes a numa_exclusive pod holds.
+    """
     if level == names.QOS_RECLAIMED_CORES:
         return None
     if usage is None:
-        return MemoryUser(level, request, None, None, None)
-    return MemoryUser(level, request, usage.get("rss"), usage.get("cache"), usage.get("shmem"))
+        return MemoryUser(level, request, None, None, None, exclusive_memory)
+    return MemoryUser(
+        level,
+        request,
+        usage.get("rss"),
+        usage.get("cache"),
+        usage.get("shmem"),
+        exclusive_memory,
+    )
+
+
+def exclusive_memory(topo: CPUTopology, numas: Iterable[int]) -> int | None:
+    """The memory of the NUMA nodes a numa_exclusive pod holds (None when unknown)."""
+    if not topo.memory_per_numa:
+        return None
+    return sum(topo.memory_of_numa(n) for n in numas)

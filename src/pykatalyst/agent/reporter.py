@@ -2,10 +2,10 @@
 
 The CNR carries the reclaimed capacity (`status.resources.allocatable/capacity`), the
 per-NUMA topology zones (Socket -> Numa, with allocatable cpu/memory/reclaimed figures and
-the allocations of NUMA-bound pods), the AgentReady heartbeat condition and, in an
-annotation, the terms behind each figure. The Node's status gets the same reclaimed
-figures as extended resources, so that even the default kube-scheduler can place
-reclaimed pods.
+the allocations of NUMA-bound pods), the AgentReady heartbeat condition and, in
+annotations, the terms behind each figure and the cpu pools with the cpuset of each pod.
+The Node's status gets the same reclaimed figures as extended resources, so that even the
+default kube-scheduler can place reclaimed pods.
 
 Writes happen only when the content changes, except the heartbeat, which is refreshed
 every period: a controller that stops seeing it treats the agent as gone.
@@ -41,6 +41,18 @@ class NumaAllocation:
 
 
 @dataclass(frozen=True, slots=True)
+class PodCpus:
+    """Where one pod's containers run, as the agent set it: its pool and its cpus."""
+
+    pod: str  # namespace/name
+    uid: str
+    pool: str
+    cpuset: CPUSet
+    ramping_up: bool = False
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ReportInput:
     topology: CPUTopology
     reserve: CPUSet
@@ -50,6 +62,31 @@ class ReportInput:
     memory_per_numa: Mapping[int, float] = field(default_factory=dict)
     allocations: Sequence[NumaAllocation] = ()
     terms: Mapping[str, Any] = field(default_factory=dict)
+    pools: Mapping[str, CPUSet] = field(default_factory=dict)
+    pod_cpus: Sequence[PodCpus] = ()
+
+
+def pools_annotation(pools: Mapping[str, CPUSet], pods: Sequence[PodCpus]) -> str:
+    """The CPU_POOLS_ANNOTATION value: each pool's cpuset and each pod's pool and cpus.
+
+    Katalyst's CNR schema has no field for either (its allocations carry requests only, and
+    only for NUMA-bound pods), so they travel in an annotation, which every API server
+    keeps as written. Nothing time-dependent goes in: it is rewritten only on change."""
+    entries = []
+    for p in sorted(pods, key=lambda p: (p.pod, p.uid)):
+        entry: dict[str, Any] = {
+            "pod": p.pod,
+            "uid": p.uid,
+            "pool": p.pool,
+            "cpuset": str(p.cpuset),
+        }
+        if p.ramping_up:
+            entry["ramping_up"] = True
+        if p.note:
+            entry["note"] = p.note
+        entries.append(entry)
+    body = {"pools": {name: str(cpus) for name, cpus in sorted(pools.items())}, "pods": entries}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
 def milli_cpu(cores: float) -> int:
@@ -142,6 +179,7 @@ class Reporter:
         self._last_terms_key: tuple[int, int] | None = None
         self._last_node_figures: dict[str, str] | None = None
         self._last_node_write: float | None = None
+        self._last_pools: str | None = None
         self._cnr_exists = False
 
     def report(self, inp: ReportInput, now: float) -> dict[str, Any]:
@@ -177,6 +215,8 @@ class Reporter:
                 self._last_status = status
                 self._last_heartbeat = now
                 out["cnr"] = "status written" if changed else "heartbeat"
+            if inp.pools:
+                out["pools"] = self._publish_pools(inp)
             if inp.cpu_cores is not None and inp.memory_bytes is not None:
                 key = (milli_cpu(inp.cpu_cores), int(inp.memory_bytes))
                 if key != self._last_terms_key:
@@ -196,9 +236,22 @@ class Reporter:
             self._last_status = None
             self._last_terms_key = None
             self._last_node_figures = None
+            self._last_pools = None
             self._cnr_exists = False
             out["error"] = str(exc)
         return out
+
+    def _publish_pools(self, inp: ReportInput) -> str:
+        value = pools_annotation(inp.pools, inp.pod_cpus)
+        if value == self._last_pools:
+            return "unchanged"
+        self.cluster.patch(
+            names.CUSTOM_NODE_RESOURCE,
+            self.node_name,
+            {"metadata": {"annotations": {names.CPU_POOLS_ANNOTATION: value}}},
+        )
+        self._last_pools = value
+        return "written"
 
     def _ensure_cnr(self) -> None:
         if self._cnr_exists:

@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 from pykatalyst.agent.host.base import PodCgroup
 from pykatalyst.api import names
+from pykatalyst.api.limits import PodShapeError
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, QoSError, parse_pod_qos
 from pykatalyst.cluster.memory import parse_rfc3339
@@ -84,16 +85,47 @@ def _container_ids(status: Mapping[str, object]) -> dict[str, str]:
     return out
 
 
+def _unreadable(obj: object, exc: PodShapeError) -> PodSpec:
+    """A pod that breaks the Pod schema: known by identity only, never managed."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    ident = {
+        k: str(v) if isinstance(v, str) else ""
+        for k, v in (meta.items() if isinstance(meta, Mapping) else ())
+        if k in ("uid", "namespace", "name", "resourceVersion")
+    }
+    key = f"{ident.get('namespace', '')}/{ident.get('name', '')}"
+    exc.object = f"Pod {key}"
+    return PodSpec(
+        uid=ident.get("uid", ""),
+        namespace=ident.get("namespace", ""),
+        name=ident.get("name", ""),
+        resource_version=ident.get("resourceVersion", ""),
+        qos=None,
+        error=f"unreadable pod: {exc}",
+        request_cores=0.0,
+        memory_request=0,
+        reclaimed_milli_cpu=0,
+        reclaimed_memory=0,
+        containers=(),
+        started_at=None,
+        created_key=(math.inf, key),
+        terminating=False,
+        finished=False,
+    )
+
+
 def parse_pod(obj: JSON) -> PodSpec:
     """Read one pod; a QoS or resource problem is recorded in `error`, never raised."""
-    pod = Pod(obj)
     qos: PodQoS | None = None
     error: str | None = None
     try:
-        qos = parse_pod_qos(obj)
+        qos = parse_pod_qos(obj)  # checks the pod's shape and limits first
+    except PodShapeError as exc:
+        return _unreadable(obj, exc)
     except QoSError as exc:
-        exc.object = f"Pod {pod.key}"
+        exc.object = f"Pod {Pod(obj).key}"
         error = str(exc)
+    pod = Pod(obj)
     request_cores = 0.0
     memory_request = reclaimed_cpu = reclaimed_mem = 0
     containers: list[ContainerSpec] = []
@@ -147,7 +179,9 @@ class ParsedPods(Generic[T]):
         out: dict[str, T] = {}
         kept: dict[str, tuple[str, T]] = {}
         for obj in objects:
-            meta = obj.get("metadata") or {}
+            meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+            if not isinstance(meta, Mapping):
+                meta = {}
             uid = str(meta.get("uid", ""))
             rv = str(meta.get("resourceVersion", ""))
             hit = self._items.get(uid)

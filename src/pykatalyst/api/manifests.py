@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from pykatalyst.api.yamlio import load_json, load_yaml_all
+
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 # kind -> where its pod template sits, as a path of keys
@@ -102,12 +104,14 @@ def load_documents(path: Path) -> list[Document]:
     raw_docs: list[Any]
     if path.suffix == ".json":
         try:
-            raw_docs = [json.loads(text)]
+            raw_docs = [load_json(text)]
         except json.JSONDecodeError as exc:
             raise ManifestError(path, f"invalid JSON: {exc.msg}", exc.lineno) from exc
+        except ValueError as exc:
+            raise ManifestError(path, f"invalid JSON: {exc}") from exc
     else:
         try:
-            raw_docs = list(yaml.safe_load_all(text))
+            raw_docs = load_yaml_all(text, str(path))
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = mark.line + 1 if mark is not None else None

@@ -357,3 +357,5 @@ SYSTEM_NAMESPACE: Final = "katalyst-system"
 CONTROLLER_LEASE_NAME: Final = "katalyst-controller"
 # The agent explains each published reclaimed figure in this CNR annotation (JSON terms).
 RECLAIMED_TERMS_ANNOTATION: Final = "katalyst.kubewharf.io/reclaimed_terms"
+# The agent's cpu pools and where each pod runs (JSON): what `katalyst explain` reads back.
+CPU_POOLS_ANNOTATION: Final = "katalyst.kubewharf.io/cpu_pools"

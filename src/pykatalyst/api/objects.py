@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from pykatalyst.api import names
-from pykatalyst.api.qos import PodQoS, QoSError, container_resources, parse_pod_qos
-from pykatalyst.api.quantity import Quantity, parse_quantity
+from pykatalyst.api.qos import (
+    PodQoS,
+    QoSError,
+    bounded_quantity,
+    container_resources,
+    parse_pod_qos,
+)
+from pykatalyst.api.quantity import Quantity
 
 ResourceList = dict[str, Quantity]
 
@@ -44,7 +50,7 @@ def _max(into: ResourceList, other: Mapping[str, Quantity]) -> None:
 def _resource_list(value: Any) -> ResourceList:
     out: ResourceList = {}
     for name, raw in _map(value).items():
-        out[str(name)] = parse_quantity(raw)
+        out[str(name)] = bounded_quantity(raw)
     return out
 
 

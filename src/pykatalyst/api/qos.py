@@ -8,6 +8,7 @@ lands on a node and behaves differently from what the manifest seems to say.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from pykatalyst.api import names
-from pykatalyst.api.quantity import Quantity, QuantityError, parse_quantity
+from pykatalyst.api.quantity import MAX_UNITS, NANO, Quantity, QuantityError, parse_quantity
+from pykatalyst.api.yamlio import load_json
 
 K8S_QOS_GUARANTEED: Final = "Guaranteed"
 K8S_QOS_BURSTABLE: Final = "Burstable"
@@ -72,6 +74,12 @@ _POOL_NAME_CHARS: Final = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
 )
 _QOS_RESOURCES: Final = (names.RESOURCE_CPU, names.RESOURCE_MEMORY)
+# Go's strconv.Atoi reads 64-bit integers: at most 19 digits.
+_MAX_INT_DIGITS: Final = 19
+# Linux numbers NUMA nodes below MAX_NUMNODES (1024); a longer id list is not a NUMA list.
+MAX_NUMA_ID: Final = 1023
+_MAX_NUMA_IDS_CHARS: Final = 4096
+_MAX_QUANTITY_NANOS: Final = MAX_UNITS * NANO
 
 Severity = Literal["error", "warning"]
 
@@ -279,6 +287,18 @@ def _to_quantity(value: Any) -> Quantity:
     return parse_quantity(value)
 
 
+def _bounded(quantity: Quantity) -> Quantity:
+    """A quantity a pod may ask for: at most 2**63-1 units, what an int64 holds."""
+    if abs(quantity.nanos) > _MAX_QUANTITY_NANOS:
+        raise QuantityError(str(quantity), f"more than {MAX_UNITS} units")
+    return quantity
+
+
+def bounded_quantity(value: Any) -> Quantity:
+    """A manifest value read as a quantity a pod may hold; `QuantityError` otherwise."""
+    return _bounded(_to_quantity(value))
+
+
 def container_resources(
     container: Mapping[str, Any], field_path: str
 ) -> tuple[dict[str, Quantity], dict[str, Quantity], list[QoSProblem]]:
@@ -294,13 +314,13 @@ def container_resources(
         if isinstance(values, Mapping):
             for name, raw in values.items():
                 try:
-                    parsed[str(name)] = _to_quantity(raw)
+                    parsed[str(name)] = _bounded(_to_quantity(raw))
                 except (QuantityError, ValueError) as exc:
                     problems.append(
                         QoSProblem(
                             "error",
                             f"{field_path}.resources.{part}[{name}]",
-                            str(raw),
+                            _shorten(str(raw)),
                             "a Kubernetes quantity such as 500m, 2, 1Gi",
                             f"invalid quantity: {exc}",
                         )
@@ -380,49 +400,73 @@ def _level(ann: Mapping[str, Any], out: _Collector) -> str:
     return names.DEFAULT_QOS_LEVEL
 
 
+_ENHANCEMENT_SHAPE: Final = (
+    f'a JSON object of string values, e.g. {{"{names.ENH_NUMA_BINDING}": "true"}}'
+)
+
+
+def _decode_enhancement(annotation: str, text: str, out: _Collector) -> dict[str, Any]:
+    """The JSON object of an enhancement annotation; {} (with a warning) when it is not one.
+
+    Katalyst reads a malformed annotation as empty, and runs the pod without it.
+    """
+    path = annotation_field(annotation)
+    try:
+        decoded = load_json(text)
+    except ValueError as exc:
+        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        out.warn(
+            path,
+            _shorten(text),
+            _ENHANCEMENT_SHAPE,
+            f"malformed JSON in annotation {annotation} ({detail}): Katalyst reads it as empty, "
+            "so none of its enhancements apply",
+        )
+        return {}
+    if not isinstance(decoded, dict):
+        out.warn(
+            path,
+            _shorten(text),
+            _ENHANCEMENT_SHAPE,
+            f"annotation {annotation} must hold a JSON object, not a JSON "
+            f"{_json_type(decoded)}: Katalyst reads it as empty",
+        )
+        return {}
+    return decoded
+
+
 def _enhancement_maps(ann: Mapping[str, Any], out: _Collector) -> dict[str, dict[str, str]]:
     maps: dict[str, dict[str, str]] = {}
     for annotation in names.ENHANCEMENT_ANNOTATIONS:
         if annotation not in ann:
             continue
         text = ann[annotation]
-        path = annotation_field(annotation)
         if not isinstance(text, str):
-            out.error(path, str(text), "a JSON object string", "annotation value must be a string")
-            continue
-        try:
-            decoded = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
             out.error(
-                path,
-                text,
-                f'a JSON object of string values, e.g. {{"{names.ENH_NUMA_BINDING}": "true"}}',
-                f"malformed JSON in annotation {annotation}: {detail}",
-            )
-            continue
-        if not isinstance(decoded, dict):
-            out.error(
-                path,
-                text,
-                f'a JSON object of string values, e.g. {{"{names.ENH_NUMA_BINDING}": "true"}}',
-                f"annotation {annotation} must hold a JSON object, "
-                f"not a JSON {_json_type(decoded)}",
+                annotation_field(annotation),
+                type(text).__name__,
+                "a JSON object string",
+                "annotation value must be a string",
             )
             continue
         values: dict[str, str] = {}
-        for key, value in decoded.items():
+        for key, value in _decode_enhancement(annotation, text, out).items():
             if isinstance(value, str):
                 values[key] = value
                 continue
-            out.error(
+            out.warn(
                 annotation_field(annotation, key),
-                json.dumps(value),
+                _shorten(json.dumps(value)),
                 f'a JSON string, e.g. "{_stringify(value)}"',
-                "enhancement values must be JSON strings (Katalyst reads a string-to-string map)",
+                "enhancement values must be JSON strings: Katalyst reads a string-to-string "
+                "map and takes this one as empty",
             )
         maps[annotation] = values
     return maps
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
 def _json_type(value: Any) -> str:
@@ -450,14 +494,15 @@ def _parse_int(text: str) -> int | None:
     if not stripped or stripped != text:
         return None
     body = stripped[1:] if stripped[0] in "+-" else stripped
-    if not body.isascii() or not body.isdigit():
+    if not body.isascii() or not body.isdigit() or len(body.lstrip("0")) > _MAX_INT_DIGITS:
         return None
-    return int(stripped)
+    value = int(stripped)
+    return value if -(2**63) <= value < 2**63 else None
 
 
 def _parse_float(text: str) -> float | None:
     # Python's float() also takes non-ASCII digits, underscores and spaces; Go's does not.
-    if not text.isascii() or "_" in text or text.strip() != text:
+    if not text.isascii() or "_" in text or text.strip() != text or len(text) > 64:
         return None
     try:
         value = float(text)
@@ -467,7 +512,12 @@ def _parse_float(text: str) -> float | None:
 
 
 def parse_numa_ids(text: str) -> tuple[int, ...] | None:
-    """Read a NUMA id list such as "0,2-3"; None when it is not one."""
+    """Read a NUMA id list such as "0,2-3"; None when it is not one.
+
+    Ids run from 0 to `MAX_NUMA_ID`, so reading any list costs at most that many ids.
+    """
+    if len(text) > _MAX_NUMA_IDS_CHARS:
+        return None
     ids: set[int] = set()
     for part in text.split(","):
         bounds = part.split("-")
@@ -478,7 +528,7 @@ def parse_numa_ids(text: str) -> tuple[int, ...] | None:
             return None
         lo, hi = nums[0], nums[-1]
         assert lo is not None and hi is not None
-        if hi < lo or hi - lo > 4096:
+        if hi < lo or hi > MAX_NUMA_ID:
             return None
         ids.update(range(lo, hi + 1))
     return tuple(sorted(ids))
@@ -495,7 +545,7 @@ def _typed_enhancements(
             if home is None:
                 out.warn(
                     path,
-                    text,
+                    _shorten(text),
                     ", ".join(k for k, h in _KEY_HOME.items() if h == annotation),
                     f"unknown key {key!r} in {annotation} is kept but has no effect here",
                 )
@@ -503,7 +553,7 @@ def _typed_enhancements(
             if home != annotation:
                 out.warn(
                     path,
-                    text,
+                    _shorten(text),
                     f"put {key} in {home}",
                     f"{key} is read from {home}, so it has no effect in {annotation}",
                 )
@@ -523,13 +573,18 @@ def _typed_enhancements(
         if key == names.ENH_NUMA_NUMBER:
             number = _parse_int(text) if isinstance(raw, str) else None
             if number is None or number <= 0:
-                out.error(path, text, "a positive integer", "invalid NUMA number")
+                out.error(path, _shorten(text), "a positive integer", "invalid NUMA number")
             else:
                 known[key] = number
         else:
             ids = parse_numa_ids(text) if isinstance(raw, str) else None
             if ids is None:
-                out.error(path, text, 'a NUMA id list such as "0" or "0,2-3"', "invalid NUMA ids")
+                out.error(
+                    path,
+                    _shorten(text),
+                    f'a NUMA id list such as "0" or "0,2-3", ids 0 to {MAX_NUMA_ID}',
+                    "invalid NUMA ids",
+                )
             else:
                 known[key] = ids
     raw_maps = {a: dict(v) for a, v in maps.items()}
@@ -539,19 +594,26 @@ def _typed_enhancements(
 def _parse_known(level: str, key: str, text: str, path: str, out: _Collector) -> Any:
     if key in _BOOL_KEYS:
         if text not in _TRUE_FALSE:
-            out.error(path, text, '"true" or "false"', f"invalid value for {key}")
+            default = "unset" if key == names.ENH_NUMA_SHARE else '"false"'
+            out.warn(
+                path,
+                _shorten(text),
+                '"true" or "false"',
+                f"invalid value for {key}: Katalyst only acts on the exact strings, "
+                f"so it reads this as {default}",
+            )
             return None
         return text == "true"
     if key == names.ENH_OOM_PRIORITY:
         number = _parse_int(text)
         if number is None:
-            out.error(path, text, "an integer", f"invalid value for {key}")
+            out.error(path, _shorten(text), "a 64-bit integer", f"invalid value for {key}")
             return None
         return _align_oom_priority(level, number, path, text, out)
     if key in (names.ENH_RSS_OVERUSE_THRESHOLD, names.ENH_SUPPRESSION_TOLERANCE_RATE):
         number_f = _parse_float(text)
         if number_f is None or number_f <= 0:
-            out.error(path, text, "a number greater than 0", f"invalid value for {key}")
+            out.error(path, _shorten(text), "a number greater than 0", f"invalid value for {key}")
             return None
         return number_f
     if key == names.ENH_CPUSET_POOL:
@@ -563,13 +625,18 @@ def _parse_known(level: str, key: str, text: str, path: str, out: _Collector) ->
         return text
     if key == names.ENH_CPU_BURST_POLICY:
         if text not in names.CPU_BURST_POLICIES:
-            out.error(path, text, ", ".join(names.CPU_BURST_POLICIES), "unknown cpu burst policy")
+            out.error(
+                path,
+                _shorten(text),
+                ", ".join(names.CPU_BURST_POLICIES),
+                "unknown cpu burst policy",
+            )
             return None
         return text
     if key == names.ENH_CPU_BURST_PERCENT:
         number = _parse_int(text)
         if number is None or number < 0:
-            out.error(path, text, "an integer from 0 to 100", f"invalid value for {key}")
+            out.error(path, _shorten(text), "an integer from 0 to 100", f"invalid value for {key}")
             return None
         if number > 100:
             out.warn(path, text, "an integer from 0 to 100", "cpu burst percent is capped at 100")
@@ -593,38 +660,57 @@ def _align_oom_priority(level: str, value: int, path: str, text: str, out: _Coll
     if aligned != value:
         out.warn(
             path,
-            text,
+            _shorten(text),
             f"{low}..{high - 1} for {level}, or {OOM_PRIORITY_IGNORE} / {OOM_PRIORITY_TOP}",
             f"{names.ENH_OOM_PRIORITY} {value} is outside the range of {level}; using {aligned}",
         )
     return aligned
 
 
-def _level_rules(level: str, enh: Enhancements, pod: Mapping[str, Any], out: _Collector) -> None:
+def _ignored_enhancements(level: str, enh: Enhancements, out: _Collector) -> Enhancements:
+    """Drop the enhancements Katalyst ignores at this level, with a warning for each."""
     mem = names.MEMORY_ENHANCEMENT_ANNOTATION
     cpu = names.CPU_ENHANCEMENT_ANNOTATION
-    if enh.numa_exclusive and not enh.numa_binding:
-        out.error(
-            annotation_field(mem, names.ENH_NUMA_EXCLUSIVE),
-            "true",
-            f'{names.ENH_NUMA_EXCLUSIVE} "true" only together with {names.ENH_NUMA_BINDING} "true"',
-            f"{names.ENH_NUMA_EXCLUSIVE} requires {names.ENH_NUMA_BINDING}",
-        )
-    if enh.numa_exclusive and level != names.QOS_DEDICATED_CORES:
-        out.error(
-            annotation_field(mem, names.ENH_NUMA_EXCLUSIVE),
-            "true",
-            f"{names.QOS_DEDICATED_CORES} pods",
-            f"{names.ENH_NUMA_EXCLUSIVE} is only allowed for {names.QOS_DEDICATED_CORES}, "
-            f"not {level}",
-        )
+    changes: dict[str, Any] = {}
     if enh.numa_binding and level not in _NUMA_BINDING_LEVELS:
-        out.error(
+        out.warn(
             annotation_field(mem, names.ENH_NUMA_BINDING),
             "true",
             ", ".join(_NUMA_BINDING_LEVELS),
-            f"{names.ENH_NUMA_BINDING} is not allowed for {level}",
+            f"{names.ENH_NUMA_BINDING} has no effect on {level}: Katalyst gives it no NUMA "
+            "preference",
         )
+        changes[names.ENH_NUMA_BINDING] = False
+    binding = changes.get(names.ENH_NUMA_BINDING, enh.numa_binding)
+    if enh.numa_exclusive and (not binding or level != names.QOS_DEDICATED_CORES):
+        why = (
+            f"only {names.QOS_DEDICATED_CORES} pods"
+            if level != names.QOS_DEDICATED_CORES
+            else f"only together with {names.ENH_NUMA_BINDING}"
+        )
+        out.warn(
+            annotation_field(mem, names.ENH_NUMA_EXCLUSIVE),
+            "true",
+            f'{names.ENH_NUMA_EXCLUSIVE} "true" on {names.QOS_DEDICATED_CORES} with '
+            f'{names.ENH_NUMA_BINDING} "true"',
+            f"{names.ENH_NUMA_EXCLUSIVE} has no effect: Katalyst honours it for {why}",
+        )
+        changes[names.ENH_NUMA_EXCLUSIVE] = False
+    if enh.cpuset_pool is not None and level not in _CPUSET_POOL_LEVELS:
+        out.warn(
+            annotation_field(cpu, names.ENH_CPUSET_POOL),
+            enh.cpuset_pool,
+            ", ".join(_CPUSET_POOL_LEVELS),
+            f"{names.ENH_CPUSET_POOL} has no effect on {level}: its pods run in the "
+            f"{PodQoS(level, enh, '').cpuset_pool} pool",
+        )
+        changes[names.ENH_CPUSET_POOL] = None
+    return dataclasses.replace(enh, **changes) if changes else enh
+
+
+def _level_rules(level: str, enh: Enhancements, pod: Mapping[str, Any], out: _Collector) -> None:
+    mem = names.MEMORY_ENHANCEMENT_ANNOTATION
+    cpu = names.CPU_ENHANCEMENT_ANNOTATION
     if enh.numa_exclusive:
         for key in (names.ENH_DISTRIBUTE_EVENLY_ACROSS_NUMA, names.ENH_FULL_PCPUS_PAIRING):
             if getattr(enh, key):
@@ -634,13 +720,6 @@ def _level_rules(level: str, enh: Enhancements, pod: Mapping[str, Any], out: _Co
                     f"{key} without {names.ENH_NUMA_EXCLUSIVE}",
                     f"{key} cannot be combined with {names.ENH_NUMA_EXCLUSIVE}",
                 )
-    if enh.cpuset_pool is not None and level not in _CPUSET_POOL_LEVELS:
-        out.error(
-            annotation_field(cpu, names.ENH_CPUSET_POOL),
-            enh.cpuset_pool,
-            ", ".join(_CPUSET_POOL_LEVELS),
-            f"{names.ENH_CPUSET_POOL} is not allowed for {level}",
-        )
     if enh.suppression_tolerance_rate is not None and level != names.QOS_RECLAIMED_CORES:
         out.error(
             annotation_field(cpu, names.ENH_SUPPRESSION_TOLERANCE_RATE),
@@ -690,24 +769,33 @@ def _dedicated_resources(pod: Mapping[str, Any], out: _Collector) -> None:
         reqs, lims, _ = container_resources(container, path)
         name = container.get("name", "")
         cpu = reqs.get(names.RESOURCE_CPU)
-        if cpu is None or cpu.milli_value() % 1000 != 0 or cpu.milli_value() <= 0:
+        if cpu is None or cpu.milli_value() <= 0:
             out.error(
                 f"{path}.resources.requests.cpu",
                 None if cpu is None else str(cpu),
+                "a cpu request of at least one core (1, 2, ...)",
+                f"{names.QOS_DEDICATED_CORES} container {name!r} must request cpu",
+            )
+        elif cpu.milli_value() % 1000 != 0:
+            out.warn(
+                f"{path}.resources.requests.cpu",
+                str(cpu),
                 "a whole number of cores (1, 2, ...)",
-                f"{names.QOS_DEDICATED_CORES} container {name!r} must request whole CPUs",
+                f"{names.QOS_DEDICATED_CORES} container {name!r} gets whole CPUs: its request "
+                f"is rounded up to {cpu.value()}, as Katalyst does",
             )
         for resource in _QOS_RESOURCES:
             req, lim = reqs.get(resource), lims.get(resource)
             if req is None or lim is None or req != lim:
-                out.error(
+                out.warn(
                     f"{path}.resources.limits.{resource}",
                     None if lim is None else str(lim),
                     f"equal to the {resource} request ({req})"
                     if req is not None
                     else f"a {resource} request and an equal limit",
-                    f"{names.QOS_DEDICATED_CORES} container {name!r} must be Guaranteed: "
-                    f"{resource} limit must equal its request",
+                    f"{names.QOS_DEDICATED_CORES} container {name!r} is not Guaranteed "
+                    f"({resource} limit differs from its request): it runs on its requests, "
+                    "as Katalyst runs it",
                 )
 
 
@@ -725,19 +813,51 @@ def _reclaimed_resources(pod: Mapping[str, Any], out: _Collector) -> None:
                 quantity = values.get(resource)
                 if quantity is None or not quantity > zero:
                     continue
-                out.error(
+                out.warn(
                     f"{path}.resources.{part}.{resource}",
                     str(quantity),
                     f"{replacement[resource]} instead of {resource}",
-                    f"{names.QOS_RECLAIMED_CORES} container {name!r} asks for native {resource}",
+                    f"{names.QOS_RECLAIMED_CORES} container {name!r} asks for native "
+                    f"{resource}: it is counted against the node's native {resource} too",
                 )
                 break
 
 
-def _check(pod: Mapping[str, Any]) -> tuple[PodQoS, list[QoSProblem]]:
+def _overhead(pod: Mapping[str, Any], out: _Collector) -> None:
+    overhead = _spec(pod).get("overhead")
+    if not isinstance(overhead, Mapping):
+        return
+    for name, raw in overhead.items():
+        try:
+            bounded_quantity(raw)
+        except (QuantityError, ValueError) as exc:
+            out.error(
+                f"spec.overhead[{name}]",
+                _shorten(str(raw)),
+                "a Kubernetes quantity such as 500m, 2, 1Gi",
+                f"invalid quantity: {exc.reason if isinstance(exc, QuantityError) else exc}",
+            )
+
+
+def _shape_problem(pod: Any, raise_it: bool) -> QoSProblem | None:
+    from pykatalyst.api.limits import PodShapeError, check_pod
+
+    try:
+        check_pod(pod)
+    except PodShapeError as exc:
+        if raise_it:
+            raise
+        return QoSProblem("error", exc.field, exc.value, exc.accepted, exc.reason)
+    return None
+
+
+def _check(pod: Mapping[str, Any], raise_shape: bool = False) -> tuple[PodQoS, list[QoSProblem]]:
+    """The QoS and every problem; a pod that breaks the Pod schema gets that one problem
+    (or, with `raise_shape`, raises `PodShapeError`)."""
     out = _Collector()
-    if not isinstance(pod, Mapping):
-        out.error("", type(pod).__name__, "a pod or pod template object", "not an object")
+    shape = _shape_problem(pod, raise_shape)
+    if shape is not None:
+        out.problems.append(shape)
         return PodQoS(names.DEFAULT_QOS_LEVEL, Enhancements(), K8S_QOS_BEST_EFFORT), out.problems
     ann = _annotations(pod)
     level = _level(ann, out)
@@ -746,7 +866,9 @@ def _check(pod: Mapping[str, Any]) -> tuple[PodQoS, list[QoSProblem]]:
     enh = _typed_enhancements(level, maps, ann, out)
     for path, container in _all_containers(pod):
         out.problems.extend(container_resources(container, path)[2])
+    _overhead(pod, out)
     if level_ok:
+        enh = _ignored_enhancements(level, enh, out)
         _level_rules(level, enh, pod, out)
     qos_class = k8s_qos_class(pod)
     warnings = tuple(p for p in out.problems if p.severity == "warning")
@@ -770,8 +892,9 @@ def validate_pod_qos(pod: Mapping[str, Any]) -> list[QoSProblem]:
 
 
 def parse_pod_qos(pod: Mapping[str, Any]) -> PodQoS:
-    """A pod's (or pod template's) QoS; raises `QoSError` for the first problem found."""
-    qos, problems = _check(pod)
+    """A pod's (or pod template's) QoS; raises `QoSError` for the first problem found
+    (`PodShapeError`, a `QoSError`, when the pod breaks the Pod schema or its limits)."""
+    qos, problems = _check(pod, raise_shape=True)
     for problem in problems:
         if problem.severity == "error":
             raise QoSError.from_problem(problem)

@@ -71,8 +71,9 @@ class QuantityError(ValueError):
         self.value = value
         self.reason = reason
         detail = f" ({reason})" if reason else ""
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "..."
         super().__init__(
-            f"invalid quantity {value!r}{detail}: expected [+-]<number>[suffix] where number is "
+            f"invalid quantity {shown}{detail}: expected [+-]<number>[suffix] where number is "
             "digits with an optional fraction (e.g. 1, 1.5, .5) and suffix is one of "
             "n, u, m, k, M, G, T, P, E (powers of 1000), Ki, Mi, Gi, Ti, Pi, Ei "
             "(powers of 1024) or e<exponent> (e.g. 1e3, 12E-3); no spaces"
@@ -132,6 +133,9 @@ _MAX_WRITTEN_EXP: Final = 1000
 # Up to this many significant digits the API server keeps the written value as is;
 # longer or finer-than-nano values take its arbitrary-precision path, which caps.
 _FAST_DIGITS: Final = 18
+# Longer numbers are refused before any arithmetic: no quantity needs them, and reading
+# them would cost quadratic time (and hit Python's limit on integer digits).
+_MAX_DIGITS: Final = 1000
 
 
 def _ceil_div_away(numerator: int, denominator: int) -> int:
@@ -173,6 +177,8 @@ class Quantity:
         if not int_part and not frac_part:
             raise QuantityError(text, "no digits")
         suffix = m.group("suffix") or ""
+        if len(int_part) + len(frac_part) > _MAX_DIGITS or len(suffix) > _MAX_DIGITS:
+            raise QuantityError(text, f"more than {_MAX_DIGITS} digits")
         negative = m.group("sign") == "-"
         mantissa = int(int_part or "0") * 10 ** len(frac_part) + int(frac_part or "0")
         decimal_exp = -len(frac_part)

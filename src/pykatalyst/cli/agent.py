@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+import socket
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
 
-from pykatalyst.agent.agent import RESYNC_PERIOD_S, Agent
 from pykatalyst.agent.config import AgentConfig, ConfigError, load_config, reclaim_setting
-from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
+from pykatalyst.api.yamlio import load_yaml_all
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
     IN_CLUSTER_OPTION,
@@ -25,6 +24,8 @@ from pykatalyst.cli.kubeopts import (
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.protocol import ApiError, Cluster, NotFound
+from pykatalyst.runtime.agent import AGENT_PORT, build_agent, run_agent
+from pykatalyst.runtime.host import Endpoint, ServeError
 from pykatalyst.topology.machine import CPUTopology
 
 NO_CGROUP_NOTE = (
@@ -41,7 +42,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 def load_pods(path: Path) -> list[dict[str, Any]]:
     """Pods from a YAML file: documents that are Pods, or Lists of them."""
     try:
-        docs = list(yaml.safe_load_all(path.read_text()))
+        docs = load_yaml_all(path.read_text(), str(path))
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -107,7 +108,14 @@ def _summary(plan: AgentPlan) -> str:
 
 
 def agent(
-    node: Annotated[str, typer.Option("--node", help="This node's name.")],
+    node: Annotated[
+        str | None,
+        typer.Option(
+            "--node",
+            envvar="NODE_NAME",
+            help="This node's name (default: $NODE_NAME, then the hostname, as the kubelet's).",
+        ),
+    ] = None,
     pods: Annotated[
         Path | None,
         typer.Option(help="YAML file of pods to create on the embedded cluster, bound here."),
@@ -127,11 +135,30 @@ def agent(
         Path | None,
         typer.Option("--host-root", help="Read sysfs, /proc and cgroups under this directory."),
     ] = None,
+    port: Annotated[
+        int,
+        typer.Option(
+            "--port",
+            min=0,
+            max=65535,
+            help=f"Serve /healthz, /readyz and /metrics on this port (0: not at all; "
+            f"Katalyst's agent port is {AGENT_PORT}). Not served with --once.",
+        ),
+    ] = AGENT_PORT,
+    bind_address: Annotated[
+        str,
+        typer.Option(
+            "--bind-address",
+            help="Address of the health and metrics server (0.0.0.0: every interface, "
+            "so the kubelet's probes and Prometheus reach it on the pod IP).",
+        ),
+    ] = "0.0.0.0",
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
 ) -> None:
     """Run the node agent: pools, cpusets, headroom and reporting for NODE."""
+    node = node or socket.gethostname().lower()
     try:
         cfg: AgentConfig = load_config(config)
     except ConfigError as exc:
@@ -164,35 +191,23 @@ def agent(
             checkpoint.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _fail(f"checkpoint_path {checkpoint}: {exc}") from None
-    # Trust the enforcer's own writes between the agent's drift resyncs.
-    enforcer = Enforcer(host, checkpoint, clock, verify_period_s=RESYNC_PERIOD_S)
-    from pykatalyst.agent.eviction import EvictionStage
-
-    # The file's eviction section is the base; the AdminQoSConfiguration's evictionConfig
-    # is overlaid on it every config_ttl_s inside the stage.
-    eviction = EvictionStage(
-        node,
-        cluster,
-        cfg.eviction,
-        records_path=cfg.eviction.records_path,
-        dry_run=dry_run,
-        admin_qos=cfg.admin_qos_config,
-        config_ttl_s=cfg.config_ttl_s,
-    )
-    runner = Agent(
-        node, cluster, host, clock, cfg, enforcer, eviction_stages=[eviction], dry_run=dry_run
-    )
+    runner = build_agent(node, cluster, host, clock, cfg, checkpoint, dry_run=dry_run)
     for note in notes:
         print_message(f"note: {note}", stderr=True)
+    endpoint = Endpoint("metrics", bind_address, port) if port else None
     try:
-        while True:
-            plan = runner.reconcile(clock.now())
-            _print_plan(plan, output, notes)
-            if once:
-                return
-            time.sleep(cfg.period_s)
-    except KeyboardInterrupt:
-        return
+        code = run_agent(
+            runner,
+            clock,
+            period_s=cfg.period_s,
+            once=once,
+            show=lambda plan: _print_plan(plan, output, notes),
+            endpoint=endpoint,
+        )
+    except ServeError as exc:
+        raise _fail(f"--port {port}: {exc}") from None
+    if code:
+        raise typer.Exit(code)
 
 
 def _print_plan(plan: AgentPlan, output: OutputFormat, notes: list[str]) -> None:

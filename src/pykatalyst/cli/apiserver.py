@@ -4,11 +4,9 @@ test server: no authentication, no TLS."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 import os
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -18,11 +16,14 @@ import typer
 import yaml
 
 from pykatalyst.api.names import CRD
+from pykatalyst.api.yamlio import load_yaml_all
 from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.http import ApiServer, kubeconfig_for
+from pykatalyst.cluster.http import kubeconfig_for
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import AlreadyExists, ApiError
+from pykatalyst.runtime.apiserver import ApiServer
+from pykatalyst.runtime.host import ServeError
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -86,7 +87,7 @@ def install_crds(cluster: MemoryCluster, path: Path) -> list[str]:
     created: list[str] = []
     for file in files:
         try:
-            docs = list(yaml.safe_load_all(file.read_text()))
+            docs = load_yaml_all(file.read_text(), str(file))
         except (OSError, yaml.YAMLError) as exc:
             raise ValueError(f"--crds {file}: {exc}") from None
         for doc in docs:
@@ -162,16 +163,10 @@ def apiserver(
         print_message(f"try: kubectl --server {server.url} get pods,nodes -A")
         sys.stdout.flush()
 
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, server.request_stop)
-        await server.serve(ready)
-
     try:
-        asyncio.run(run())
-    except OSError as exc:
-        print_message(f"error: cannot serve on {listen}: {exc}", stderr=True)
+        server.run(ready)
+    except ServeError as exc:
+        print_message(f"error: --listen {listen}: {exc}", stderr=True)
         raise typer.Exit(1) from None
     if state is not None:
         save_state(cluster, state)

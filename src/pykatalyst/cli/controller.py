@@ -1,36 +1,27 @@
 """`katalyst controller`: the cluster-wide backstop for nodes whose agent went silent.
 
-Several replicas may run; a coordination.k8s.io Lease picks the one that acts. A replica
-that loses the lease exits (like kube-controller-manager) so that it comes back as a clean
-follower instead of acting on caches built while it led.
+Option parsing and printing; the runner (leader election, the backstop ticker, metrics and
+health endpoints, shutdown) is `runtime.controller`.
 """
 
 from __future__ import annotations
 
-import signal
 import socket
 import sys
-import threading
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from prometheus_client import CollectorRegistry, Gauge
 
 from pykatalyst.api import duration, names
 from pykatalyst.cli.kubeopts import ContextArg, InClusterArg, KubeconfigArg, cluster_from_options
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import Clock, RealClock
-from pykatalyst.cluster.protocol import ApiError, Cluster
-from pykatalyst.controllers.backstop import (
-    BackstopConfig,
-    BackstopController,
-    BackstopPlan,
-    BackstopResult,
-)
-from pykatalyst.runtime.leader import LeaderConfig, LeaderElector, LeaderState
+from pykatalyst.controllers.backstop import BackstopConfig
+from pykatalyst.runtime.controller import ControllerRunner, StepReport
+from pykatalyst.runtime.host import Endpoint, ServeError
+from pykatalyst.runtime.leader import LeaderConfig, LeaderElector
 
 _LEASE_FLAGS = {
     "lease_duration_s": "--lease-duration",
@@ -46,130 +37,6 @@ def parse_duration(text: str, option: str) -> float:
         return duration.parse_duration(text)
     except duration.DurationError as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
-
-
-@dataclass(frozen=True, slots=True)
-class StepReport:
-    """One wake-up of the controller: the election round (None without leader election),
-    the backstop's plan and what applying it did (None when it did not run), the cluster
-    error that stopped the backstop this time (retried next period), and when the next
-    wake-up is due."""
-
-    time: float
-    leader: LeaderState | None
-    plan: BackstopPlan | None
-    result: BackstopResult | None
-    next_wake: float
-    error: str | None = None
-
-    @property
-    def lost_leadership(self) -> bool:
-        return self.leader is not None and self.leader.lost_leadership
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"time": self.time}
-        if self.leader is not None:
-            out["leader"] = self.leader.to_json()
-        if self.plan is not None:
-            out["plan"] = self.plan.to_json()
-        if self.result is not None:
-            out["result"] = self.result.to_json()
-        if self.error is not None:
-            out["error"] = self.error
-        return out
-
-
-class ControllerRunner:
-    """Wakes on `step(now)`: renews (or waits for) the lease every retry period and runs
-    the backstop every `period_s` while it leads. Time comes from the caller."""
-
-    def __init__(
-        self,
-        cluster: Cluster,
-        config: BackstopConfig,
-        *,
-        period_s: float,
-        elector: LeaderElector | None = None,
-        registry: CollectorRegistry | None = None,
-        records_path: Path | None = None,
-    ) -> None:
-        if period_s <= 0:
-            raise ValueError(f"period_s: must be positive, got {period_s}")
-        self.cluster = cluster
-        self.config = config
-        self.period_s = period_s
-        self.elector = elector
-        self.registry = registry if registry is not None else CollectorRegistry()
-        self.records_path = records_path
-        self.backstop: BackstopController | None = None
-        self._next_reconcile: float | None = None
-        self._next_lease: float | None = None
-        self._leader_state: LeaderState | None = None
-        self._leader_gauge = Gauge(
-            "katalyst_controller_leader",
-            "1 while this replica holds the controller lease and acts, else 0.",
-            registry=self.registry,
-        )
-        self._last_reconcile = Gauge(
-            "katalyst_controller_last_reconcile_timestamp_seconds",
-            "When the backstop last reconciled (seconds since the epoch).",
-            registry=self.registry,
-        )
-
-    def step(self, now: float) -> StepReport:
-        leader: LeaderState | None = None
-        if self.elector is not None:
-            if self._next_lease is None or now >= self._next_lease:
-                leader = self.elector.tick(now)
-                self._leader_state = leader
-                self._next_lease = now + self.elector.config.retry_period_s
-            leading = self.elector.leading(now)
-            last = self._leader_state
-            if not leading and leader is None and last is not None and last.leading:
-                # The renew deadline passed between rounds: say so now, not at the next.
-                leader = LeaderState(
-                    now,
-                    False,
-                    self.elector.holder,
-                    "error",
-                    "renew deadline passed without a successful renewal",
-                    lost_leadership=True,
-                )
-                self._leader_state = leader
-        else:
-            leading = True
-        self._leader_gauge.set(1 if leading else 0)
-        plan: BackstopPlan | None = None
-        result: BackstopResult | None = None
-        error: str | None = None
-        if leading:
-            if self.backstop is None:
-                self.backstop = BackstopController(
-                    self.cluster,
-                    self.config,
-                    registry=self.registry,
-                    records_path=self.records_path,
-                )
-            if self._next_reconcile is None or now >= self._next_reconcile:
-                # A failed reconcile waits for the next period like a good one: the lease
-                # keeps being renewed in between, so a flaky API costs no leadership.
-                self._next_reconcile = now + self.period_s
-                try:
-                    plan, result = self.backstop.run(now)
-                except ApiError as exc:
-                    error = f"backstop: {exc}"
-                else:
-                    self._last_reconcile.set(now)
-        wakes = [
-            t
-            for t in (self._next_reconcile if leading else None, self._next_lease)
-            if t is not None
-        ]
-        next_wake = min(wakes) if wakes else now + self.period_s
-        return StepReport(now, leader, plan, result, max(next_wake, now), error)
-
-    def release(self, now: float) -> bool:
-        return self.elector.release(now) if self.elector is not None else False
 
 
 class _Printer:
@@ -382,65 +249,25 @@ def controller(
         )
     elif leader_cfg is not None and dry_run:
         print_message("note: --dry-run changes nothing, so it acts without the lease", stderr=True)
-    registry = CollectorRegistry()
     runner = ControllerRunner(
-        cluster, cfg, period_s=period_s, elector=elector, registry=registry, records_path=records
+        cluster, cfg, period_s=period_s, elector=elector, records_path=records, clock=clock
     )
-    if metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        try:
-            start_http_server(metrics_port, registry=registry)
-        except OSError as exc:
-            print_message(f"error: --metrics-port {metrics_port}: {exc}", stderr=True)
-            raise typer.Exit(2) from None
+    metrics = None if metrics_port is None else Endpoint("metrics", "0.0.0.0", metrics_port)
     print_message(
         f"katalyst controller: taint after {taint_s:g}s, evict after {evict_s:g}s of agent "
         f"silence, every {period_s:g}s{' (dry run)' if dry_run else ''}",
         stderr=output is OutputFormat.JSON,
     )
-    raise typer.Exit(_loop(runner, clock, once=once, output=output))
 
+    def notify(text: str, failure: bool) -> None:
+        print_message(text, stderr=failure or output is OutputFormat.JSON)
 
-def _loop(runner: ControllerRunner, clock: Clock, *, once: bool, output: OutputFormat) -> int:
-    show = _Printer(output, runner.config)
-    stop = threading.Event()
-    previous: Any = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    code = 0
     try:
-        while not stop.is_set():
-            report = runner.step(clock.now())
-            show(report)
-            if report.error is not None:
-                print_message(f"error: {report.error}", stderr=True)
-                if once:
-                    return 1
-            if report.lost_leadership:
-                print_message(
-                    "lost the controller lease: exiting so that a fresh start follows",
-                    stderr=True,
-                )
-                return 1
-            if once and report.plan is not None:
-                break
-            st = report.leader
-            if once and runner.elector is not None and st is not None and not st.leading:
-                if st.action == "error":
-                    print_message(f"error: leader election: {st.message}", stderr=True)
-                    return 1
-                print_message(f"not the leader ({st.message}): nothing done", stderr=True)
-                return 3
-            stop.wait(max(0.0, report.next_wake - clock.now()))
-    except KeyboardInterrupt:
-        code = 0
-    finally:
-        if runner.release(clock.now()):
-            print_message("leader election: lease released", stderr=output is OutputFormat.JSON)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    return code
+        code = runner.run(once=once, show=_Printer(output, cfg), notify=notify, metrics=metrics)
+    except ServeError as exc:
+        print_message(f"error: --metrics-port {metrics_port}: {exc}", stderr=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,37 +1,80 @@
-"""`katalyst explain`: why a pod was evicted (or a node tainted), from the decision records.
+"""`katalyst explain`: why the system did what it did, from a cluster or from files.
 
-Two sources, usable together:
-- `--records FILE`: the JSON-lines records an agent or the backstop controller writes
-  (their `records_path`), with every term: signal, observed value, threshold, window,
-  grace period and the ranking that chose the victim;
-- `--events FILE`: Kubernetes Events as JSON (`kubectl get events -o json`), for a
-  cluster where only the Events are at hand; their messages carry the same explanation.
+- `katalyst explain node N` and `katalyst explain pod NS/NAME` read a running cluster
+  (`--kubeconfig PATH`, `--in-cluster`, or kubectl's default kubeconfig): the node's
+  CustomNodeResource, configuration, taints and Events; the pod's QoS, cpus and Events
+  (explain_cluster.py, explain_pod.py).
+- `katalyst explain --records FILE --events FILE` reads files: the JSON-lines decision
+  records an agent or the backstop writes (`records_path`), with every term (signal,
+  observed value, threshold, window, grace period, the ranking that chose the victim),
+  and Kubernetes Events as JSON (`kubectl get events -o json`).
+
+One typer group holds both: the file options belong to the group itself, which runs
+when no subcommand is given, so the file form keeps working as it always did.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from pykatalyst.api import names
 from pykatalyst.api.records import DecisionRecord, filter_records, read_records
+from pykatalyst.cli.explain_cluster import EVENT_LIMIT, ExplainError, explain_node
+from pykatalyst.cli.explain_events import records_from_event_items
+from pykatalyst.cli.explain_pod import explain_pod, split_key
+from pykatalyst.cli.explain_render import print_node, print_pod
+from pykatalyst.cli.kubeopts import ContextArg, InClusterArg, cluster_from_options
 from pykatalyst.cli.output import OutputFormat, print_json, print_message, print_table
-from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
+from pykatalyst.cluster.clock import Clock, RealClock
+from pykatalyst.cluster.memory import rfc3339
+from pykatalyst.cluster.protocol import ApiError, Cluster
 
-# Event reasons written by the eviction manager and the backstop.
-EXPLAINED_REASONS = {
-    names.EVENT_REASON_EVICT_CREATED: "eviction",
-    names.EVENT_REASON_EVICT_SUCCEEDED: "eviction-succeeded",
-    names.EVENT_REASON_EVICT_FAILED: "eviction-failed",
-    "ConditionSet": "condition-set",
-    "ConditionCleared": "condition-cleared",
-    "AgentSilent": "backstop-taint",
-    "AgentBack": "backstop-untaint",
-}
-PLUGIN_MARK = "from plugin: "
+FILE_OPTIONS_HELP = "File form (no subcommand): "
+EXPLAIN_HELP = (
+    "Show why pods were placed, evicted or left pending, and what a node publishes.\n\n"
+    "On a cluster: `katalyst explain node NAME` and `katalyst explain pod NAMESPACE/NAME` "
+    "(each with --kubeconfig PATH or --in-cluster; see their --help).\n\n"
+    "From files, with no subcommand: `katalyst explain --records FILE --events FILE`, each "
+    "eviction or condition with its plugin, signal, value, threshold, window and the "
+    "ranking behind each victim.\n\n"
+    "Both forms live under this one command: the file options belong to it and apply only "
+    "when no subcommand is given, so scripts written for the file form keep working."
+)
+NODE_HELP = (
+    "Explain a node: reclaimed capacity and its terms, NUMA zones, cpu pools, agent health, "
+    "taints, configuration, Events.\n\n"
+    "Read from the node's CustomNodeResource (as its agent wrote it), its CustomNodeConfig "
+    "and the AdminQoSConfiguration that names, and the Events about the node or written "
+    "from it by pykatalyst. Exits 1 when the node or its CustomNodeResource is missing."
+)
+POD_HELP = (
+    "Explain a pod: its QoS, the node, pool and cpus it got and why, its Events, and why "
+    "it is Pending.\n\n"
+    "The QoS is read as `katalyst validate` reads it; the pool and cpus come from the "
+    "node's CustomNodeResource; evictions come with their plugin; a Pending pod shows the "
+    "scheduler's last FailedScheduling reasons (0/N nodes are available: ...). Exits 1 "
+    "when the pod is missing."
+)
+_KUBECONFIG_HELP = (
+    "Read the cluster of this kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)."
+)
+ExplainKubeconfigArg = Annotated[
+    Path | None, typer.Option("--kubeconfig", metavar="PATH", help=_KUBECONFIG_HELP)
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainSource:
+    """The cluster and clock `explain node|pod` read; given as the typer context's `obj`
+    (tests pass one to CliRunner.invoke), else made from the cluster options."""
+
+    cluster: Cluster
+    clock: Clock
 
 
 def records_from_events(path: Path) -> list[DecisionRecord]:
@@ -47,49 +90,7 @@ def records_from_events(path: Path) -> list[DecisionRecord]:
             raise ValueError(f"{path}: neither JSON nor JSON lines: {exc.msg}") from None
     if not isinstance(items, list):
         raise ValueError(f"{path}: expected a list of Events")
-    out = []
-    for ev in items:
-        if not isinstance(ev, dict):
-            continue
-        reason = str(ev.get("reason", ""))
-        kind = EXPLAINED_REASONS.get(reason)
-        source = ev.get("source") or {}
-        component = str(source.get("component", ""))
-        if kind is None or component not in (names.AGENT_COMPONENT, names.CONTROLLER_COMPONENT):
-            continue
-        obj = ev.get("involvedObject") or {}
-        message = str(ev.get("message", ""))
-        if component == names.CONTROLLER_COMPONENT and kind == "eviction":
-            kind = "backstop-eviction"
-        plugin = "backstop" if kind.startswith("backstop") else ""
-        if PLUGIN_MARK in message:
-            plugin = message.split(PLUGIN_MARK, 1)[1].split(".", 1)[0].split()[0]
-        elif " set by " in message:
-            plugin = message.split(" set by ", 1)[1].split(":", 1)[0]
-        stamp = ev.get("lastTimestamp") or ev.get("firstTimestamp") or ev.get("eventTime")
-        try:
-            when = parse_rfc3339(str(stamp)) if stamp else 0.0
-        except ValueError:
-            when = 0.0
-        obj_kind = str(obj.get("kind", ""))
-        key = str(obj.get("name", ""))
-        if obj_kind == names.POD.kind and obj.get("namespace"):
-            key = f"{obj['namespace']}/{key}"
-        node = str(source.get("host", "")) or (key if obj_kind == names.NODE.kind else "")
-        out.append(
-            DecisionRecord(
-                time=when,
-                node=node,
-                kind=kind,
-                plugin=plugin,
-                reason=reason,
-                message=message,
-                object_kind=obj_kind,
-                object_key=key,
-                object_uid=str(obj.get("uid", "")),
-            )
-        )
-    return out
+    return records_from_event_items(items)
 
 
 def _value(r: DecisionRecord) -> str:
@@ -100,26 +101,56 @@ def _value(r: DecisionRecord) -> str:
 
 
 def explain(
+    ctx: typer.Context,
     records: list[Path] = typer.Option(  # noqa: B008 - typer reads options from defaults
-        [], "--records", help="JSON-lines decision records written by an agent or controller."
+        [],
+        "--records",
+        help=FILE_OPTIONS_HELP + "JSON-lines decision records written by an agent or controller.",
     ),
     events: list[Path] = typer.Option(  # noqa: B008
-        [], "--events", help="Events as JSON, e.g. from `kubectl get events -o json`."
+        [],
+        "--events",
+        help=FILE_OPTIONS_HELP + "Events as JSON, e.g. from `kubectl get events -o json`.",
     ),
-    pod: str | None = typer.Option(None, "--pod", help="Only this pod (namespace/name or uid)."),
-    node: str | None = typer.Option(None, "--node", help="Only this node."),
-    plugin: str | None = typer.Option(None, "--plugin", help="Only this eviction plugin."),
+    pod: str | None = typer.Option(
+        None, "--pod", help=FILE_OPTIONS_HELP + "only this pod (namespace/name or uid)."
+    ),
+    node: str | None = typer.Option(None, "--node", help=FILE_OPTIONS_HELP + "only this node."),
+    plugin: str | None = typer.Option(
+        None, "--plugin", help=FILE_OPTIONS_HELP + "only this eviction plugin."
+    ),
     output: OutputFormat = typer.Option(  # noqa: B008
-        OutputFormat.TABLE, "--output", "-o", help="table or json."
+        OutputFormat.TABLE, "--output", "-o", help=FILE_OPTIONS_HELP + "table or json."
     ),
 ) -> None:
-    """Show why pods were evicted and nodes tainted.
-
-    For each decision: plugin, signal, value, threshold, window and the ranking behind
-    each victim."""
+    """The group's own run: the file form, when no subcommand is given (EXPLAIN_HELP)."""
+    if ctx.invoked_subcommand is not None:
+        if records or events or pod or node or plugin:
+            print_message(
+                "error: --records/--events/--pod/--node/--plugin are the file form's options: "
+                f"give them without the {ctx.invoked_subcommand!r} subcommand",
+                stderr=True,
+            )
+            raise typer.Exit(code=2)
+        return
     if not records and not events:
-        print_message("error: give --records FILE and/or --events FILE", stderr=True)
+        print_message(
+            "error: give --records FILE and/or --events FILE, or explain a live object: "
+            "`katalyst explain node NAME` / `katalyst explain pod NAMESPACE/NAME`",
+            stderr=True,
+        )
         raise typer.Exit(code=2)
+    explain_files(records, events, pod, node, plugin, output)
+
+
+def explain_files(
+    records: list[Path],
+    events: list[Path],
+    pod: str | None,
+    node: str | None,
+    plugin: str | None,
+    output: OutputFormat,
+) -> None:
     found: list[DecisionRecord] = []
     try:
         for path in records:
@@ -159,5 +190,88 @@ def explain(
     )
 
 
+def default_kubeconfig() -> Path | None:
+    """kubectl's: the first file of $KUBECONFIG, else ~/.kube/config, when it exists."""
+    env = os.environ.get("KUBECONFIG", "")
+    candidates = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
+    candidates.append(Path("~/.kube/config").expanduser())
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def _source(
+    ctx: typer.Context, kubeconfig: Path | None, in_cluster: bool, context: str | None
+) -> ExplainSource:
+    if isinstance(ctx.obj, ExplainSource):
+        return ctx.obj
+    if kubeconfig is None and not in_cluster:
+        kubeconfig = default_kubeconfig()
+        if kubeconfig is None:
+            print_message(
+                "error: no cluster to read: give --kubeconfig PATH or --in-cluster "
+                "(no $KUBECONFIG and no ~/.kube/config)",
+                stderr=True,
+            )
+            raise typer.Exit(code=2)
+    clock = RealClock()
+    return ExplainSource(cluster_from_options(kubeconfig, in_cluster, context, clock), clock)
+
+
+OutputArg = Annotated[
+    OutputFormat, typer.Option("--output", "-o", help="table or json (keys: docs/explain.md).")
+]
+LimitArg = Annotated[
+    int, typer.Option("--events-limit", min=0, help="Show this many recent Events (0: all).")
+]
+
+
+def explain_node_command(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., metavar="NODE", help="The node's name."),
+    kubeconfig: ExplainKubeconfigArg = None,
+    in_cluster: InClusterArg = False,
+    context: ContextArg = None,
+    output: OutputArg = OutputFormat.TABLE,
+    limit: LimitArg = EVENT_LIMIT,
+) -> None:
+    """`katalyst explain node NAME` (NODE_HELP)."""
+    src = _source(ctx, kubeconfig, in_cluster, context)
+    try:
+        report = explain_node(src.cluster, name, src.clock.now(), limit)
+    except (ExplainError, ApiError) as exc:
+        print_message(f"error: {exc}", stderr=True)
+        raise typer.Exit(code=1) from None
+    if output == OutputFormat.JSON:
+        print_json(report)
+    else:
+        print_node(report)
+
+
+def explain_pod_command(
+    ctx: typer.Context,
+    key: str = typer.Argument(..., metavar="NAMESPACE/NAME", help="The pod."),
+    kubeconfig: ExplainKubeconfigArg = None,
+    in_cluster: InClusterArg = False,
+    context: ContextArg = None,
+    output: OutputArg = OutputFormat.TABLE,
+    limit: LimitArg = EVENT_LIMIT,
+) -> None:
+    """`katalyst explain pod NAMESPACE/NAME` (POD_HELP)."""
+    src = _source(ctx, kubeconfig, in_cluster, context)
+    try:
+        namespace, name = split_key(key)
+        report = explain_pod(src.cluster, namespace, name, src.clock.now(), limit)
+    except (ExplainError, ApiError) as exc:
+        print_message(f"error: {exc}", stderr=True)
+        raise typer.Exit(code=1) from None
+    if output == OutputFormat.JSON:
+        print_json(report)
+    else:
+        print_pod(report)
+
+
 def register(app: typer.Typer) -> None:
-    app.command("explain")(explain)
+    group = typer.Typer(name="explain", invoke_without_command=True, pretty_exceptions_enable=False)
+    group.callback(help=EXPLAIN_HELP)(explain)
+    group.command("node", help=NODE_HELP)(explain_node_command)
+    group.command("pod", help=POD_HELP)(explain_pod_command)
+    app.add_typer(group, name="explain")

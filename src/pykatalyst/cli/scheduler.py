@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import gc
 import logging
-import signal
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -19,14 +14,21 @@ from pykatalyst.cli.kubeopts import (
     cluster_from_options,
 )
 from pykatalyst.cli.output import print_message
-from pykatalyst.cluster.clock import Clock, RealClock
+from pykatalyst.cluster.clock import RealClock
+from pykatalyst.runtime.host import ServeError
+from pykatalyst.runtime.scheduler import run_scheduler
 from pykatalyst.scheduler.config import (
     SchedulerConfig,
     SchedulerConfigError,
     default_config,
     load_config,
 )
+from pykatalyst.scheduler.extender import ExtenderService
 from pykatalyst.scheduler.scheduler import ScheduleOutcome, Scheduler
+
+# The extender has no authentication: it listens beyond this machine only when told to
+# (deploy/extender passes --listen=0.0.0.0:8888 behind its Service).
+DEFAULT_EXTENDER_LISTEN = "127.0.0.1:8888"
 
 log = logging.getLogger("pykatalyst.scheduler")
 
@@ -51,61 +53,10 @@ def _parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():
         print_message(
-            f"error: --listen {listen!r}: expected HOST:PORT (e.g. 0.0.0.0:8888)", stderr=True
+            f"error: --listen {listen!r}: expected HOST:PORT (e.g. 127.0.0.1:8888)", stderr=True
         )
         raise typer.Exit(code=2)
-    return host or "0.0.0.0", int(port)
-
-
-async def _serve(
-    sched: Scheduler,
-    clock: Clock,
-    *,
-    schedule: bool,
-    listen: str | None,
-    profile: str | None,
-    interval: float,
-    max_seconds: float | None,
-) -> None:
-    runner: Any = None
-    if listen is not None:
-        from aiohttp import web
-
-        from pykatalyst.scheduler.extender import ExtenderService, make_app
-
-        try:
-            service = ExtenderService(sched, profile)
-        except ValueError as exc:
-            print_message(f"error: {exc}", stderr=True)
-            raise typer.Exit(code=1) from None
-        host, port = _parse_listen(listen)
-        runner = web.AppRunner(make_app(service, clock.now))
-        await runner.setup()
-        await web.TCPSite(runner, host, port).start()
-        print_message(f"extender listening on http://{host}:{port} (filter, prioritize, bind)")
-    start = clock.now()
-    sched.sync(start)
-    # The first sync built the long-lived caches: keep the collector from re-walking them.
-    gc.collect()
-    gc.freeze()
-    stop = asyncio.Event()
-    with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    try:
-        while not stop.is_set():
-            now = clock.now()
-            if schedule:
-                for outcome in sched.run_until_idle(now):
-                    _report(outcome)
-            else:
-                sched.sync(now)
-            if max_seconds is not None and clock.now() - start >= max_seconds:
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=interval)
-    finally:
-        if runner is not None:
-            await runner.cleanup()
+    return host or "127.0.0.1", int(port)
 
 
 def scheduler(
@@ -121,8 +72,12 @@ def scheduler(
     extender: bool = typer.Option(
         False, "--extender", help="Serve the kube-scheduler extender protocol instead."
     ),
-    listen: str = typer.Option(
-        "0.0.0.0:8888", "--listen", metavar="HOST:PORT", help="Where the extender listens."
+    listen: str | None = typer.Option(
+        None,
+        "--listen",
+        metavar="HOST:PORT",
+        help="Where the extender (default 127.0.0.1:8888), or the standalone scheduler's "
+        "/healthz, /readyz and /metrics (default: not served), listen.",
     ),
     profile: str | None = typer.Option(
         None, "--profile", help="The profile (schedulerName) the extender uses."
@@ -153,21 +108,40 @@ def scheduler(
             stderr=True,
         )
     sched = Scheduler(cluster, cfg)
+    service: ExtenderService | None = None
+    if extender:
+        try:
+            service = ExtenderService(sched, profile)
+        except ValueError as exc:
+            print_message(f"error: {exc}", stderr=True)
+            raise typer.Exit(code=1) from None
+        listen = listen or DEFAULT_EXTENDER_LISTEN
+    address = _parse_listen(listen) if listen is not None else None
     names_ = ", ".join(p.scheduler_name for p in cfg.profiles)
     mode = "extender" if extender else f"scheduling pods of {names_}"
     print_message(f"katalyst scheduler: {mode}")
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(
-            _serve(
-                sched,
-                clock,
-                schedule=not extender,
-                listen=listen if extender else None,
-                profile=profile,
-                interval=interval,
-                max_seconds=max_seconds,
-            )
+
+    def listening() -> None:
+        if address is not None:
+            what = "extender listening" if extender else "listening"
+            verbs = "filter, prioritize, bind" if extender else "healthz, readyz, metrics"
+            print_message(f"{what} on http://{address[0]}:{address[1]} ({verbs})")
+
+    try:
+        run_scheduler(
+            sched,
+            clock,
+            interval_s=interval,
+            schedule=not extender,
+            report=_report,
+            extender=service,
+            listen=address,
+            on_ready=listening,
+            max_seconds=max_seconds,
         )
+    except ServeError as exc:
+        print_message(f"error: --listen {listen}: {exc}", stderr=True)
+        raise typer.Exit(code=2) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -17,6 +17,7 @@ from rich.progress import (
 )
 
 from pykatalyst.cli.output import console, print_message
+from pykatalyst.extras import MissingExtra, require
 from pykatalyst.sim.report import write_report
 from pykatalyst.sim.scenario import Scenario, ScenarioError, load_scenario
 from pykatalyst.sim.simulate import SimulationResult, simulate
@@ -30,6 +31,11 @@ def demo_scenario_path() -> Path:
 
 
 def _run(scenario: Scenario, out: Path, seed: int | None, quiet: bool) -> SimulationResult:
+    try:  # before hours of simulation, not after
+        require("matplotlib", "sim", "the simulator's charts")
+    except MissingExtra as exc:
+        print_message(f"error: {exc}", stderr=True)
+        raise typer.Exit(2) from None
     con = console(stderr=True)
     steps = scenario.steps
     with Progress(

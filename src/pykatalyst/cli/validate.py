@@ -67,6 +67,7 @@ class Report:
     skipped: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     configs: list[dict[str, Any]] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
 
     def errors(self, strict: bool) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error" or strict]
@@ -74,6 +75,7 @@ class Report:
     def to_json(self, strict: bool) -> dict[str, Any]:
         return {
             "valid": not self.errors(strict),
+            "files": self.files,
             "pods": self.pods,
             "skipped": self.skipped,
             "configs": self.configs,
@@ -182,25 +184,43 @@ def _check_document(doc: Document, report: Report) -> None:
     report.pods.append(_template_entry(template, qos))
 
 
+def _files(paths: list[Path], report: Report) -> list[Path]:
+    """Every manifest file named or found; a missing path is a finding, not the end."""
+    files: list[Path] = []
+    for path in paths:
+        try:
+            files.extend(find_manifest_files([path]))
+        except ManifestError as exc:
+            report.findings.append(
+                Finding("error", str(exc.path), "", "", None, "a file or folder", exc.reason)
+            )
+            report.files.append({"file": str(exc.path), "documents": 0, "valid": False})
+    return files
+
+
 def build_report(paths: list[Path]) -> Report:
+    """Check every file: a file that cannot be read is reported and the others still are."""
     report = Report()
-    try:
-        files = find_manifest_files(paths)
-    except ManifestError as exc:
-        report.findings.append(
-            Finding("error", str(exc.path), "", "", None, "a file or folder", exc.reason)
-        )
-        return report
-    for path in files:
+    for path in _files(paths, report):
+        before = len(report.findings)
         try:
             docs = load_documents(path)
         except ManifestError as exc:
             report.findings.append(
                 Finding("error", str(path), "", "", None, "", exc.reason, line=exc.line)
             )
-            continue
+            docs = []
         for doc in docs:
             _check_document(doc, report)
+        found = report.findings[before:]
+        report.files.append(
+            {
+                "file": str(path),
+                "documents": len(docs),
+                "valid": not any(f.severity == "error" for f in found),
+                "warnings": sum(f.severity == "warning" for f in found),
+            }
+        )
     return report
 
 
@@ -252,6 +272,13 @@ def print_report(report: Report, strict: bool) -> None:
         print_message(
             f"{label}: {finding}", stderr=True, style="red" if label == "error" else "yellow"
         )
+    invalid = [f["file"] for f in report.files if not f["valid"]]
+    print_message(
+        f"checked {len(report.files)} file(s): {len(report.files) - len(invalid)} valid, "
+        f"{len(invalid)} with errors" + (f" ({', '.join(invalid)})" if invalid else ""),
+        stderr=True,
+        style="dim",
+    )
 
 
 def validate(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pykatalyst.cluster.clock import Clock, RealClock
 from pykatalyst.cluster.protocol import Cluster
+from pykatalyst.extras import MissingExtra, require
 
 
 class ConnectError(ValueError):
@@ -35,6 +36,10 @@ def connect(
         from pykatalyst.cluster.memory import MemoryCluster
 
         return MemoryCluster(clock=clock if clock is not None else RealClock())
+    try:
+        require("kubernetes", "kube", "--kubeconfig/--in-cluster (a real cluster)")
+    except MissingExtra as exc:
+        raise ConnectError(str(exc)) from None
     from pykatalyst.cluster.kube import DEFAULT_BURST, DEFAULT_QPS, KubeCluster, KubeConfigError
 
     limits = {

@@ -16,7 +16,6 @@ import functools
 import json
 import logging
 import re
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from aiohttp import web
 
 from pykatalyst import __version__
 from pykatalyst.api.names import CRD, Kind
+from pykatalyst.api.yamlio import load_yaml
 from pykatalyst.cluster.memory import MemoryCluster, parse_rfc3339, resource_name
 from pykatalyst.cluster.protocol import (
     JSON,
@@ -477,7 +477,12 @@ class _Target:
 class ApiServerApp:
     """The aiohttp application serving one MemoryCluster."""
 
-    def __init__(self, cluster: MemoryCluster, max_watches: int = 256) -> None:
+    def __init__(
+        self,
+        cluster: MemoryCluster,
+        max_watches: int = 256,
+        routes: Iterable[web.RouteDef] = (),
+    ) -> None:
         self.cluster = cluster
         # Store calls, and the waits of open watches, run in these threads, never on the
         # event loop: a watch holds one thread while it waits for events.
@@ -485,6 +490,8 @@ class ApiServerApp:
         self._watches: set[Any] = set()
         self._stopping = False
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        # Routes of the process serving this app (health, metrics) come before the API's.
+        self.app.router.add_routes(list(routes))
         self.app.router.add_route("*", "/{path:.*}", self._dispatch)
         self.app.on_shutdown.append(self._on_shutdown)
 
@@ -776,7 +783,7 @@ class ApiServerApp:
             )
         try:
             if "yaml" in request.content_type:
-                return yaml.safe_load(raw)
+                return load_yaml(raw, "the request body")
             return json.loads(raw)
         except (ValueError, yaml.YAMLError) as e:
             raise BadRequest(f"the request body is not valid JSON: {e}") from None
@@ -908,113 +915,7 @@ def _target_name(binding: Any) -> str:
     return name
 
 
-# --- running it -----------------------------------------------------------------------------
-
-
-class ApiServer:
-    """Serves a MemoryCluster on a background thread: the embedded API server of tests and
-    of local runs. `url` is ready once `start()` returns."""
-
-    def __init__(
-        self,
-        cluster: MemoryCluster,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        bookmark_seconds: float = 60.0,
-        finalize_pods: bool = False,
-    ) -> None:
-        self.cluster = cluster
-        self.host = host
-        self.port = port
-        self.bookmark_seconds = bookmark_seconds
-        self.finalize_pods = finalize_pods
-        self.url = ""
-        self._app = ApiServerApp(cluster)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
-
-    def start(self) -> str:
-        self._thread = threading.Thread(target=self._run, name="apiserver", daemon=True)
-        self._thread.start()
-        self._ready.wait(30)
-        if self._error is not None:
-            raise self._error
-        return self.url
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self.serve(ready=self._ready.set))
-        except BaseException as e:  # reported to the thread that called start()
-            self._error = e
-            self._ready.set()
-        finally:
-            loop.close()
-
-    async def serve(self, ready: Callable[[], None] | None = None) -> None:
-        """Serve until `stop()` (or until the task is cancelled)."""
-        self._stop = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
-        runner = web.AppRunner(self._app.app, handle_signals=False, shutdown_timeout=2.0)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
-        await site.start()
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
-        if sockets:
-            self.port = int(sockets[0].getsockname()[1])
-        self.url = f"http://{_url_host(self.host)}:{self.port}"
-        if ready is not None:
-            ready()
-        tasks = [asyncio.create_task(self._bookmarks()), asyncio.create_task(self._kubelet())]
-        try:
-            await self._stop.wait()
-        finally:
-            for task in tasks:
-                task.cancel()
-            self._app.stop_watches()
-            await runner.cleanup()
-
-    async def _bookmarks(self) -> None:
-        if self.bookmark_seconds <= 0:
-            return
-        while True:
-            await asyncio.sleep(self.bookmark_seconds)
-            self.cluster.bookmark()
-
-    async def _kubelet(self) -> None:
-        # Without kubelets, nothing would ever remove a bound pod whose grace period ran
-        # out; this plays that part so `kubectl delete pod` finishes.
-        if not self.finalize_pods:
-            return
-        while True:
-            await asyncio.sleep(1.0)
-            self.cluster.finalize_pod_deletions()
-
-    def request_stop(self) -> None:
-        """Ask `serve()` to return; callable from any thread."""
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-
-    def stop(self) -> None:
-        self.request_stop()
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
-
-    def __enter__(self) -> ApiServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def _url_host(host: str) -> str:
+def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 

@@ -24,8 +24,9 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
 from pykatalyst.api import names
+from pykatalyst.api.limits import PodShapeError
 from pykatalyst.api.objects import CustomNodeResource, Pod, Taint
-from pykatalyst.api.qos import QoSError, parse_pod_qos
+from pykatalyst.api.qos import QoSError, parse_pod_qos, qos_level
 from pykatalyst.api.records import DecisionLog, DecisionRecord
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
@@ -78,11 +79,23 @@ class ReclaimedPod:
 
 def reclaimed_pod(obj: JSON) -> ReclaimedPod | None:
     """The pod as the backstop sees it, or None when it is not a reclaimed_cores pod."""
+    return read_reclaimed_pod(obj)[0]
+
+
+def read_reclaimed_pod(obj: JSON) -> tuple[ReclaimedPod | None, str]:
+    """`reclaimed_pod`, plus why a pod was passed over: "" when it is simply not
+    reclaimed, "unreadable" when it breaks the Pod schema, "invalid-qos" when its QoS
+    declaration is refused. Never raises."""
+    if not isinstance(obj, Mapping):
+        return None, "unreadable"
     try:
-        if parse_pod_qos(obj).level != names.QOS_RECLAIMED_CORES:
-            return None
+        if qos_level(obj) != names.QOS_RECLAIMED_CORES:  # cheap: most pods stop here
+            return None, ""
+        parse_pod_qos(obj)
+    except PodShapeError:
+        return None, "unreadable"
     except QoSError:
-        return None
+        return None, "invalid-qos"
     pod = Pod(obj)
     protected = ""
     if pod.priority >= CRITICAL_PRIORITY or pod.priority_class_name in CRITICAL_PRIORITY_CLASSES:
@@ -91,13 +104,16 @@ def reclaimed_pod(obj: JSON) -> ReclaimedPod | None:
         o.get("kind") == names.NODE.kind for o in pod.owner_references
     ):
         protected = "static pod"
-    return ReclaimedPod(
-        pod.uid,
-        pod.namespace,
-        pod.name,
-        pod.node_name,
-        pod.deletion_timestamp is not None or pod.is_terminated,
-        protected,
+    return (
+        ReclaimedPod(
+            pod.uid,
+            pod.namespace,
+            pod.name,
+            pod.node_name,
+            pod.deletion_timestamp is not None or pod.is_terminated,
+            protected,
+        ),
+        "",
     )
 
 
@@ -374,6 +390,12 @@ class BackstopController:
             ["action", "reason"],
             registry=self.registry,
         )
+        self.skipped_pods_total = Counter(
+            "katalyst_backstop_skipped_pods",
+            "Pods the backstop could not read (unreadable, invalid-qos), per reconcile.",
+            ["reason"],
+            registry=self.registry,
+        )
         self.log = DecisionLog(self.config.records_limit, records_path)
         self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self._pods = Informer(cluster, names.POD)
@@ -385,7 +407,9 @@ class BackstopController:
         self._pods.sync()
         by_node: dict[str, list[ReclaimedPod]] = {}
         for obj in self._pods.list():
-            pod = reclaimed_pod(obj)
+            pod, skipped = read_reclaimed_pod(obj)
+            if skipped:
+                self.skipped_pods_total.labels(skipped).inc()
             if pod is not None and pod.node:
                 by_node.setdefault(pod.node, []).append(pod)
         plan = decide(

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pykatalyst.api import names
+from pykatalyst.api.yamlio import load_yaml, load_yaml_all
 from pykatalyst.scheduler import registry as reg
 
 GROUP: Final = "kubescheduler.config.k8s.io"
@@ -454,7 +455,7 @@ def _find_config_document(doc: Any, source: str) -> Mapping[str, Any]:
         found: list[tuple[str, Mapping[str, Any]]] = []
         for key, text in data.items():
             try:
-                inner = yaml.safe_load(text) if isinstance(text, str) else None
+                inner = load_yaml(text, source) if isinstance(text, str) else None
             except yaml.YAMLError:
                 continue
             if isinstance(inner, Mapping) and inner.get("kind") == KIND:
@@ -478,7 +479,7 @@ def _find_config_document(doc: Any, source: str) -> Mapping[str, Any]:
 
 def load_config_text(text: str, source: str = "") -> SchedulerConfig:
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in load_yaml_all(text, source) if d is not None]
     except yaml.YAMLError as exc:
         raise SchedulerConfigError([f"not valid YAML: {exc}"], source) from exc
     if not docs:

@@ -14,7 +14,6 @@ FailedAndUnresolvableNodes, Error}`, `HostPriorityList[{Host, Score}]` with scor
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -182,13 +181,14 @@ class ExtenderService:
 
 
 def make_app(service: ExtenderService, now: Callable[[], float]) -> web.Application:
-    """An aiohttp app answering `<any prefix>/filter|prioritize|bind` and `/healthz`."""
+    """An aiohttp app answering `<any prefix>/filter|prioritize|bind`. The runtime serves
+    it and adds `/healthz`, `/readyz` and `/metrics`."""
 
     async def handle(request: web.Request) -> web.Response:
         verb = request.match_info["tail"].rstrip("/").rsplit("/", 1)[-1]
         try:
             body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, 5000-digit numbers
             return web.json_response({"Error": f"request body is not JSON: {exc}"}, status=400)
         if not isinstance(body, Mapping):
             return web.json_response({"Error": "request body is not a JSON object"}, status=400)
@@ -205,10 +205,6 @@ def make_app(service: ExtenderService, now: Callable[[], float]) -> web.Applicat
             {"Error": f"unknown verb {verb!r}; served: filter, prioritize, bind"}, status=404
         )
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
     app = web.Application()
-    app.router.add_get("/healthz", healthz)
     app.router.add_post("/{tail:.*}", handle)
     return app

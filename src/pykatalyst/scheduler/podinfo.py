@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pykatalyst.api import names
+from pykatalyst.api.limits import PodShapeError, check_pod
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, QoSError, parse_pod_qos
 from pykatalyst.api.quantity import QuantityError, parse_quantity
@@ -23,6 +24,9 @@ DEFAULT_MILLI_CPU_REQUEST: Final = 100
 DEFAULT_MEMORY_REQUEST: Final = 200 * 1024 * 1024
 
 TERMINAL_PHASES: Final = ("Succeeded", "Failed")
+# The largest request counted (2**53: 8 PiB of memory, 9e12 cores): node totals are sums
+# of such amounts in int64 arrays, which must not overflow.
+MAX_REQUEST: Final = 2**53
 
 
 def amount(resource: str, quantity: Any) -> int:
@@ -58,6 +62,16 @@ def nonzero_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
             cpu = max(cpu, a)
             mem = max(mem, b)
     return cpu, mem
+
+
+def _check_amounts(amounts: Mapping[str, int]) -> None:
+    """Refuse amounts the node arrays (int64, summed over a node's pods) cannot hold."""
+    for resource, value in amounts.items():
+        if not 0 <= value <= MAX_REQUEST:
+            raise ValueError(
+                f"{resource} request {value} is outside 0..{MAX_REQUEST} "
+                "(milli-cores for cpu, units for the rest)"
+            )
 
 
 def _canonical_json(value: Any) -> str:
@@ -160,9 +174,11 @@ def _derive(raw: dict[str, Any]) -> _Derived:
             canon = canonical_resource(res)
             requests[canon] = requests.get(canon, 0) + amount(canon, q)
         nz_cpu, nz_mem = nonzero_requests(spec)
+        _check_amounts({**requests, "cpu (non-zero)": nz_cpu, "memory (non-zero)": nz_mem})
     except (QuantityError, ValueError, TypeError) as exc:
         problem = f"invalid resource requests: {exc}"
         problem_reason = "InvalidResources"
+        requests, nz_cpu, nz_mem = {}, 0, 0
     qos: PodQoS | None = None
     try:
         qos = parse_pod_qos(raw)
@@ -170,6 +186,9 @@ def _derive(raw: dict[str, Any]) -> _Derived:
         if not problem:
             problem = f"invalid QoS annotations: {exc}"
             problem_reason = "InvalidQoS"
+    if qos is not None and qos.is_dedicated and requests.get(names.RESOURCE_CPU, 0) % 1000:
+        # dedicated_cores get whole cores on the node: count what the agent will allocate
+        requests[names.RESOURCE_CPU] = -(-requests[names.RESOURCE_CPU] // 1000) * 1000
     affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     required_terms = None
@@ -218,17 +237,83 @@ def _template_key(raw: dict[str, Any]) -> str | None:
         spec = {k: v for k, v in spec.items() if k != "nodeName"}
     try:
         return _canonical_json([meta.get("annotations"), spec])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
 
 
+_SECTIONS: Final = ("metadata", "spec", "status")
+
+
+def _checked_unreadable(raw: Any) -> PodInfo:
+    try:
+        check_pod(raw)
+    except PodShapeError as exc:
+        return _unreadable(raw, exc)
+    # check_pod accepts absent sections; the caller found a present one that is not a map
+    return _unreadable(raw, PodShapeError("not a pod", field="", value=None, accepted="a pod"))
+
+
+def _unreadable(raw: Any, exc: PodShapeError) -> PodInfo:
+    """A pod that breaks the Pod schema: it stays pending, with the reason as its Event."""
+    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
+    ident = {
+        k: v
+        for k, v in (meta.items() if isinstance(meta, Mapping) else ())
+        if k in ("uid", "namespace", "name", "resourceVersion") and isinstance(v, str)
+    }
+    namespace, name = ident.get("namespace", ""), ident.get("name", "")
+    spec = raw.get("spec") if isinstance(raw, Mapping) else None
+    scheduler = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    exc.object = f"Pod {namespace}/{name}"
+    return PodInfo(
+        raw=raw if isinstance(raw, dict) else {},
+        key=f"{namespace}/{name}",
+        uid=ident.get("uid") or f"{namespace}/{name}",
+        namespace=namespace,
+        name=name,
+        resource_version=ident.get("resourceVersion", ""),
+        scheduler_name=scheduler if isinstance(scheduler, str) else "default-scheduler",
+        node_name=node if isinstance(node, str) else "",
+        priority=0,
+        labels={},
+        requests={},
+        nonzero_cpu=0,
+        nonzero_mem=0,
+        qos=None,
+        problem=f"unreadable pod: {exc}",
+        problem_reason="InvalidPod",
+    )
+
+
 def pod_info(raw: dict[str, Any]) -> PodInfo:
-    meta = raw.get("metadata") or {}
-    spec = raw.get("spec") or {}
-    status = raw.get("status") or {}
+    """The scheduler's view of a pod; a pod it cannot read gets `problem` set, never raises.
+
+    A pod is checked against the Pod schema and its limits (`check_pod`) when its template
+    is first seen; pods stamped from a template already checked only have the fields read
+    here outside the template checked.
+    """
+    if not isinstance(raw, dict):
+        return _checked_unreadable(raw)
+    sections: list[Any] = [raw.get(k) for k in _SECTIONS]
+    if not all(x is None or isinstance(x, dict) for x in sections):
+        return _checked_unreadable(raw)
+    meta: dict[str, Any]
+    spec: dict[str, Any]
+    status: dict[str, Any]
+    meta, spec, status = (x or {} for x in sections)
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        return _checked_unreadable(raw)
     key = _template_key(raw)
     derived = _TEMPLATE_CACHE.get(key) if key is not None else None
     if derived is None:
+        try:
+            check_pod(raw)
+        except PodShapeError as exc:
+            return _unreadable(raw, exc)
         derived = _derive(raw)
         if key is not None:
             if len(_TEMPLATE_CACHE) >= _TEMPLATE_CACHE_SIZE:
@@ -247,7 +332,7 @@ def pod_info(raw: dict[str, Any]) -> PodInfo:
         scheduler_name=d.scheduler_name,
         node_name=str(spec.get("nodeName", "") or ""),
         priority=d.priority,
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        labels=dict(labels),
         requests=d.requests,
         nonzero_cpu=d.nonzero_cpu,
         nonzero_mem=d.nonzero_mem,

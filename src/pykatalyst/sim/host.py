@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pykatalyst.agent.host import cgroupfs
 from pykatalyst.agent.host.base import (
     ApplyResult,
     CgroupStats,
@@ -128,6 +129,23 @@ class SimHost:
     @property
     def cgroup_version(self) -> int:
         return 1
+
+    @property
+    def page_size(self) -> int:
+        # Simulated limits are exact: no page rounding.
+        return 1
+
+    def qos_cgroup(self, qos_class: str) -> str | None:
+        return None  # the agent infers it from the pods' cgroups, as on a bare node
+
+    def memory_usage(self, cgroup: str) -> int | None:
+        return None  # the sample's per-cgroup stats carry usage
+
+    def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
+        return cgroupfs.values_equal(knob, desired, actual, self.cgroup_version, self.page_size)
+
+    def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
+        return cgroupfs.check_knob_value(knob, value)
 
     def topology(self) -> CPUTopology:
         return self._topology

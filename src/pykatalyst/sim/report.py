@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from pykatalyst.extras import require
 from pykatalyst.sim.physics import model_constants
 from pykatalyst.sim.runner import PolicyRun
 from pykatalyst.sim.scenario import dump_scenario
@@ -359,8 +360,7 @@ def _events(result: SimulationResult, out: Path) -> None:
 
 
 def _charts(result: SimulationResult, out: Path) -> None:
-    import matplotlib
-
+    matplotlib = require("matplotlib", "sim", "the simulator's charts")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -24,6 +24,7 @@ from pydantic import (
 
 from pykatalyst.api import names
 from pykatalyst.api.quantity import QuantityError, parse_quantity
+from pykatalyst.api.yamlio import load_yaml
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -440,7 +441,7 @@ def load_scenario(path: Path) -> Scenario:
         problem = ("", f"cannot read the file: {exc.strerror}", _NO_VALUE)
         raise ScenarioError(str(path), [problem]) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, str(path))
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)

@@ -26,6 +26,11 @@ lower NUMA id), where a unit is a whole free core while at least a core's worth 
 still needed, otherwise a single thread (again preferring partly used cores). With
 ``reverse=True`` NUMA nodes and cores are visited from the highest id down, which keeps
 such pools away from the low cpus most other pools start from.
+
+``take_ht_numa_balanced`` -- Katalyst's reserve pool: one hyperthread per NUMA node in
+turn (NUMA nodes in ascending order, each giving its lowest free cpu, or its highest with
+``reverse=True``), so that every NUMA node gets a share of the system's cpus before any
+node gives a second one.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from pykatalyst.topology.machine import CPUTopology
 __all__ = [
     "AllocationError",
     "take_by_topology",
+    "take_ht_numa_balanced",
     "take_numa_balanced",
     "take_within_numas",
 ]
@@ -210,3 +216,20 @@ def take_numa_balanced(
         given[numa] += count
         remaining -= count
     return CPUSet(result)
+
+
+def take_ht_numa_balanced(
+    topo: CPUTopology, available: CPUSet, n: int, *, reverse: bool = False
+) -> CPUSet:
+    """``n`` cpus from ``available``, one hyperthread per NUMA node in turn."""
+    _check(topo, available, n)
+    queues = []
+    for numa in topo.numa_nodes:
+        local = list(topo.cpus_in_numa(numa) & available)
+        queues.append(local[::-1] if reverse else local)
+    taken: list[int] = []
+    while len(taken) < n:
+        for queue in queues:
+            if queue and len(taken) < n:
+                taken.append(queue.pop(0))
+    return CPUSet.of(taken)

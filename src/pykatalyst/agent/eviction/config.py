@@ -88,12 +88,18 @@ class SystemMemoryPressureConfig(_Section):
     free_threshold_minimum: int = Field(
         0, ge=0, description="bytes; free must stay above max(this, total × scale/10000)"
     )
+    kswapd_eviction: bool = Field(
+        False,
+        description="also evict on sustained kswapd reclaim (Katalyst now relies on PSI)",
+    )
     kswapd_rate_threshold: float = Field(2000.0, ge=0, description="pages/s stolen by kswapd")
     kswapd_rate_exceed_duration_s: Seconds = Field(120.0, description="how long it must last")
     psi_node_threshold: float = Field(15.0, ge=0, description="memory some avg10 of the node")
     psi_pod_threshold: float = Field(4.0, ge=0, description="mean avg10 of pressured pods")
     psi_pod_active: float = Field(1.0, ge=0, description="a pod counts when its avg10 > this")
-    psi_min_pods: int = Field(3, ge=0, description="pods needed for the per-pod check")
+    psi_min_pods: int = Field(
+        3, ge=0, description="pods above psi_pod_active needed for system pressure"
+    )
     psi_reclaimed_duration_s: Seconds = Field(15.0, description="then evict reclaimed pods")
     psi_any_duration_s: Seconds = Field(45.0, description="then evict any pod")
     grace_period_s: Seconds = 0.0
@@ -109,6 +115,9 @@ class NumaMemoryPressureConfig(_Section):
         6, ge=1, description="counter above this evicts reclaimed pods"
     )
     any_times_threshold: int = Field(12, ge=1, description="counter at this evicts any pod")
+    fast_eviction_wait_cycle: int = Field(
+        1, ge=0, description="free below min lifts the counter to any_times_threshold - this"
+    )
     victim_minimum_utilization: float = Field(
         0.001, ge=0, le=1, description="victims use at least this share of the NUMA"
     )

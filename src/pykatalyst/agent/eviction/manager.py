@@ -70,6 +70,16 @@ class _InFlight:
     plugin: str
     pod: str
     since: float
+    scope: str = ""  # the plugin and, for a per-NUMA threshold, its NUMA node
+
+
+def _scope(t: Threshold) -> str:
+    """What one victim relieves: a per-NUMA threshold its own node, others the plugin's.
+
+    Waiting for a victim to go and the cool-down apply per scope, so that two NUMA nodes
+    under pressure each get a victim in the same round, as in Katalyst.
+    """
+    return t.plugin if t.numa is None else f"{t.plugin}/numa{t.numa}"
 
 
 def default_plugins(cfg: EvictionConfig) -> list[EvictionPlugin]:
@@ -204,8 +214,8 @@ class EvictionManager:
                 if not dry:
                     chosen_pods.append(pod)
                     budget -= 1
-                    self._inflight[pod.uid] = _InFlight(t.plugin, pod.key, now)
-                    self._last_victim[t.plugin] = now
+                    self._inflight[pod.uid] = _InFlight(t.plugin, pod.key, now, _scope(t))
+                    self._last_victim[_scope(t)] = now
         node_taints, cnr_taints = self._taints()
         return EvictionPlan(
             time=now,
@@ -390,11 +400,11 @@ class EvictionManager:
             )
         if not dry:
             waiting = [
-                f.pod for uid, f in self._inflight.items() if f.plugin == t.plugin and uid in pods
+                f.pod for uid, f in self._inflight.items() if f.scope == _scope(t) and uid in pods
             ]
             if waiting:
                 return f"waiting for {', '.join(sorted(waiting))} to terminate"
-            last = self._last_victim.get(t.plugin)
+            last = self._last_victim.get(_scope(t))
             if last is not None and now - last < t.cool_down_s:
                 return f"cooling down ({now - last:g}s of {t.cool_down_s:g}s since the last)"
         return ""

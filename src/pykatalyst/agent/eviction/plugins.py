@@ -53,6 +53,14 @@ _SHORT = {
 _UNIT = {names.RECLAIMED_MILLICPU: "millicpu", names.RECLAIMED_MEMORY: "bytes"}
 
 
+class NumaZoneLike(Protocol):
+    @property
+    def watermark_min(self) -> int: ...
+
+    @property
+    def watermark_low(self) -> int: ...
+
+
 class EvictionPlugin(Protocol):
     @property
     def name(self) -> str: ...
@@ -209,11 +217,13 @@ class SystemMemoryPressurePlugin:
 
     - free: MemFree below max(minimum, total × watermark_scale_factor / 10000) → evict
       reclaimed pods;
-    - kswapd: kswapd stealing ≥ rate pages/s — soft at once, hard (any pod) once it has
-      lasted the exceed duration;
-    - psi: memory PSI some-avg10 of the node ≥ threshold (and, where ≥ N pods report,
-      their mean ≥ the pod threshold) — soft at once, hard for reclaimed pods after 15 s,
-      for any pod after 45 s.
+    - psi: memory PSI some-avg10 of the node ≥ threshold, at least N pods under pressure
+      (avg10 > the active mark) and the mean avg10 of the pods ≥ the pod threshold —
+      hard for reclaimed pods once it has lasted 15 s, for any pod after 45 s;
+    - kswapd (only with `kswapd_eviction`; Katalyst replaced it with PSI): kswapd stealing
+      ≥ rate pages/s for the exceed duration — hard, any pod.
+
+    Like Katalyst's, none of these is ever soft: pressure that has not lasted is not met.
     """
 
     name = names.EVICTION_PLUGIN_SYSTEM_MEMORY
@@ -260,13 +270,13 @@ class SystemMemoryPressurePlugin:
                 terms={"total": mem.total, "watermark_scale_factor": mem.watermark_scale_factor},
             )
         )
-        rate = mem.kswapd_steal_pages_per_s
+        rate = mem.kswapd_steal_pages_per_s if cfg.kswapd_eviction else None
         if rate is not None:
             if rate >= cfg.kswapd_rate_threshold:
                 if self._kswapd_since is None:
                     self._kswapd_since = now
                 lasted = now - self._kswapd_since
-                met = Met.HARD if lasted >= cfg.kswapd_rate_exceed_duration_s else Met.SOFT
+                met = Met.HARD if lasted >= cfg.kswapd_rate_exceed_duration_s else Met.NOT
             else:
                 self._kswapd_since = None
                 lasted, met = 0.0, Met.NOT
@@ -285,15 +295,10 @@ class SystemMemoryPressurePlugin:
             )
         psi = mem.psi_some_avg10
         if psi is not None:
-            active = [
-                p.memory_psi_avg10
-                for p in snap.pods
-                if p.memory_psi_avg10 is not None and p.memory_psi_avg10 > cfg.psi_pod_active
-            ]
-            pods_ok = True
-            mean = sum(active) / len(active) if active else 0.0
-            if len(active) >= cfg.psi_min_pods and cfg.psi_min_pods > 0:
-                pods_ok = mean >= cfg.psi_pod_threshold
+            reported = [p.memory_psi_avg10 for p in snap.pods if p.memory_psi_avg10 is not None]
+            active = [v for v in reported if v > cfg.psi_pod_active]
+            mean = sum(reported) / len(reported) if reported else 0.0
+            pods_ok = len(active) >= cfg.psi_min_pods and mean >= cfg.psi_pod_threshold
             pressured = psi >= cfg.psi_node_threshold and pods_ok
             if pressured:
                 if self._psi_since is None:
@@ -309,7 +314,7 @@ class SystemMemoryPressurePlugin:
             elif lasted >= cfg.psi_reclaimed_duration_s:
                 met, levels = Met.HARD, RECLAIMED_ONLY
             else:
-                met, levels = Met.SOFT, RECLAIMED_ONLY
+                met, levels = Met.NOT, RECLAIMED_ONLY
             out.append(
                 self._base(
                     "psi",
@@ -331,8 +336,10 @@ class SystemMemoryPressurePlugin:
 class NumaMemoryPressurePlugin:
     """Per-NUMA free memory against the zone watermarks.
 
-    free < min: evict reclaimed pods at once. free < low: the NUMA's counter rises (by two
-    when free is below the middle of min and low), else it falls by one; above the
+    Katalyst's below-watermark counter: free < min evicts reclaimed pods at once and lifts
+    the counter to (any threshold − fast-eviction wait cycle); free < low adds one, and one
+    more once the counter is past 2 while free is below the middle of min and low; free
+    above low takes one off and clamps the counter to the reclaimed threshold. Above the
     reclaimed threshold (6) reclaimed pods go, at the any threshold (12) any pod may.
     Victims must use at least `victim_minimum_utilization` of the NUMA.
     """
@@ -351,13 +358,7 @@ class NumaMemoryPressurePlugin:
         for numa, zm in sorted(numas.items()):
             if zm.watermark_low <= 0 and zm.watermark_min <= 0:
                 continue
-            count = self._counters.get(numa, 0)
-            if zm.free < zm.watermark_low:
-                middle = (zm.watermark_min + zm.watermark_low) / 2
-                count += 2 if zm.free < middle else 1
-            else:
-                count = max(count - 1, 0)
-            count = min(count, 2 * cfg.any_times_threshold)
+            count = _numa_counter(self._counters.get(numa, 0), zm.free, zm, cfg)
             self._counters[numa] = count
             if zm.free < zm.watermark_min:
                 met, levels, why = Met.HARD, RECLAIMED_ONLY, "free below the min watermark"
@@ -404,6 +405,23 @@ class NumaMemoryPressurePlugin:
         for numa in [n for n in self._counters if n not in numas]:
             del self._counters[numa]
         return out
+
+
+_COUNTER_FAST_MARK = 2  # past this, deep pressure counts twice (Katalyst's minDuration)
+
+
+def _numa_counter(count: int, free: int, zm: NumaZoneLike, cfg: NumaMemoryPressureConfig) -> int:
+    """One round of Katalyst's NUMA below-watermark counter."""
+    if free < zm.watermark_min:
+        return max(count, cfg.any_times_threshold - cfg.fast_eviction_wait_cycle)
+    if free < zm.watermark_low:
+        count += 1
+        if count > _COUNTER_FAST_MARK and free < (zm.watermark_min + zm.watermark_low) / 2:
+            count += 1
+        return min(count, 2 * cfg.any_times_threshold)
+    if count > 0:
+        count = min(count - 1, cfg.reclaimed_times_threshold)
+    return count
 
 
 # --- cpu -------------------------------------------------------------------------------

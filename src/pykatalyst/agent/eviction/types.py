@@ -10,6 +10,7 @@ from typing import Any
 
 from pykatalyst.agent.host.base import HostSample
 from pykatalyst.api import names
+from pykatalyst.api.limits import PodShapeError, check_pod
 from pykatalyst.api.objects import Pod, Taint
 from pykatalyst.api.qos import QoSError, parse_pod_qos
 from pykatalyst.api.records import DecisionRecord
@@ -70,6 +71,23 @@ class PodInfo:
             return 0.0
 
 
+def _unreadable(obj: object, overrides: Mapping[str, Any]) -> PodInfo:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    ident = {
+        k: v
+        for k, v in (meta.items() if isinstance(meta, Mapping) else ())
+        if k in ("uid", "namespace", "name") and isinstance(v, str)
+    }
+    values: dict[str, Any] = {"qos_level": names.DEFAULT_QOS_LEVEL, **overrides}
+    values.update(
+        uid=ident.get("uid", ""),
+        namespace=ident.get("namespace", ""),
+        name=ident.get("name", ""),
+        static=True,
+    )
+    return PodInfo(**values)
+
+
 _REQUEST_FIELDS = frozenset(
     ("request_milli_cpu", "request_memory", "reclaimed_milli_cpu", "reclaimed_memory")
 )
@@ -79,15 +97,24 @@ def pod_info(obj: JSON, **overrides: Any) -> PodInfo:
     """A `PodInfo` from Kubernetes JSON; `overrides` fills usage, pool and NUMA fields.
 
     A pod whose QoS declaration is invalid reads as shared_cores: the agent leaves it as
-    the kubelet placed it, and for eviction it ranks like the default level.
+    the kubelet placed it, and for eviction it ranks like the default level. A pod that
+    breaks the Pod schema cannot be read at all: it is known by identity only and marked
+    `static`, so that no plugin evicts what the agent could not read.
     """
-    pod = Pod(obj)
     level = overrides.get("qos_level")
-    if level is None:
-        try:
-            level = parse_pod_qos(obj).level
-        except QoSError:
-            level = names.DEFAULT_QOS_LEVEL
+    try:
+        if level is not None:
+            check_pod(obj)
+        else:
+            try:
+                level = parse_pod_qos(obj).level  # checks the pod's shape and limits first
+            except PodShapeError:
+                raise
+            except QoSError:
+                level = names.DEFAULT_QOS_LEVEL
+    except PodShapeError:
+        return _unreadable(obj, overrides)
+    pod = Pod(obj)
     if overrides.keys() >= _REQUEST_FIELDS:
         milli = mem = rcpu = rmem = 0  # the caller has them (parsing is the costly part)
     else:

@@ -1,4 +1,4 @@
-"""The agent's door to the machine: the `Host` protocol, `LinuxHost` and fake node trees."""
+"""The agent's door to the machine: the `Host` protocol and `LinuxHost`."""
 
 from pykatalyst.agent.host.base import (
     ApplyResult,

@@ -183,3 +183,28 @@ class Host(Protocol):
     def apply(self, writes: Sequence[KnobWrite]) -> ApplyResult:
         """Write in the order given; a failing write does not stop the others."""
         ...
+
+    @property
+    def page_size(self) -> int:
+        """Bytes per memory page: the kernel keeps memory limits in whole pages."""
+        ...
+
+    def qos_cgroup(self, qos_class: str) -> str | None:
+        """Kubelet's cgroup of a QoS class ("guaranteed", "burstable", "besteffort"),
+        relative to the hierarchy root; None when this host has no kubelet layout to ask
+        (the agent then infers it from the pods' cgroups). ValueError for another class."""
+        ...
+
+    def memory_usage(self, cgroup: str) -> int | None:
+        """The cgroup's current memory charge in bytes; None when unknown."""
+        ...
+
+    def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
+        """Whether writing `desired` over `actual` would change nothing the kernel keeps
+        (v2 weights are coarser than shares; memory limits are kept in whole pages)."""
+        ...
+
+    def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
+        """Why `value` cannot be written to `knob` here (None when it can), naming the
+        accepted values."""
+        ...

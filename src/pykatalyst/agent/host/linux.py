@@ -512,6 +512,12 @@ class LinuxHost:
             )
         return out
 
+    def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
+        return cgroupfs.values_equal(knob, desired, actual, self.cgroup_version, self._page_size)
+
+    def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
+        return cgroupfs.check_knob_value(knob, value)
+
     def memory_usage(self, cgroup: str) -> int | None:
         """Current memory charge of the cgroup in bytes (None when unknown)."""
         d = self.cgroup_dir(cgroup, "memory")

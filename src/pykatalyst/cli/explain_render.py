@@ -1,0 +1,230 @@
+"""Tables for people from the reports of `katalyst explain node|pod` (JSON: `-o json`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pykatalyst.api import names
+from pykatalyst.cli.output import print_message, print_table
+from pykatalyst.cluster.protocol import JSON
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def fmt(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.3f}".rstrip("0")
+    if isinstance(value, list):
+        return ", ".join(fmt(v) for v in value) or "-"
+    return str(value)
+
+
+def flatten(terms: Mapping[str, Any], prefix: str = "", *, in_bytes: bool = False) -> list[str]:
+    """Nested terms as `a.b = value` lines, in key order. With `in_bytes` (the memory
+    figure's terms), amounts of a MiB or more also show in GiB."""
+    lines = []
+    for key in sorted(terms):
+        value = terms[key]
+        if isinstance(value, Mapping):
+            lines.extend(flatten(value, f"{prefix}{key}.", in_bytes=in_bytes))
+            continue
+        text = fmt(value)
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if in_bytes and is_number and value >= MIB:
+            text += f" ({value / GIB:.2f}Gi)"
+        lines.append(f"{prefix}{key} = {text}")
+    return lines
+
+
+def _resources(values: Mapping[str, str]) -> str:
+    return "\n".join(f"{k}={v}" for k, v in values.items()) or "-"
+
+
+def print_problems(problems: Sequence[str]) -> None:
+    for problem in problems:
+        print_message(f"warning: {problem}", stderr=True, style="yellow")
+
+
+def print_events(title: str, events: Sequence[JSON]) -> None:
+    if not events:
+        print_message(f"{title}: none")
+        return
+    rows = [
+        [
+            fmt(e["time"]),
+            e["type"],
+            e["reason"] + (f" (x{e['count']})" if e["count"] > 1 else ""),
+            e["object"],
+            e["component"],
+            (e["record"] or {}).get("plugin", "") or "",
+            e["message"],
+        ]
+        for e in events
+    ]
+    print_table(title, ["time", "type", "reason", "object", "from", "plugin", "message"], rows)
+
+
+# --- node -----------------------------------------------------------------------------------
+
+
+def print_node(report: JSON) -> None:
+    name = report["node"]
+    _print_reclaimed(name, report["reclaimed"])
+    _print_numa(report["numa"])
+    if report["pools"]:
+        rows = [
+            [p["name"], p["cpuset"], fmt(p["size"]), "\n".join(p["pods"]) or "-"]
+            for p in report["pools"]
+        ]
+        print_table("CPU pools (as the agent set them)", ["pool", "cpuset", "cpus", "pods"], rows)
+    _print_health(report["health"])
+    _print_taints(report["taints"])
+    _print_config(report["config"])
+    print_events(f"Recent pykatalyst Events of node {name}", report["events"])
+    print_problems(report["problems"])
+
+
+def _print_reclaimed(node: str, reclaimed: JSON) -> None:
+    rows = []
+    for short in ("cpu", "memory"):
+        r = reclaimed[short]
+        terms = r["terms"]
+        why = "\n".join(flatten(terms, in_bytes=short == "memory")) if terms else "-"
+        rows.append([r["resource"], fmt(r["allocatable"]), fmt(r["capacity"]), why])
+    title = f"Reclaimed capacity of node {node}"
+    if reclaimed["terms_time"]:
+        title += f" (terms of {reclaimed['terms_time']})"
+    print_table(title, ["resource", "allocatable", "capacity", "terms"], rows)
+
+
+def _print_numa(zones: Sequence[JSON]) -> None:
+    if not zones:
+        print_message("NUMA zones: none published")
+        return
+    rows = [
+        [
+            z["numa"],
+            z["socket"],
+            _resources(z["allocatable"]),
+            _resources(z["capacity"]),
+            "\n".join(f"{a['consumer']}: {_inline(a['requests'])}" for a in z["allocations"])
+            or "-",
+        ]
+        for z in zones
+    ]
+    print_table("NUMA zones", ["numa", "socket", "allocatable", "capacity", "allocations"], rows)
+
+
+def _inline(values: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def _print_health(h: JSON) -> None:
+    if h["age_s"] is None:
+        verdict = "never heard from"
+    elif h["silent"]:
+        verdict = f"silent (>= {fmt(h['silent_after_s'])}s: the backstop taints the CNR)"
+    else:
+        verdict = "reporting"
+    rows = [
+        [
+            h["condition"],
+            fmt(h["status"]),
+            fmt(h["reason"]),
+            fmt(h["last_heartbeat"]),
+            "-" if h["age_s"] is None else f"{fmt(h['age_s'])}s",
+            verdict,
+        ]
+    ]
+    print_table(
+        "Agent health", ["condition", "status", "reason", "heartbeat", "age", "verdict"], rows
+    )
+
+
+def _print_taints(taints: JSON) -> None:
+    rows = [
+        [
+            where,
+            t["key"],
+            t["effect"],
+            t.get("qosLevel", "-"),
+            t.get("value", "-"),
+            t["set_by"] or "-",
+        ]
+        for where in ("node", "cnr")
+        for t in taints[where]
+    ]
+    if not rows:
+        print_message("Taints set by pykatalyst: none")
+        return
+    print_table(
+        "Taints set by pykatalyst", ["on", "key", "effect", "qosLevel", "value", "set by"], rows
+    )
+
+
+def _print_config(cfg: JSON) -> None:
+    rows = []
+    cnc = cfg["cnc"]
+    if cnc is None:
+        rows.append([names.CUSTOM_NODE_CONFIG.kind, "-", cfg.get("note") or "not readable"])
+    else:
+        targets = "\n".join(
+            f"{t['resource']}: {t['namespace']}/{t['name']}" for t in cnc["targets"]
+        )
+        rows.append([names.CUSTOM_NODE_CONFIG.kind, cnc["name"], targets or "no targets"])
+    aqc = cfg["admin_qos"]
+    if aqc is not None:
+        state = aqc["error"] or "\n".join(flatten(aqc["spec"] or {})) or "empty spec: defaults"
+        rows.append([names.ADMIN_QOS_CONFIGURATION.kind, aqc["name"], state])
+    print_table("Configuration in force", ["kind", "name", "content"], rows)
+
+
+# --- pod ------------------------------------------------------------------------------------
+
+
+def _enhancements(values: Mapping[str, Any]) -> str:
+    return "\n".join(f"{k}={fmt(v)}" for k, v in values.items()) or "-"
+
+
+def print_pod(report: JSON) -> None:
+    qos = report["qos"]
+    rows = [
+        ["phase", (report["phase"] or "-") + (" (terminating)" if report["deleting"] else "")],
+        ["node", fmt(report["node"])],
+        [
+            "QoS level",
+            qos["level"] if qos["valid"] else f"invalid ({len(qos['errors'])} error(s), below)",
+        ],
+        ["enhancements", _enhancements(qos["enhancements"]) if qos["valid"] else "-"],
+        ["k8s QoS class", qos["k8s_qos_class"]],
+    ]
+    placement = report["placement"]
+    if placement is not None:
+        rows += [
+            ["pool", fmt(placement["pool"])],
+            ["cpuset", fmt(placement["cpuset"])],
+            ["why", fmt(placement.get("why"))],
+        ]
+        if placement.get("numa"):
+            rows.append(
+                [
+                    "NUMA",
+                    "\n".join(f"{a['numa']}: {_inline(a['requests'])}" for a in placement["numa"]),
+                ]
+            )
+    print_table(f"Pod {report['pod']}", ["", "value"], rows)
+    for p in qos["errors"]:
+        print_message(f"error: {p['text']}", style="red")
+    for p in qos["warnings"]:
+        print_message(f"warning: {p['text']}", style="yellow")
+    sched = report["scheduling"]
+    if sched is not None:
+        print_message(f"Pending: {sched['message'] or sched['why']}")
+    print_events(f"Events of pod {report['pod']}", report["events"])
+    print_problems(report["problems"])

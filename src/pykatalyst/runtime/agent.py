@@ -1,0 +1,100 @@
+"""The node agent's runner: `Agent.reconcile` as the one ticker of a ComponentHost, and
+`/healthz`, `/readyz`, `/metrics` on Katalyst's agent port."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pykatalyst.agent.agent import Agent
+from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.enforcer import Enforcer
+from pykatalyst.agent.eviction import EvictionStage
+from pykatalyst.agent.host.base import Host
+from pykatalyst.agent.plan import AgentPlan
+from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.protocol import Cluster
+from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
+
+AGENT_PORT = 9316
+"""katalyst-agent's metrics and health port."""
+
+RECONCILE = "reconcile"
+
+
+def build_agent(
+    node: str,
+    cluster: Cluster,
+    host: Host,
+    clock: Clock,
+    cfg: AgentConfig,
+    checkpoint: Path | None,
+    *,
+    dry_run: bool,
+) -> Agent:
+    """The agent as `katalyst agent` runs it: one enforcer, the eviction stage."""
+    # Trust the enforcer's own writes between the agent's drift resyncs.
+    enforcer = Enforcer(host, checkpoint, clock, verify_period_s=cfg.resync_s)
+    # The file's eviction section is the base; the AdminQoSConfiguration's evictionConfig
+    # is overlaid on it every config_ttl_s inside the stage.
+    eviction = EvictionStage(
+        node,
+        cluster,
+        cfg.eviction,
+        records_path=cfg.eviction.records_path,
+        dry_run=dry_run,
+        admin_qos=cfg.admin_qos_config,
+        config_ttl_s=cfg.config_ttl_s,
+    )
+    return Agent(
+        node, cluster, host, clock, cfg, enforcer, eviction_stages=[eviction], dry_run=dry_run
+    )
+
+
+def agent_host(
+    runner: Agent,
+    clock: Clock,
+    *,
+    period_s: float,
+    show: Callable[[AgentPlan], None],
+    endpoint: Endpoint | None = None,
+) -> ComponentHost:
+    # The reconcile reads cgroups and /proc and calls the API server: it runs in a worker
+    # thread so that probes and scrapes are answered during a slow tick on a dense node.
+    # The servers share nothing with it but the metric registry, which is thread-safe.
+    host = ComponentHost(
+        "agent", clock=clock, reconcile_in_thread=True, stall_after_s=max(300.0, 10 * period_s)
+    )
+
+    def tick(now: float) -> AgentPlan:
+        plan = runner.reconcile(now)
+        show(plan)
+        return plan
+
+    host.every(RECONCILE, period_s, tick)
+    if endpoint is not None:
+        host.serve(endpoint)
+    return host
+
+
+def run_agent(
+    runner: Agent,
+    clock: Clock,
+    *,
+    period_s: float,
+    once: bool,
+    show: Callable[[AgentPlan], None],
+    endpoint: Endpoint | None = None,
+) -> int:
+    """Reconcile every `period_s` until SIGTERM/SIGINT (exit 0). With `once`: one
+    reconcile and no servers; exit 1 when it failed."""
+    host = agent_host(
+        runner, clock, period_s=period_s, show=show, endpoint=None if once else endpoint
+    )
+
+    def on_step(step: HostStep) -> int | None:
+        if once:
+            return 1 if step.errors else 0
+        return None
+
+    return host.run_sync(on_step=on_step)

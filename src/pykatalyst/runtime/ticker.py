@@ -1,0 +1,67 @@
+"""Drift-free periodic deadlines.
+
+A ticker's next deadline is its previous deadline plus the period, never "now plus the
+period after the work": work that takes a while does not push every later tick back. A tick
+that overran by more than a period does not cause a burst of catch-up runs either; the
+deadlines it missed are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+def next_deadline(previous: float, period: float, now: float) -> tuple[float, int]:
+    """The first deadline on the grid `previous + k * period` (k >= 1) that is after `now`,
+    and how many deadlines of that grid were missed (at or before `now`, after `previous`).
+
+    >>> next_deadline(10.0, 5.0, 11.0)
+    (15.0, 0)
+    >>> next_deadline(10.0, 5.0, 27.0)
+    (30.0, 2)
+    """
+    if period <= 0 or not math.isfinite(period):
+        raise ValueError(f"period: must be a positive number of seconds, got {period}")
+    following = previous + period
+    if now < following:
+        return following, 0
+    missed = math.floor((now - previous) / period)
+    deadline = previous + (missed + 1) * period
+    # Float rounding must never hand back a deadline that is already due.
+    while deadline <= now:
+        missed += 1
+        deadline = previous + (missed + 1) * period
+    return deadline, missed
+
+
+@dataclass(slots=True)
+class Ticker:
+    """One periodic job of a ComponentHost: `fn(now)` at `start, start + period, ...`."""
+
+    name: str
+    period_s: float
+    fn: Callable[[float], object]
+    leader_only: bool = False
+    deadline: float | None = None
+    runs: int = 0
+    skipped: int = 0
+    last_ok: bool | None = None
+    last_error: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.period_s <= 0 or not math.isfinite(self.period_s):
+            raise ValueError(
+                f"{self.name}: period must be a positive number of seconds, got {self.period_s}"
+            )
+
+    def due(self, now: float) -> bool:
+        return self.deadline is None or now >= self.deadline
+
+    def advance(self, scheduled: float, now: float) -> int:
+        """Move past the deadline that just ran (`scheduled`), given the time `now` the run
+        ended; returns the deadlines skipped because the run overran them."""
+        self.deadline, missed = next_deadline(scheduled, self.period_s, now)
+        self.skipped += missed
+        return missed

@@ -1,0 +1,98 @@
+"""The backstop on a real cluster: when the agent stops heartbeating, `katalyst controller`
+taints the node's CNR against new reclaimed pods, then evicts the reclaimed pods through
+the real `pods/eviction` subresource — which honours a PodDisruptionBudget — and clears
+the taint once the agent is back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pykatalyst.controllers.backstop import BACKSTOP_TAINT
+from tests.e2e.conftest import REPO, Component, Kubectl, LocalNode, component_kubeconfig, wait_until
+from tests.e2e.pykatalyst_e2e import example, fit_to_node, running_pods, start_agent
+
+
+def _backstop_tainted(kubectl: Kubectl, node: str) -> bool:
+    cnr = kubectl.json("get", "kcnr", node)
+    return any(t.get("key") == BACKSTOP_TAINT.key for t in cnr.get("spec", {}).get("taints") or [])
+
+
+def _pods(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
+    items = kubectl.json("get", "pods", "-n", namespace)["items"]
+    return {p["metadata"]["name"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
+
+
+def test_silent_agent_taints_then_evicts_within_the_pdb_and_clears_when_back(
+    kubectl: Kubectl,
+    local_node: LocalNode,
+    namespace: str,
+    components: Callable[..., Component],
+    tmp_path: Path,
+) -> None:
+    node = local_node.name
+    agent = start_agent(components, tmp_path, node)
+    components(
+        "scheduler",
+        "scheduler",
+        "--config",
+        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-numa.yaml"),
+        "--kubeconfig",
+        component_kubeconfig("scheduler"),
+    )
+    names = []
+    for i in range(2):
+        pod = fit_to_node(example("reclaimed-normal-pod.yaml")[0], namespace)
+        pod["metadata"]["name"] = f"batch-{i}"
+        pod["metadata"].setdefault("labels", {})["app"] = "batch"
+        kubectl.apply(pod)
+        names.append(pod["metadata"]["name"])
+    wait_until("the reclaimed pods Running", lambda: running_pods(kubectl, namespace, names), 120)
+    kubectl.apply(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "batch", "namespace": namespace},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "batch"}}},
+        }
+    )
+    wait_until(
+        "the PDB to be observed",
+        lambda: (
+            kubectl.json("get", "pdb", "batch", "-n", namespace)
+            .get("status", {})
+            .get("expectedPods")
+            == 2
+        ),
+        30,
+    )
+
+    agent.stop()
+    components(
+        "controller",
+        "controller",
+        "--kubeconfig",
+        component_kubeconfig("controller"),
+        "--taint-after",
+        "8s",
+        "--evict-after",
+        "16s",
+        "--period",
+        "2s",
+    )
+    wait_until("the backstop's CNR taint", lambda: _backstop_tainted(kubectl, node), 60)
+    # Past evict-after, the PDB allows no disruption: the real API server refuses (429).
+    time.sleep(20)
+    assert set(_pods(kubectl, namespace)) == set(names), "the PDB did not hold the evictions"
+    events = kubectl.json("get", "events", "-n", namespace)["items"]
+    assert any(
+        e["involvedObject"].get("name") in names for e in events if e.get("type") == "Warning"
+    )
+
+    kubectl.run("delete", "pdb", "batch", "-n", namespace)
+    wait_until("the reclaimed pods evicted", lambda: not _pods(kubectl, namespace), 90)
+
+    start_agent(components, tmp_path, node)
+    wait_until("the CNR taint cleared", lambda: not _backstop_tainted(kubectl, node), 60)

@@ -1,0 +1,69 @@
+"""Optional dependencies: a missing extra is named, with the command to install it."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pykatalyst.cli.main import app
+from pykatalyst.cluster.connect import ConnectError, connect
+from pykatalyst.extras import MissingExtra, require
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_base_install_leaves_the_kube_client_and_matplotlib_to_extras() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    base = " ".join(project["dependencies"])
+    assert "kubernetes" not in base and "matplotlib" not in base
+    extras = project["optional-dependencies"]
+    assert any(d.startswith("kubernetes") for d in extras["kube"])
+    assert any(d.startswith("matplotlib") for d in extras["sim"])
+    assert "pykatalyst[kube,sim]" in extras["dev"]
+
+
+def test_a_missing_module_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(MissingExtra, match=r"pip install 'pykatalyst\[sim\]'"):
+        require("matplotlib", "sim", "the simulator's charts")
+
+
+def test_a_real_cluster_without_the_kube_extra_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    monkeypatch.setitem(sys.modules, "kubernetes", None)
+    with pytest.raises(ConnectError, match=r"pykatalyst\[kube\]"):
+        connect(kubeconfig)
+    # the embedded cluster needs no extra
+    assert connect() is not None
+    result = CliRunner().invoke(app, ["controller", "--once", "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 2
+    assert "pykatalyst[kube]" in result.output
+
+
+def test_the_simulator_refuses_to_start_without_its_charts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "report")])
+    assert result.exit_code == 2
+    assert "pykatalyst[sim]" in result.output
+    assert not (tmp_path / "report").exists()
+
+
+def test_test_fixtures_are_not_modules_of_the_package() -> None:
+    import pkgutil
+
+    import pykatalyst
+
+    modules = [m.name for m in pkgutil.walk_packages(pykatalyst.__path__, "pykatalyst.")]
+    assert "pykatalyst.agent.host.linux" in modules
+    assert not [m for m in modules if m.rsplit(".", 1)[-1] in ("fake", "testbed")]
+    for path in (ROOT / "src").rglob("*.py"):
+        assert "from tests" not in path.read_text(), path
