@@ -33,8 +33,9 @@ from pykatalyst.cli.explain_cluster import SILENT_AFTER_S, explain_node
 from pykatalyst.cli.explain_pod import explain_pod
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.http import ApiServer, kubeconfig_for
+from pykatalyst.cluster.http import kubeconfig_for
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.runtime.apiserver import ApiServer
 from pykatalyst.scheduler.scheduler import Scheduler
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology

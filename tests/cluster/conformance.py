@@ -27,7 +27,15 @@ from typing import Any
 
 import pytest
 
-from pykatalyst.api.names import CONFIG_MAP, CUSTOM_NODE_RESOURCE, NODE, POD, Kind
+from pykatalyst.api.names import (
+    CONFIG_MAP,
+    CUSTOM_NODE_RESOURCE,
+    EVENT,
+    NODE,
+    POD,
+    POD_DISRUPTION_BUDGET,
+    Kind,
+)
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import AdmissionRequest, AdmissionResponse, MemoryCluster, rfc3339
 from pykatalyst.cluster.protocol import (
@@ -281,9 +289,11 @@ def test_cluster_scoped_kind_has_no_namespace(cluster: Cluster) -> None:
 
 
 def test_custom_resources_are_served(cluster: Cluster) -> None:
+    # A live cluster's real nodes have their CNRs already.
+    before = names(cluster.list(CUSTOM_NODE_RESOURCE).items)
     created = cluster.create(CUSTOM_NODE_RESOURCE, cnr("n1"))
     assert created["apiVersion"] == CUSTOM_NODE_RESOURCE.api_version
-    assert names(cluster.list(CUSTOM_NODE_RESOURCE).items) == ["n1"]
+    assert names(cluster.list(CUSTOM_NODE_RESOURCE).items) == sorted([*before, "n1"])
 
 
 def test_unknown_kind_is_not_found(cluster: Cluster) -> None:
@@ -292,49 +302,137 @@ def test_unknown_kind_is_not_found(cluster: Cluster) -> None:
         cluster.list(gadget)
 
 
-def test_creating_a_crd_serves_its_kind(cluster: Cluster) -> None:
-    widget = Kind("example.com", "v1", "Widget", "widgets", True)
-    crd_kind = Kind(
-        "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False
-    )
+CRD_KIND = Kind(
+    "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False
+)
+
+
+def serve_crd(cluster: Cluster, kind: Kind, status_subresource: bool = True) -> None:
+    """Create a CRD for `kind` (group example.com, any content) and wait until it is served:
+    a real server serves the new kind once the CRD is Established, a moment later."""
+    version: JSON = {
+        "name": kind.version,
+        "served": True,
+        "storage": True,
+        "schema": {
+            "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        },
+    }
+    if status_subresource:
+        version["subresources"] = {"status": {}}
     cluster.create(
-        crd_kind,
+        CRD_KIND,
         {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
-            "metadata": {"name": "widgets.example.com"},
+            "metadata": {"name": f"{kind.plural}.{kind.group}"},
             "spec": {
-                "group": "example.com",
-                "scope": "Namespaced",
-                "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {
-                            "openAPIV3Schema": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            }
-                        },
-                        "subresources": {"status": {}},
-                    }
-                ],
+                "group": kind.group,
+                "scope": "Namespaced" if kind.namespaced else "Cluster",
+                "names": {
+                    "kind": kind.kind,
+                    "plural": kind.plural,
+                    "singular": kind.kind.lower(),
+                },
+                "versions": [version],
             },
         },
     )
-    made = cluster.create(
-        widget,
-        {
-            "apiVersion": "example.com/v1",
-            "kind": "Widget",
-            "metadata": {"name": "w1", "namespace": "default"},
-            "spec": {"size": 3},
-        },
-    )
-    assert made["spec"] == {"size": 3}
-    assert names(cluster.list(widget, "default").items) == ["w1"]
+    served_by = time.monotonic() + WAIT
+    while True:
+        try:
+            cluster.list(kind, "default" if kind.namespaced else None)
+            return
+        except NotFound:
+            if time.monotonic() > served_by:
+                raise
+            time.sleep(0.05)
+
+
+def widget(name: str, **body: Any) -> JSON:
+    return {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": name, "namespace": "default"},
+        **body,
+    }
+
+
+WIDGET = Kind("example.com", "v1", "Widget", "widgets", True)
+
+
+def test_creating_a_crd_serves_its_kind(cluster: Cluster) -> None:
+    serve_crd(cluster, WIDGET)
+    made = cluster.create(WIDGET, widget("w1", spec={"size": 3}))
+    assert made["spec"] == {"size": 3} and made["metadata"]["generation"] == 1
+    assert names(cluster.list(WIDGET, "default").items) == ["w1"]
+
+
+def test_a_crd_status_subresource_splits_the_writes(cluster: Cluster) -> None:
+    serve_crd(cluster, WIDGET)
+    made = cluster.create(WIDGET, widget("w1", spec={"size": 3}, status={"ready": True}))
+    assert "status" not in made
+    made["status"] = {"ready": True}
+    made["spec"] = {"size": 4}
+    updated = cluster.update(WIDGET, made)
+    assert "status" not in updated and updated["metadata"]["generation"] == 2
+    updated["status"] = {"ready": True}
+    updated["spec"] = {"size": 5}
+    updated["metadata"]["labels"] = {"a": "b"}
+    after = cluster.update_status(WIDGET, updated)
+    assert after["status"] == {"ready": True} and after["spec"] == {"size": 4}
+    assert "labels" not in after["metadata"] and after["metadata"]["generation"] == 2
+
+
+GADGET = Kind("example.com", "v1", "Gadget", "gadgets", True)
+
+
+def test_a_crd_without_status_subresource_writes_status_as_data(cluster: Cluster) -> None:
+    serve_crd(cluster, GADGET, status_subresource=False)
+    body = {**widget("g1", spec={"size": 3}, status={"ready": False}), "kind": "Gadget"}
+    made = cluster.create(GADGET, body)
+    assert made["status"] == {"ready": False}
+    made["status"] = {"ready": True}
+    updated = cluster.update(GADGET, made)
+    # Without the subresource, status is content: written, and counted in generation.
+    assert updated["status"] == {"ready": True} and updated["metadata"]["generation"] == 2
+    with pytest.raises(NotFound):
+        cluster.patch(GADGET, "g1", {"status": {"ready": False}}, "default", subresource="status")
+
+
+def event(namespace: str, involved: JSON, **extra: Any) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": "e-", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": "Tested",
+        "message": "m",
+        "type": "Normal",
+        "source": {"component": "conformance"},
+        **extra,
+    }
+
+
+def test_events_belong_to_their_objects_namespace(cluster: Cluster) -> None:
+    pod_ref = {"apiVersion": "v1", "kind": "Pod", "name": "p1", "namespace": "default"}
+    node_ref = {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    made = [cluster.create(EVENT, event("default", ref)) for ref in (pod_ref, node_ref)]
+    for ns, ref in (("kube-system", pod_ref), ("kube-system", node_ref)):
+        with pytest.raises(Invalid) as err:
+            cluster.create(EVENT, event(ns, ref))
+        assert "involvedObject.namespace" in err.value.message
+    # An event with an eventTime must say who reported it.
+    timed = {"eventTime": "2026-01-01T00:00:00.000000Z", "action": "Test"}
+    with pytest.raises(Invalid) as err:
+        cluster.create(EVENT, event("default", pod_ref, **timed))
+    assert "reportingComponent" in err.value.message
+    reported = {**timed, "reportingComponent": "conformance", "reportingInstance": "i1"}
+    made.append(cluster.create(EVENT, event("kube-system", node_ref, **reported)))
+    listed = {
+        (e["metadata"]["namespace"], e["metadata"]["name"]) for e in cluster.list(EVENT).items
+    }
+    assert {(e["metadata"]["namespace"], e["metadata"]["name"]) for e in made} <= listed
 
 
 # --- update and optimistic concurrency ----------------------------------------------------
@@ -407,14 +505,54 @@ def test_pod_spec_is_immutable_but_for_a_few_fields(cluster: Cluster) -> None:
 
 
 def test_generation_counts_spec_changes_only(cluster: Cluster) -> None:
-    obj = cluster.create(NODE, node("n1"))
-    labelled = cluster.patch(NODE, "n1", {"metadata": {"labels": {"a": "b"}}})
+    obj = cluster.create(CUSTOM_NODE_RESOURCE, cnr("n1"))
+    assert obj["metadata"]["generation"] == 1
+    labelled = cluster.patch(CUSTOM_NODE_RESOURCE, "n1", {"metadata": {"labels": {"a": "b"}}})
     assert labelled["metadata"]["generation"] == 1
-    with_status = cluster.patch(NODE, "n1", {"status": {"phase": "Running"}}, subresource="status")
+    with_status = cluster.patch(
+        CUSTOM_NODE_RESOURCE, "n1", {"status": {"resources": {}}}, subresource="status"
+    )
     assert with_status["metadata"]["generation"] == 1
-    respecced = cluster.patch(NODE, "n1", {"spec": {"unschedulable": True}})
+    respecced = cluster.patch(
+        CUSTOM_NODE_RESOURCE, "n1", {"spec": {"nodeResourceProperties": [{"propertyName": "x"}]}}
+    )
     assert respecced["metadata"]["generation"] == 2
     assert obj["metadata"]["uid"] == respecced["metadata"]["uid"]
+
+
+def test_pod_generation_counts_spec_changes_but_not_binding(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1"))
+    labelled = cluster.patch(POD, "p1", {"metadata": {"labels": {"a": "b"}}}, "default")
+    assert labelled["metadata"]["generation"] == 1
+    cluster.bind("default", "p1", "n1")
+    assert cluster.get(POD, "p1", "default")["metadata"]["generation"] == 1
+    image = cluster.patch(
+        POD,
+        "p1",
+        {"spec": {"containers": [{"name": "main", "image": "busybox:2"}]}},
+        "default",
+        patch_type="strategic",
+    )
+    assert image["metadata"]["generation"] == 2
+    # The first graceful deletion counts as a change too; shortening it does not.
+    marked = cluster.delete(POD, "p1", "default", grace_period_seconds=30)
+    assert marked is not None and marked["metadata"]["generation"] == 3
+    shorter = cluster.delete(POD, "p1", "default", grace_period_seconds=10)
+    assert shorter is not None and shorter["metadata"]["generation"] == 3
+
+
+@pytest.mark.parametrize(
+    ("kind", "manifest"), [(NODE, node("n1")), (CONFIG_MAP, config_map("n1", {"k": "v"}))]
+)
+def test_nodes_and_config_maps_have_no_generation(
+    cluster: Cluster, kind: Kind, manifest: JSON
+) -> None:
+    ns = "default" if kind.namespaced else None
+    created = cluster.create(kind, manifest)
+    assert "generation" not in created["metadata"]
+    change = {"spec": {"unschedulable": True}} if kind == NODE else {"data": {"k": "w"}}
+    changed = cluster.patch(kind, "n1", change, ns)
+    assert "generation" not in changed["metadata"]
 
 
 def test_noop_update_changes_nothing(cluster: Cluster) -> None:
@@ -481,6 +619,21 @@ def test_field_selectors(cluster: Cluster) -> None:
     assert sel("status.phase=Running") == []
 
 
+def test_node_field_selectors(cluster: Cluster) -> None:
+    cluster.create(NODE, node("n1"))
+    cordoned = node("n2")
+    cordoned["spec"] = {"unschedulable": True}
+    cluster.create(NODE, cordoned)
+
+    def sel(s: str) -> list[str]:
+        return [n for n in names(cluster.list(NODE, field_selector=s).items) if n in ("n1", "n2")]
+
+    # An unset spec.unschedulable selects as false.
+    assert sel("spec.unschedulable=false") == ["n1"]
+    assert sel("spec.unschedulable!=false") == ["n2"]
+    assert sel("metadata.name=n2") == ["n2"]
+
+
 def test_unsupported_field_selector_is_bad_request(cluster: Cluster) -> None:
     with pytest.raises(BadRequest) as err:
         cluster.list(POD, field_selector="spec.hostname=x")
@@ -498,16 +651,21 @@ def test_watch_from_version_sees_changes_in_order(cluster: Cluster, watches: lis
     cluster.patch(POD, "p1", {"metadata": {"labels": {"a": "b"}}}, "default")
     cluster.create(POD, pod("p2"))
     assert cluster.delete(POD, "p1", "default") is None
-    events = collect(w, 4)
+    events = collect(w, 5)
+    # An unbound pod goes at once, but its deletion is written first: MODIFIED, then DELETED.
     assert summary(events) == [
         ("ADDED", "p1"),
         ("MODIFIED", "p1"),
         ("ADDED", "p2"),
+        ("MODIFIED", "p1"),
         ("DELETED", "p1"),
     ]
     versions = [rv(e.object) for e in events]
-    assert versions == sorted(versions) and len(set(versions)) == 4
+    assert versions == sorted(versions) and len(set(versions)) == 5
     assert events[1].object["metadata"]["labels"] == {"a": "b"}
+    for ev in events[3:]:
+        assert ev.object["metadata"]["deletionGracePeriodSeconds"] == 0
+        assert "deletionTimestamp" in ev.object["metadata"]
     assert quiet(w) == []
 
 
@@ -531,6 +689,18 @@ def test_watch_without_version_starts_with_current_objects(
     assert sorted(summary(initial)) == [("ADDED", "a"), ("ADDED", "b")]
     cluster.create(POD, pod("c"))
     assert summary(collect(w, 1)) == [("ADDED", "c")]
+
+
+def test_watch_from_version_zero_starts_with_current_objects(
+    cluster: Cluster, watches: list[Watch]
+) -> None:
+    cluster.create(POD, pod("a"))
+    w = cluster.watch(POD, "default", resource_version="0")
+    watches.append(w)
+    assert summary(collect(w, 1)) == [("ADDED", "a")]
+    cluster.create(POD, pod("b"))
+    assert summary(collect(w, 1)) == [("ADDED", "b")]
+    assert quiet(w) == []
 
 
 def test_watch_filters_by_namespace(cluster: Cluster, watches: list[Watch]) -> None:
@@ -583,7 +753,7 @@ def test_field_selected_watch_sees_a_pod_bound_to_its_node(
     assert summary(events) == [("ADDED", "p1")]
     assert events[0].object["spec"]["nodeName"] == "n1"
     cluster.delete(POD, "p1", "default", grace_period_seconds=0)
-    assert summary(collect(w, 1)) == [("DELETED", "p1")]
+    assert summary(collect(w, 2)) == [("MODIFIED", "p1"), ("DELETED", "p1")]
 
 
 def test_bookmarks_carry_the_current_version(
@@ -687,6 +857,50 @@ def test_strategic_patch_merges_containers_by_name(cluster: Cluster) -> None:
     assert images == {"main": "busybox", "side": "envoy:2"}
 
 
+def test_strategic_patch_replaces_node_taints(cluster: Cluster) -> None:
+    manifest = node("n1")
+    manifest["spec"] = {"taints": [{"key": "a", "effect": "NoSchedule"}]}
+    cluster.create(NODE, manifest)
+    patched = cluster.patch(
+        NODE,
+        "n1",
+        {"spec": {"taints": [{"key": "b", "effect": "NoSchedule"}]}},
+        patch_type="strategic",
+    )
+    assert patched["spec"]["taints"] == [{"key": "b", "effect": "NoSchedule"}]
+
+
+def test_strategic_patch_merges_finalizers(cluster: Cluster) -> None:
+    cluster.create(CONFIG_MAP, config_map("c1", finalizers=["example.com/a", "example.com/c"]))
+    patched = cluster.patch(
+        CONFIG_MAP,
+        "c1",
+        {"metadata": {"finalizers": ["example.com/c", "example.com/b"]}},
+        "default",
+        patch_type="strategic",
+    )
+    assert patched["metadata"]["finalizers"] == ["example.com/a", "example.com/c", "example.com/b"]
+    dropped = cluster.patch(
+        CONFIG_MAP,
+        "c1",
+        {"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/a"]}},
+        "default",
+        patch_type="strategic",
+    )
+    assert dropped["metadata"]["finalizers"] == ["example.com/c", "example.com/b"]
+    cluster.patch(CONFIG_MAP, "c1", {"metadata": {"finalizers": None}}, "default")
+
+
+def test_strategic_patch_of_a_custom_resource_is_unsupported(cluster: Cluster) -> None:
+    before = cluster.create(CUSTOM_NODE_RESOURCE, cnr("n1"))
+    with pytest.raises(ApiError) as err:
+        cluster.patch(
+            CUSTOM_NODE_RESOURCE, "n1", {"metadata": {"labels": {"a": "b"}}}, patch_type="strategic"
+        )
+    assert err.value.code == 415 and err.value.reason == "UnsupportedMediaType"
+    assert cluster.get(CUSTOM_NODE_RESOURCE, "n1") == before
+
+
 def test_patch_with_stale_version_conflicts(cluster: Cluster) -> None:
     old = cluster.create(POD, pod("p1"))
     cluster.patch(POD, "p1", {"metadata": {"labels": {"a": "1"}}}, "default")
@@ -713,7 +927,7 @@ def test_patch_missing_is_not_found(cluster: Cluster) -> None:
 # --- status subresource -------------------------------------------------------------------
 
 
-def test_update_ignores_status_and_update_status_ignores_the_rest(cluster: Cluster) -> None:
+def test_update_ignores_status_and_update_status_ignores_spec(cluster: Cluster) -> None:
     obj = cluster.create(NODE, node("n1"))
     obj["status"] = {"capacity": {"cpu": "8"}}
     obj["metadata"]["labels"] = {"zone": "a"}
@@ -721,13 +935,27 @@ def test_update_ignores_status_and_update_status_ignores_the_rest(cluster: Clust
     assert updated["metadata"]["labels"] == {"zone": "a"}
     assert updated.get("status", {}).get("capacity") is None
 
+    # A built-in kind's status write keeps spec but writes labels and annotations.
     updated["status"] = {"capacity": {"cpu": "16"}}
     updated["metadata"]["labels"] = {"zone": "b"}
     updated["spec"] = {"unschedulable": True}
     after = cluster.update_status(NODE, updated)
     assert after["status"]["capacity"] == {"cpu": "16"}
-    assert after["metadata"]["labels"] == {"zone": "a"}
+    assert after["metadata"]["labels"] == {"zone": "b"}
     assert after["spec"].get("unschedulable") is None
+    patched = cluster.patch(
+        NODE,
+        "n1",
+        {"metadata": {"labels": {"rack": "r1"}}, "spec": {"unschedulable": True}},
+        subresource="status",
+    )
+    assert patched["metadata"]["labels"] == {"zone": "b", "rack": "r1"}
+    assert patched["spec"].get("unschedulable") is None
+
+
+def test_nodes_may_carry_status_from_creation(cluster: Cluster) -> None:
+    manifest = {**node("n1"), "status": {"capacity": {"cpu": "4"}}}
+    assert cluster.create(NODE, manifest)["status"]["capacity"] == {"cpu": "4"}
 
 
 def test_status_patch_touches_only_status(cluster: Cluster) -> None:
@@ -756,6 +984,59 @@ def test_new_pods_start_pending(cluster: Cluster) -> None:
     manifest = pod("p1")
     manifest["status"] = {"phase": "Running"}
     assert cluster.create(POD, manifest)["status"]["phase"] == "Pending"
+
+
+def _resources(requests: dict[str, str], limits: dict[str, str]) -> JSON:
+    out: JSON = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+@pytest.mark.parametrize(
+    ("requests", "limits", "qos"),
+    [
+        ({}, {}, "BestEffort"),
+        ({"cpu": "100m"}, {}, "Burstable"),
+        ({}, {"cpu": "1", "memory": "1Gi"}, "Guaranteed"),  # requests default to limits
+        ({"cpu": "1", "memory": "1Gi"}, {"cpu": "1000m", "memory": "1024Mi"}, "Guaranteed"),
+        ({"cpu": "500m", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}, "Burstable"),
+        ({"cpu": "1"}, {"cpu": "1"}, "Burstable"),  # no memory limit
+    ],
+)
+def test_new_pods_get_their_qos_class(
+    cluster: Cluster, requests: dict[str, str], limits: dict[str, str], qos: str
+) -> None:
+    manifest = pod("p1")
+    manifest["spec"]["containers"][0]["resources"] = _resources(requests, limits)
+    created = cluster.create(POD, manifest)
+    assert created["status"]["qosClass"] == qos
+    # A status write that leaves it out keeps it.
+    created["status"] = {"phase": "Running"}
+    assert cluster.update_status(POD, created)["status"]["qosClass"] == qos
+
+
+def test_create_with_a_resource_version_is_refused(cluster: Cluster) -> None:
+    manifest = config_map("c1")
+    manifest["metadata"]["resourceVersion"] = "5"
+    with pytest.raises(ApiError) as err:
+        cluster.create(CONFIG_MAP, manifest)
+    assert "resourceVersion should not be set on objects to be created" in err.value.message
+    with pytest.raises(NotFound):
+        cluster.get(CONFIG_MAP, "c1", "default")
+
+
+def test_empty_labels_and_finalizers_are_left_out(cluster: Cluster) -> None:
+    created = cluster.create(CONFIG_MAP, config_map("c1", labels={}, finalizers=[]))
+    assert "labels" not in created["metadata"] and "finalizers" not in created["metadata"]
+    cluster.patch(CONFIG_MAP, "c1", {"metadata": {"labels": {"a": "1"}}}, "default")
+    emptied = cluster.patch(CONFIG_MAP, "c1", {"metadata": {"labels": {"a": None}}}, "default")
+    assert "labels" not in emptied["metadata"]
+    # Removing a label that is not there writes nothing.
+    again = cluster.patch(CONFIG_MAP, "c1", {"metadata": {"labels": {"a": None}}}, "default")
+    assert rv(again) == rv(emptied)
 
 
 # --- binding ------------------------------------------------------------------------------
@@ -818,6 +1099,33 @@ def test_bound_pod_default_grace_is_its_termination_grace(cluster: Cluster) -> N
     cluster.create(POD, pod("p1", node="n1", grace=45))
     left = cluster.delete(POD, "p1", "default")
     assert left is not None and left["metadata"]["deletionGracePeriodSeconds"] == 45
+
+
+def test_negative_grace_is_the_shortest_grace(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", node="n1", grace=30))
+    left = cluster.delete(POD, "p1", "default", grace_period_seconds=-5)
+    assert left is not None and left["metadata"]["deletionGracePeriodSeconds"] == 1
+    cluster.create(POD, pod("p2", node="n1", grace=30))
+    cluster.evict("default", "p2", grace_period_seconds=-5)
+    assert cluster.get(POD, "p2", "default")["metadata"]["deletionGracePeriodSeconds"] == 1
+    cluster.create(POD, pod("p3"))
+    assert cluster.delete(POD, "p3", "default", grace_period_seconds=-5) is None
+
+
+def test_grace_zero_on_a_terminating_pod_deletes_it_after_a_last_write(
+    cluster: Cluster, watches: list[Watch]
+) -> None:
+    cluster.create(POD, pod("p1", node="n1", grace=30))
+    start = cluster.list(POD, "default").resource_version
+    w = cluster.watch(POD, "default", resource_version=start)
+    watches.append(w)
+    cluster.delete(POD, "p1", "default")
+    assert cluster.delete(POD, "p1", "default", grace_period_seconds=0) is None
+    events = collect(w, 3)
+    assert summary(events) == [("MODIFIED", "p1"), ("MODIFIED", "p1"), ("DELETED", "p1")]
+    grace = [e.object["metadata"]["deletionGracePeriodSeconds"] for e in events]
+    assert grace == [30, 0, 0]
+    assert quiet(w) == []
 
 
 def test_finalizers_hold_deletion_until_removed(cluster: Cluster, watches: list[Watch]) -> None:
@@ -892,6 +1200,111 @@ def test_eviction_refused_by_guard_is_too_many_requests(
         cluster.evict("default", "p1")
     assert err.value.code == 429 and "budget" in err.value.message
     assert "deletionTimestamp" not in cluster.get(POD, "p1", "default")["metadata"]
+
+
+def running(cluster: Cluster, name: str, ready: bool = True) -> None:
+    """Play the kubelet: the pod runs (and is Ready, unless told otherwise)."""
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    cluster.patch(
+        POD,
+        name,
+        {"status": {"phase": "Running", "conditions": [condition]}},
+        "default",
+        subresource="status",
+    )
+
+
+def budget(cluster: Cluster, name: str, app: str, **status: Any) -> JSON:
+    """A PodDisruptionBudget over pods labelled app=`app`; with `status`, written as if the
+    disruption controller had observed it (the suite runs without one)."""
+    created = cluster.create(
+        POD_DISRUPTION_BUDGET,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+        },
+    )
+    if not status:
+        return created
+    observed = {"observedGeneration": created["metadata"]["generation"], **status}
+    return cluster.patch(
+        POD_DISRUPTION_BUDGET, name, {"status": observed}, "default", subresource="status"
+    )
+
+
+def test_eviction_spends_the_budget(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", labels={"app": "web"}, node="n1", grace=30))
+    running(cluster, "p1")
+    budget(
+        cluster,
+        "web",
+        "web",
+        disruptionsAllowed=1,
+        currentHealthy=2,
+        desiredHealthy=1,
+        expectedPods=2,
+    )
+    cluster.evict("default", "p1")
+    evicted = cluster.get(POD, "p1", "default")
+    assert evicted["metadata"]["deletionGracePeriodSeconds"] == 30
+    target = [c for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert [(c["status"], c["reason"]) for c in target] == [("True", "EvictionByEvictionAPI")]
+    spent = cluster.get(POD_DISRUPTION_BUDGET, "web", "default")["status"]
+    assert spent["disruptionsAllowed"] == 0 and list(spent["disruptedPods"]) == ["p1"]
+    allowed = [c for c in spent["conditions"] if c["type"] == "DisruptionAllowed"]
+    assert [(c["status"], c["reason"]) for c in allowed] == [("False", "InsufficientPods")]
+
+
+def test_eviction_refused_by_an_exhausted_budget_is_429(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", labels={"app": "web"}, node="n1"))
+    running(cluster, "p1")
+    budget(cluster, "web", "web", disruptionsAllowed=0, currentHealthy=1, desiredHealthy=1)
+    before = cluster.get(POD, "p1", "default")
+    with pytest.raises(TooManyRequests) as err:
+        cluster.evict("default", "p1")
+    assert err.value.code == 429
+    assert "violate the pod's disruption budget" in err.value.message
+    causes = err.value.details.get("causes") or []
+    assert [c.get("reason") for c in causes] == ["DisruptionBudget"]
+    assert "needs 1 healthy pods and has 1 currently" in causes[0]["message"]
+    assert cluster.get(POD, "p1", "default") == before
+
+
+def test_eviction_under_a_budget_not_yet_observed_is_429(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", labels={"app": "web"}, node="n1"))
+    running(cluster, "p1")
+    budget(cluster, "web", "web")
+    with pytest.raises(TooManyRequests) as err:
+        cluster.evict("default", "p1")
+    causes = err.value.details.get("causes") or []
+    assert "still being processed" in causes[0]["message"]
+    assert err.value.retry_after_seconds == 10
+    assert "deletionTimestamp" not in cluster.get(POD, "p1", "default")["metadata"]
+
+
+def test_eviction_under_two_budgets_is_a_server_error(cluster: Cluster) -> None:
+    cluster.create(POD, pod("p1", labels={"app": "web"}, node="n1"))
+    running(cluster, "p1")
+    budget(cluster, "a", "web", disruptionsAllowed=1, currentHealthy=2, desiredHealthy=1)
+    budget(cluster, "b", "web", disruptionsAllowed=1, currentHealthy=2, desiredHealthy=1)
+    with pytest.raises(ApiError) as err:
+        cluster.evict("default", "p1")
+    assert err.value.code == 500 and "more than one PodDisruptionBudget" in err.value.message
+
+
+def test_pending_and_unready_pods_may_be_evicted_past_the_budget(cluster: Cluster) -> None:
+    budget(cluster, "web", "web", disruptionsAllowed=0, currentHealthy=1, desiredHealthy=1)
+    cluster.create(POD, pod("pending", labels={"app": "web"}, node="n1"))
+    cluster.evict("default", "pending")
+    assert "deletionTimestamp" in cluster.get(POD, "pending", "default")["metadata"]
+    # Not Ready, while the budget has its healthy pods: the pod goes.
+    cluster.create(POD, pod("unready", labels={"app": "web"}, node="n1"))
+    running(cluster, "unready", ready=False)
+    cluster.evict("default", "unready")
+    assert "deletionTimestamp" in cluster.get(POD, "unready", "default")["metadata"]
+    assert cluster.get(POD_DISRUPTION_BUDGET, "web", "default")["status"]["disruptionsAllowed"] == 0
 
 
 # --- admission ----------------------------------------------------------------------------

@@ -111,34 +111,81 @@ def test_malformed_json_patch() -> None:
 
 
 def test_strategic_merge_lists_by_key() -> None:
-    node = {
+    pod = {
         "spec": {
-            "taints": [
-                {"key": "a", "effect": "NoSchedule"},
-                {"key": "b", "effect": "NoSchedule"},
+            "containers": [
+                {"name": "a", "image": "busybox"},
+                {"name": "b", "image": "envoy"},
             ]
         },
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
     patched = strategic_merge_patch(
-        node,
+        pod,
         {
             "spec": {
-                "taints": [
-                    {"key": "b", "effect": "NoExecute"},
-                    {"key": "a", "$patch": "delete"},
-                    {"key": "c", "effect": "NoSchedule"},
+                "containers": [
+                    {"name": "b", "image": "envoy:2"},
+                    {"name": "a", "$patch": "delete"},
+                    {"name": "c", "image": "nginx"},
                 ]
             },
             "status": {"conditions": [{"type": "MemoryPressure", "status": "False"}]},
         },
     )
-    assert patched["spec"]["taints"] == [
-        {"key": "b", "effect": "NoExecute"},
-        {"key": "c", "effect": "NoSchedule"},
+    assert patched["spec"]["containers"] == [
+        {"name": "b", "image": "envoy:2"},
+        {"name": "c", "image": "nginx"},
     ]
     assert [c["type"] for c in patched["status"]["conditions"]] == ["Ready", "MemoryPressure"]
+    # A node's taints have no merge key in the API: a strategic patch replaces them.
+    node = {"spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]}}
+    assert strategic_merge_patch(node, {"spec": {"taints": [{"key": "b"}]}}) == {
+        "spec": {"taints": [{"key": "b"}]}
+    }
     # Lists without a merge key are replaced, as in a merge patch.
     assert strategic_merge_patch({"spec": {"args": ["a"]}}, {"spec": {"args": ["b"]}}) == {
         "spec": {"args": ["b"]}
     }
+
+
+@pytest.mark.parametrize(
+    ("server", "patch", "merged"),
+    [
+        # What kube-apiserver 1.34 answers for these finalizer patches.
+        (["x/a"], ["x/b"], ["x/b", "x/a"]),
+        (["x/a", "x/c"], ["x/c", "x/b"], ["x/a", "x/c", "x/b"]),
+        (["x/a", "x/c", "x/d"], ["x/d", "x/b", "x/a"], ["x/c", "x/d", "x/b", "x/a"]),
+        (["x/a"], [], ["x/a"]),
+    ],
+)
+def test_strategic_merge_unions_finalizers(
+    server: list[str], patch: list[str], merged: list[str]
+) -> None:
+    result = strategic_merge_patch(
+        {"metadata": {"finalizers": server}}, {"metadata": {"finalizers": patch}}
+    )
+    assert result["metadata"]["finalizers"] == merged
+
+
+def test_strategic_delete_from_primitive_list() -> None:
+    result = strategic_merge_patch(
+        {"metadata": {"finalizers": ["x/a", "x/b"]}},
+        {"metadata": {"$deleteFromPrimitiveList/finalizers": ["x/a"]}},
+    )
+    assert result == {"metadata": {"finalizers": ["x/b"]}}
+
+
+finalizer_lists = st.lists(st.sampled_from("abcdefg"), max_size=6)
+
+
+@given(finalizer_lists, finalizer_lists)
+def test_finalizer_merge_is_an_order_keeping_union(server: list[str], patch: list[str]) -> None:
+    merged = strategic_merge_patch(
+        {"metadata": {"finalizers": server}}, {"metadata": {"finalizers": patch}}
+    )["metadata"]["finalizers"]
+    assert sorted(merged) == sorted(set(server) | set(patch))
+    patch_order = list(dict.fromkeys(patch))
+    assert [f for f in merged if f in patch_order] == patch_order
+    server_only = [f for f in dict.fromkeys(server) if f not in patch_order]
+    assert [f for f in merged if f in server_only] == server_only

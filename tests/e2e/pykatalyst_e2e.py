@@ -21,31 +21,13 @@ BURN = "while :; do :; done"
 SLEEP = "sleep 36000"
 MEMORY_ENHANCEMENT = names.MEMORY_ENHANCEMENT_ANNOTATION
 
-# The agent's settings for a 2-cpu, 1-NUMA test node: pools may be one cpu, a new shared
-# pod joins its pool at once (no ramp-up), and capacity is published from the first
-# samples rather than after minutes of smoothing, in fractions of a core (a whole idle core
-# is rare on a 2-cpu machine that also runs the control plane). Its eviction plugins only
-# log: how much the node's other processes leave reclaimable varies from run to run, and
-# these tests are about placement (the eviction path is the backstop's test).
-AGENT_CONFIG = {
+# The agent's settings for a small node (examples/agent/small-node.yaml: one-cpu pools, no
+# ramp-up, capacity published within seconds in fractions of a core). Its eviction plugins
+# only log here: how much the node's other processes leave reclaimable varies from run to
+# run, and these tests are about placement (the eviction path is the backstop's test).
+AGENT_CONFIG: dict[str, Any] = {
+    **yaml.safe_load((REPO / "examples" / "agent" / "small-node.yaml").read_text()),
     "eviction": {"dry_run": ["*"]},
-    "period_s": 2,
-    "reclaimed_cpu_idle": True,
-    "cpu": {"min_reclaim_pool_cpus": 1, "ramp_up_period_s": 0},
-    "advisor": {
-        "enable_reclaim": True,
-        "min_reclaimed_for_allocate_cpu": 0,
-        "min_share_cpu_requirement": 0.1,
-        "headroom_whole_cores": False,
-    },
-    "reporter": {
-        "period_s": 2,
-        "headroom_sync_period_s": 2,
-        "sliding_window_s": 6,
-        "min_reclaimed_for_report_cpu": 0,
-        "min_reclaimed_for_report_memory": 0,
-        "min_step_cpu": 0.05,
-    },
 }
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pykatalyst.api import names
 from pykatalyst.controllers.backstop import BACKSTOP_TAINT
 from tests.e2e.conftest import REPO, Component, Kubectl, LocalNode, component_kubeconfig, wait_until
 from tests.e2e.pykatalyst_e2e import example, fit_to_node, running_pods, start_agent
@@ -42,14 +43,18 @@ def test_silent_agent_taints_then_evicts_within_the_pdb_and_clears_when_back(
         "--kubeconfig",
         component_kubeconfig("scheduler"),
     )
-    names = []
+    batch: list[str] = []
     for i in range(2):
         pod = fit_to_node(example("reclaimed-normal-pod.yaml")[0], namespace)
         pod["metadata"]["name"] = f"batch-{i}"
         pod["metadata"].setdefault("labels", {})["app"] = "batch"
+        # Small: both must fit in what the node's background load leaves reclaimable.
+        res = pod["spec"]["containers"][0]["resources"]
+        for part in ("requests", "limits"):
+            res[part][names.RECLAIMED_MILLICPU] = "50"
         kubectl.apply(pod)
-        names.append(pod["metadata"]["name"])
-    wait_until("the reclaimed pods Running", lambda: running_pods(kubectl, namespace, names), 120)
+        batch.append(pod["metadata"]["name"])
+    wait_until("the reclaimed pods Running", lambda: running_pods(kubectl, namespace, batch), 120)
     kubectl.apply(
         {
             "apiVersion": "policy/v1",
@@ -85,10 +90,10 @@ def test_silent_agent_taints_then_evicts_within_the_pdb_and_clears_when_back(
     wait_until("the backstop's CNR taint", lambda: _backstop_tainted(kubectl, node), 60)
     # Past evict-after, the PDB allows no disruption: the real API server refuses (429).
     time.sleep(20)
-    assert set(_pods(kubectl, namespace)) == set(names), "the PDB did not hold the evictions"
+    assert set(_pods(kubectl, namespace)) == set(batch), "the PDB did not hold the evictions"
     events = kubectl.json("get", "events", "-n", namespace)["items"]
     assert any(
-        e["involvedObject"].get("name") in names for e in events if e.get("type") == "Warning"
+        e["involvedObject"].get("name") in batch for e in events if e.get("type") == "Warning"
     )
 
     kubectl.run("delete", "pdb", "batch", "-n", namespace)

@@ -302,6 +302,7 @@ def test_watch_stream_is_chunked_json_lines(url: str, store: MemoryCluster) -> N
     events = stream(url, path)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
         ("ADDED", "p2"),
+        ("MODIFIED", "p1"),  # the deletion, written before the pod goes
         ("DELETED", "p1"),
     ]
 

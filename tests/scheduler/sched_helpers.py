@@ -14,7 +14,18 @@ from pykatalyst.scheduler.framework import Framework
 from pykatalyst.scheduler.podinfo import PodInfo, pod_info
 from pykatalyst.scheduler.snapshot import NodeSnapshot
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "shared" / "katalyst-examples"
+
+def _examples_dir() -> Path:
+    """Katalyst's example manifests: a `shared/katalyst-examples` next to the checkout or
+    next to any folder above it (worktrees sit deeper than the main checkout)."""
+    for parent in Path(__file__).resolve().parents[2:]:
+        candidate = parent / "shared" / "katalyst-examples"
+        if candidate.is_dir():
+            return candidate
+    return Path(__file__).resolve().parents[3] / "shared" / "katalyst-examples"
+
+
+EXAMPLES = _examples_dir()
 
 GI = 1024**3
 

@@ -267,6 +267,24 @@ def test_print_form_lists_plugins_weights_args_and_what_is_not_implemented() -> 
     assert any(c["name"] == "NodeResourcesFit" for c in prof["pluginConfig"])
 
 
+def test_print_form_says_overcommit_ratios_are_not_applied() -> None:
+    config = load_config_text(
+        cfg("""\
+        profiles:
+          - plugins:
+              filter:
+                enabled: [{name: NodeOvercommitment}]
+        """)
+    )
+    reason = config.profiles[0].to_json()["notImplemented"]["NodeOvercommitment"]
+    # nothing in pykatalyst applies the ratios yet: the text must not promise otherwise
+    assert "webhook" not in reason
+    assert reason == (
+        "this scheduler applies no overcommit ratio: pods are placed against the Node's "
+        "allocatable as it is published"
+    )
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(-5, 105), st.integers(-2, 12)), min_size=0, max_size=5))
 def test_shapes_are_accepted_exactly_when_kube_would(points: list[tuple[int, int]]) -> None:

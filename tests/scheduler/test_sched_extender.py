@@ -15,7 +15,7 @@ from pykatalyst.runtime.host import ComponentHost
 from pykatalyst.scheduler.config import load_config_text
 from pykatalyst.scheduler.extender import NOT_IN_CACHE, ExtenderService, make_app
 from pykatalyst.scheduler.scheduler import Scheduler
-from tests.scheduler.sched_helpers import add_node, add_pod, node, pod
+from tests.scheduler.sched_helpers import add_cnr, add_node, add_pod, cnr, node, pod
 
 FIT_ONLY = """\
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -153,6 +153,48 @@ def test_http_endpoints_speak_kube_scheduler_json() -> None:
             await client.close()
 
     asyncio.run(run())
+
+
+RECLAIMED_PROFILE = """\
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - plugins:
+      filter:
+        enabled: [{name: QoSAwareNodeResourcesFit}]
+        disabled: [{name: NodeResourcesFit}]
+      reserve:
+        enabled: [{name: QoSAwareNodeResourcesFit}]
+"""
+
+
+def test_bind_refuses_a_node_whose_reclaimed_room_went_to_an_earlier_bind() -> None:
+    # kube-scheduler filters both pods against the same free room, then binds them one
+    # after the other: the second bind finds the room taken and is refused at Reserve
+    c = MemoryCluster(VirtualClock())
+    add_node(c, node("n0"))
+    add_cnr(c, cnr("n0", reclaimed_cpu="3000", reclaimed_memory="8Gi"))
+    svc = ExtenderService(Scheduler(c, load_config_text(RECLAIMED_PROFILE)))
+    reclaimed = {names.RECLAIMED_MILLICPU: "2000", names.RECLAIMED_MEMORY: "1Gi"}
+    pods = [add_pod(c, pod(n, reclaimed, qos="reclaimed_cores")) for n in ("a", "b")]
+    for p in pods:
+        assert svc.filter({"Pod": p, "NodeNames": ["n0"]}, 0.0)["NodeNames"] == ["n0"]
+    binds = [
+        svc.bind(
+            {
+                "PodName": p["metadata"]["name"],
+                "PodNamespace": "default",
+                "PodUID": p["metadata"]["uid"],
+                "Node": "n0",
+            },
+            0.0,
+        )
+        for p in pods
+    ]
+    assert binds[0] == {"Error": ""}
+    assert binds[1] == {"Error": "node n0: Insufficient reclaimed_millicpu"}
+    assert "nodeName" not in c.get(names.POD, "b", "default")["spec"]
+    assert svc.scheduler.snapshot.requested("n0", names.RECLAIMED_MILLICPU) == 2000
 
 
 def test_filter_refuses_an_ill_typed_pod_and_keeps_serving() -> None:

@@ -14,6 +14,7 @@ from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import load_config_text
 from pykatalyst.scheduler.framework import Framework
+from pykatalyst.scheduler.plugins.base import CycleState
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.scheduler import Scheduler
 from pykatalyst.scheduler.snapshot import NodeSnapshot
@@ -77,7 +78,7 @@ def fw() -> Framework:
 
 
 def feasible(f: Framework, p: PodInfo, snap: NodeSnapshot) -> list[str]:
-    alive, _ = f.run_filters(p, {}, snap)
+    alive, _ = f.run_filters(p, CycleState(), snap)
     return [snap.names[i] for i in np.flatnonzero(alive)]
 
 
@@ -95,7 +96,7 @@ def test_single_numa_fit() -> None:
     snap = snapshot([node("n0", cpu="8")], cnrs=[cnr("n0", zones=zones, policy=SINGLE)])
     f = fw()
     assert feasible(f, dedicated("big", "6"), snap) == []
-    state: dict[str, object] = {}
+    state = CycleState()
     _, diag = f.run_filters(dedicated("big", "6"), state, snap)
     assert diag.message(dedicated("big", "6"), state, snap) == (
         "0/1 nodes are available: 1 node(s) had no NUMA zone(s) that fit the pod."

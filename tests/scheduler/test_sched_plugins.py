@@ -7,6 +7,7 @@ import pytest
 
 from pykatalyst.api import names
 from pykatalyst.scheduler.framework import Framework
+from pykatalyst.scheduler.plugins.base import CycleState
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.snapshot import NodeSnapshot
 from tests.scheduler.sched_helpers import cnr, framework, info, node, pod, snapshot
@@ -29,18 +30,18 @@ profiles:
 
 
 def feasible(fw: Framework, p: PodInfo, snap: NodeSnapshot) -> list[str]:
-    alive, _ = fw.run_filters(p, {}, snap)
+    alive, _ = fw.run_filters(p, CycleState(), snap)
     return [snap.names[i] for i in np.flatnonzero(alive)]
 
 
 def message(fw: Framework, p: PodInfo, snap: NodeSnapshot) -> str:
-    state: dict[str, object] = {}
+    state = CycleState()
     _, diag = fw.run_filters(p, state, snap)
     return diag.message(p, state, snap)
 
 
 def scores(fw: Framework, p: PodInfo, snap: NodeSnapshot, plugin: str) -> list[int]:
-    state: dict[str, object] = {}
+    state = CycleState()
     fw.run_filters(p, state, snap)
     idx = np.arange(snap.n)
     _, parts = fw.score(p, state, snap, idx)
@@ -127,7 +128,7 @@ def test_reclaimed_pod_fits_against_the_cnr_not_the_node() -> None:
         "2 Insufficient reclaimed_millicpu."
     )
     # n2 has no CNR: both resources are missing there
-    state: dict[str, object] = {}
+    state = CycleState()
     _, diag = fw.run_filters(p, state, snap)
     per_node = diag.node_reasons(p, state, snap)
     assert per_node[snap.index["n2"]] == (
@@ -497,7 +498,7 @@ def test_existing_pods_anti_affinity_keeps_others_out() -> None:
     noisy = info(pod("n", labels={"app": "noisy"}))
     fw = framework()
     assert feasible(fw, noisy, snap) == ["a1", "a2", "bare"]
-    state: dict[str, object] = {}
+    state = CycleState()
     _, diag = fw.run_filters(noisy, state, snap)
     assert diag.node_reasons(noisy, state, snap)[snap.index["b1"]] == (
         "node(s) didn't satisfy existing pods anti-affinity rules",

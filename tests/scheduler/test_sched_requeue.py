@@ -76,6 +76,37 @@ def test_a_deleted_pod_wakes_only_the_pods_that_fit_what_it_freed() -> None:
     )
 
 
+def resize(c: MemoryCluster, name: str, cpu: str) -> None:
+    res = {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}
+    spec = {"containers": [{"name": "main", "resources": res}]}
+    c.patch(
+        names.POD, name, {"spec": spec}, "default", patch_type="strategic", subresource="resize"
+    )
+
+
+def test_a_pod_resized_to_smaller_requests_wakes_the_pods_that_now_fit() -> None:
+    c = two_full_nodes()
+    sched = Scheduler(c)
+    add_pod(c, pod("fits", {"cpu": "2"}))
+    add_pod(c, pod("too-big", {"cpu": "6"}))
+    assert [o.node for o in sched.run_until_idle(0.0)] == [None, None]
+    resize(c, "busy-n1", "1")
+    # long before the five-minute flush: the resize itself wakes the pod it made room for
+    outcomes = sched.run_until_idle(10.0)
+    assert [(o.pod, o.node) for o in outcomes] == [("default/fits", "n1")]
+    assert failed_attempts(c, "too-big") == 1
+
+
+def test_a_pod_resized_to_larger_requests_wakes_nobody() -> None:
+    c = two_full_nodes()
+    sched = Scheduler(c)
+    add_pod(c, pod("fits", {"cpu": "2"}))
+    assert [o.node for o in sched.run_until_idle(0.0)] == [None]
+    resize(c, "busy-n1", "4")
+    assert sched.run_until_idle(10.0) == []
+    assert failed_attempts(c, "fits") == 1
+
+
 def test_freed_room_goes_to_the_higher_priority_pod_first() -> None:
     c = two_full_nodes()
     sched = Scheduler(c)

@@ -322,6 +322,9 @@ EVENT: Final = Kind("", "v1", "Event", "events", True, ("ev",))
 NAMESPACE: Final = Kind("", "v1", "Namespace", "namespaces", False, ("ns",))
 CONFIG_MAP: Final = Kind("", "v1", "ConfigMap", "configmaps", True, ("cm",))
 LEASE: Final = Kind("coordination.k8s.io", "v1", "Lease", "leases", True)
+POD_DISRUPTION_BUDGET: Final = Kind(
+    "policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, ("pdb",)
+)
 CRD: Final = Kind(
     "apiextensions.k8s.io",
     "v1",

@@ -38,9 +38,11 @@ from pykatalyst.api.names import (
     NAMESPACE,
     NODE,
     POD,
+    POD_DISRUPTION_BUDGET,
     SYSTEM_NAMESPACE,
     Kind,
 )
+from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.cluster.clock import Clock, VirtualClock
 from pykatalyst.cluster.patch import (
     PatchError,
@@ -70,6 +72,7 @@ from pykatalyst.cluster.protocol import (
 from pykatalyst.cluster.selectors import (
     FieldSelector,
     LabelSelector,
+    label_selector_from_dict,
     parse_field_selector,
     parse_label_selector,
     valid_label_key,
@@ -299,6 +302,95 @@ def _is_crd(st: _KindState) -> bool:
     return st.kind.group == CRD.group and st.kind.plural == CRD.plural
 
 
+# Of the core group only these kinds' strategies set metadata.generation (kube-apiserver
+# 1.34): nodes, namespaces, config maps and events have none. Neither have leases nor
+# events.k8s.io events; CRDs, custom resources and the workload kinds have it.
+_CORE_WITH_GENERATION: Final = frozenset({"pods", "replicationcontrollers", "podtemplates"})
+_GROUPS_WITHOUT_GENERATION: Final = frozenset({"coordination.k8s.io", "events.k8s.io"})
+
+
+def _is_custom_resource(st: _KindState) -> bool:
+    """Served from a CRD (Katalyst kinds included) rather than built into the server."""
+    group = st.kind.group
+    return group not in ("", "apps", "batch", "policy", "autoscaling") and not group.endswith(
+        ".k8s.io"
+    )
+
+
+def _tracks_generation(st: _KindState) -> bool:
+    if st.kind.group == "":
+        return st.kind.plural in _CORE_WITH_GENERATION
+    return st.kind.group not in _GROUPS_WITHOUT_GENERATION
+
+
+def _pdb_selects(pdb: JSON, labels: Mapping[str, str]) -> bool:
+    """Whether a PodDisruptionBudget covers a pod with these labels (an unreadable
+    selector covers nothing, as the eviction subresource reads it)."""
+    try:
+        return label_selector_from_dict((pdb.get("spec") or {}).get("selector")).matches(labels)
+    except BadRequest:
+        return False
+
+
+def _pod_ready(pod: JSON) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _budget_refusal(cause: str, retry_after: float | None) -> TooManyRequests:
+    return TooManyRequests(
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        details={"causes": [{"reason": "DisruptionBudget", "message": cause}]},
+        retry_after_seconds=retry_after,
+    )
+
+
+def _nanos(value: Any) -> int:
+    try:
+        return Quantity.parse(str(value)).nanos
+    except QuantityError:
+        return 0
+
+
+def pod_qos_class(spec: Mapping[str, Any]) -> str:
+    """The Kubernetes QoS class the API server writes to a new pod's status.qosClass, from
+    the cpu and memory requests and limits of its containers and init containers."""
+    requests: dict[str, int] = {}
+    limits: dict[str, int] = {}
+    guaranteed = True
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            res = (c.get("resources") if isinstance(c, dict) else None) or {}
+            for name in ("cpu", "memory"):
+                req = _nanos((res.get("requests") or {}).get(name, 0))
+                lim = _nanos((res.get("limits") or {}).get(name, 0))
+                if req > 0:
+                    requests[name] = requests.get(name, 0) + req
+                if lim > 0:
+                    limits[name] = limits.get(name, 0) + lim
+                else:
+                    guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    if guaranteed and requests == limits:
+        return "Guaranteed"
+    return "Burstable"
+
+
+def _drop_empty_meta(meta: JSON) -> None:
+    """ObjectMeta's lists and maps are omitted when empty, as the API server writes them."""
+    for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if key in meta and not meta[key]:
+            del meta[key]
+
+
+def _bump_generation(meta: JSON, old_meta: Mapping[str, Any]) -> None:
+    if "generation" in old_meta:
+        meta["generation"] = int(old_meta["generation"]) + 1
+
+
 def _with_rv(obj: JSON, rv: str) -> JSON:
     return {**obj, "metadata": {**obj["metadata"], "resourceVersion": rv}}
 
@@ -456,6 +548,9 @@ class MemoryCluster:
             self.register_kind(k, status_subresource=True, unconditional_update=k != CRD)
         for k in (EVENT, CONFIG_MAP, LEASE):
             self.register_kind(k, status_subresource=False, unconditional_update=True)
+        self.register_kind(
+            POD_DISRUPTION_BUDGET, status_subresource=True, unconditional_update=True
+        )
         for k in KATALYST_KINDS:
             self.register_kind(k, status_subresource=True, unconditional_update=False)
         for st in self._kinds.values():
@@ -917,6 +1012,30 @@ class MemoryCluster:
                 f"Invalid value: {fins!r}: must be a list of strings",
             )
 
+    def _validate_event(self, st: _KindState, event: JSON) -> None:
+        """kube-apiserver's checks of a core/v1 Event: its namespace must be its object's
+        (an event about a cluster-scoped object goes to "default"; with an eventTime,
+        "kube-system" too), and an event with an eventTime names who reported it."""
+        meta = event["metadata"]
+        name, ns = meta["name"], meta.get("namespace", "")
+        involved = event.get("involvedObject") or {}
+        involved_ns = str(involved.get("namespace") or "") if isinstance(involved, dict) else ""
+        timed = bool(event.get("eventTime"))
+        allowed = {involved_ns} if involved_ns else {"", DEFAULT_NAMESPACE}
+        if timed and not involved_ns:
+            allowed = {DEFAULT_NAMESPACE, KUBE_SYSTEM_NAMESPACE}
+        if ns not in allowed:
+            raise self._invalid(
+                st,
+                name,
+                "involvedObject.namespace",
+                f'Invalid value: "{involved_ns}": does not match event.namespace',
+            )
+        if timed:
+            for key in ("reportingComponent", "reportingInstance", "action", "reason"):
+                if not event.get(key):
+                    raise self._invalid(st, name, key, "Required value")
+
     @staticmethod
     def _default_pod(obj: JSON) -> None:
         """The API server's pod defaulting that scheduling and QoS depend on."""
@@ -971,9 +1090,11 @@ class MemoryCluster:
                 meta["namespace"] = ns
             else:
                 meta.pop("namespace", None)
+            if meta.get("resourceVersion"):
+                raise ApiError("resourceVersion should not be set on objects to be created")
             if _is_pod(st):
                 self._default_pod(new)
-                new["status"] = {"phase": "Pending"}
+                new["status"] = {"phase": "Pending", "qosClass": pod_qos_class(new["spec"])}
             elif _is_core(st, "namespaces"):
                 new["status"] = {"phase": "Active"}
             elif st.status_subresource and st.kind.group not in ("", CRD.group):
@@ -984,6 +1105,9 @@ class MemoryCluster:
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = self._generate_name(st, str(meta["generateName"]), ns)
             self._validate_meta(st, new)
+            if _is_core(st, "events"):
+                self._validate_event(st, new)
+            _drop_empty_meta(meta)
             name = meta["name"]
             if name in st.objects.get(ns, {}):
                 raise AlreadyExists(
@@ -994,7 +1118,8 @@ class MemoryCluster:
                 self._register_crd(new)
             meta["uid"] = self._new_uid()
             meta["creationTimestamp"] = rfc3339(self.clock.now())
-            meta["generation"] = 1
+            if _tracks_generation(st):
+                meta["generation"] = 1
             meta.pop("deletionTimestamp", None)
             meta.pop("deletionGracePeriodSeconds", None)
             meta.pop("resourceVersion", None)
@@ -1083,11 +1208,7 @@ class MemoryCluster:
                 st, name, "metadata.uid", f'Invalid value: "{meta["uid"]}": field is immutable'
             )
         if sub_resource == "status":
-            # The status subresource writes status and nothing else.
-            new = {**old, "status": new.get("status")}
-            if new["status"] is None:
-                new.pop("status")
-            new["metadata"] = dict(old_meta)
+            new = self._status_write(st, old, new, ns)
         elif sub_resource == "resize":
             new = self._resized(old, new)
         else:
@@ -1096,34 +1217,20 @@ class MemoryCluster:
                     new["status"] = old["status"]
                 else:
                     new.pop("status", None)
-            meta["namespace"] = ns
-            if not st.kind.namespaced:
-                meta.pop("namespace", None)
-            for key in (
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-            ):
-                if key in old_meta:
-                    meta[key] = old_meta[key]
-                else:
-                    meta.pop(key, None)
+            self._keep_system_meta(st, meta, old_meta, ns)
             if _is_pod(st):
                 self._default_pod(new)
         new = self._admit(st, "UPDATE", new, old, name, ns, sub_resource) or new
         if sub_resource == "status":
-            # Whatever a plugin did, the status subresource still writes only status.
-            new = {**old, "status": new.get("status")}
-            if new["status"] is None:
-                new.pop("status")
+            # Whatever a plugin did, the status subresource still writes only what it may.
+            new = self._status_write(st, old, new, ns)
         elif sub_resource == "resize":
             new = self._resized(old, new)
         elif _is_pod(st):
             self._check_pod_update(st, name, old, new)
         meta = new["metadata"] = dict(new["metadata"])
         self._validate_meta(st, new)
+        _drop_empty_meta(meta)
         if meta["name"] != name or meta.get("namespace", "") != ns:
             raise BadRequest("an update cannot change an object's name or namespace")
         if "deletionTimestamp" in old_meta:
@@ -1140,7 +1247,7 @@ class MemoryCluster:
         if new == old:
             return copy_object(old)  # a no-op write changes nothing, not even the version
         if self._spec_changed(st, old, new):
-            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+            _bump_generation(meta, old_meta)
         if _is_crd(st):
             self._register_crd(new)
         if (
@@ -1151,6 +1258,54 @@ class MemoryCluster:
             self._commit(st, "DELETED", new, old)
             return copy_object(_with_rv(new, str(self._rv)))
         return copy_object(self._commit(st, "MODIFIED", new, old))
+
+    @staticmethod
+    def _keep_system_meta(st: _KindState, meta: JSON, old_meta: Mapping[str, Any], ns: str) -> None:
+        """An update cannot set the fields the server owns: they keep their stored values."""
+        meta["namespace"] = ns
+        if not st.kind.namespaced:
+            meta.pop("namespace", None)
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+
+    def _status_write(self, st: _KindState, old: JSON, new: JSON, ns: str) -> JSON:
+        """What a write to the status subresource keeps. For custom resources and CRDs only
+        status; for the built-in kinds (pods, nodes, namespaces) everything but spec, so
+        label and annotation changes are written too, as kube-apiserver's status strategies
+        do (a pod's ownerReferences stay as they were)."""
+        old_meta = old["metadata"]
+        if st.kind.group != "":
+            out = {**old, "status": new.get("status"), "metadata": dict(old_meta)}
+        else:
+            meta = dict(new.get("metadata") or {})
+            self._keep_system_meta(st, meta, old_meta, ns)
+            if _is_pod(st):
+                if "ownerReferences" in old_meta:
+                    meta["ownerReferences"] = old_meta["ownerReferences"]
+                else:
+                    meta.pop("ownerReferences", None)
+            out = {**new, "metadata": meta}
+            if "spec" in old:
+                out["spec"] = old["spec"]
+            else:
+                out.pop("spec", None)
+        if out.get("status") is None:
+            out.pop("status", None)
+        old_qos = (old.get("status") or {}).get("qosClass")
+        status = out.get("status")
+        # The QoS class is fixed at creation: a status write without it keeps it.
+        if _is_pod(st) and old_qos and isinstance(status, dict) and not status.get("qosClass"):
+            out["status"] = {**status, "qosClass": old_qos}
+        return out
 
     def _check_pod_update(self, st: _KindState, name: str, old: JSON, new: JSON) -> None:
         """A pod's spec is immutable but for a few fields, as on a real server: binding
@@ -1262,6 +1417,14 @@ class MemoryCluster:
                         raise PatchError("a merge patch must be a JSON object", malformed=True)
                     result = merge_patch(old, self._ingest(st, patch))
                 elif patch_type == "strategic":
+                    if _is_custom_resource(st):
+                        raise ApiError(
+                            "the body of the request was in an unknown format - accepted media "
+                            "types include: application/json-patch+json, "
+                            "application/merge-patch+json, application/apply-patch+yaml",
+                            "UnsupportedMediaType",
+                            415,
+                        )
                     if not isinstance(patch, dict):
                         raise PatchError(
                             "a strategic merge patch must be a JSON object", malformed=True
@@ -1308,18 +1471,13 @@ class MemoryCluster:
             st = self._state(kind, "delete")
             ns = self._namespace_of(st, namespace, required=True)
             old = self._get_stored(st, name, ns)
-            if grace_period_seconds is not None and grace_period_seconds < 0:
-                raise self._invalid(
-                    st,
-                    name,
-                    "gracePeriodSeconds",
-                    f"Invalid value: {grace_period_seconds}: must be >= 0",
-                )
             self._admit(st, "DELETE", None, old, name, ns)
             return self._delete(st, old, grace_period_seconds)
 
     def _delete(self, st: _KindState, old: JSON, grace: int | None) -> JSON | None:
         meta = old["metadata"]
+        if grace is not None and grace < 0:
+            grace = 1  # as kube-apiserver reads a negative grace period: the shortest one
         ns, name = meta.get("namespace", ""), meta["name"]
         is_pod = _is_pod(st)
         if is_pod:
@@ -1336,22 +1494,27 @@ class MemoryCluster:
             grace = 0
         finalizers = meta.get("finalizers") or []
         now = self.clock.now()
-        if "deletionTimestamp" in meta:
-            current = int(meta.get("deletionGracePeriodSeconds") or 0)
-            if grace >= current:
-                return copy_object(old)
-        if grace > 0 or finalizers:
+        marked = "deletionTimestamp" in meta
+        current = int(meta.get("deletionGracePeriodSeconds") or 0)
+        if marked and grace >= current:
+            return copy_object(old)
+        # A pod's deletion is always written first (deletionTimestamp, the grace period), even
+        # with grace 0: watchers see MODIFIED, then DELETED, as from a real API server.
+        if grace > 0 or finalizers or (is_pod and not (marked and current == 0)):
             new = {**old, "metadata": dict(meta)}
             nmeta = new["metadata"]
             nmeta["deletionTimestamp"] = rfc3339(now + grace)
             nmeta["deletionGracePeriodSeconds"] = grace
-            if grace > 0 or "deletionTimestamp" not in meta:
-                nmeta["generation"] = int(meta.get("generation", 1)) + 1
+            if not marked:
+                _bump_generation(nmeta, meta)
             if grace > 0 and is_pod:
                 self._terminating[(ns, name)] = now + grace
             elif is_pod:
                 self._terminating.pop((ns, name), None)
-            return copy_object(self._commit(st, "MODIFIED", new, old))
+            stored = self._commit(st, "MODIFIED", new, old)
+            if grace > 0 or finalizers:
+                return copy_object(stored)
+            old = stored
         if _is_core(st, "namespaces"):
             self._purge_namespace(name)
         if _is_crd(st):
@@ -1447,17 +1610,25 @@ class MemoryCluster:
                 }
             )
             status["conditions"] = conds
-            meta = dict(old["metadata"])
-            meta["generation"] = int(meta.get("generation", 1)) + 1
+            # The binding writes spec.nodeName past the pod strategy: generation stays.
             new = {
                 **old,
-                "metadata": meta,
+                "metadata": dict(old["metadata"]),
                 "spec": {**spec, "nodeName": node_name},
                 "status": status,
             }
             self._commit(st, "MODIFIED", new, old)
 
     def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
+        """The `pods/eviction` subresource, as kube-apiserver answers it. `eviction_guard`
+        (when set) may refuse any pod not yet terminating with a 429. A pod that is
+        Pending, finished or terminating is then deleted without a budget check. For any
+        other, the one PodDisruptionBudget whose selector matches its labels decides: none
+        lets it go, more than one is a 500, a budget whose status is not yet observed or
+        that allows no disruption is a 429; otherwise the eviction spends one allowed
+        disruption (recorded in the budget's `status.disruptedPods`). The pod gets the
+        condition `DisruptionTarget=True` (reason `EvictionByEvictionAPI`), then is deleted
+        with the eviction's grace period."""
         with self._cond:
             st = self._state(POD, "create")
             old = self._get_stored(st, name, namespace)
@@ -1478,9 +1649,8 @@ class MemoryCluster:
                 "eviction",
                 Kind("policy", "v1", "Eviction", "evictions", True),
             )
-            if "deletionTimestamp" in old["metadata"]:
-                return  # already terminating: the eviction is a success that changes nothing
-            if self.eviction_guard is not None:
+            terminating = "deletionTimestamp" in old["metadata"]
+            if self.eviction_guard is not None and not terminating:
                 reason = self.eviction_guard(copy_json(old))
                 if reason:
                     raise TooManyRequests(
@@ -1489,14 +1659,103 @@ class MemoryCluster:
                         details={"causes": [{"reason": "DisruptionBudget", "message": reason}]},
                         retry_after_seconds=10.0,
                     )
-            if grace_period_seconds is not None and grace_period_seconds < 0:
-                raise self._invalid(
-                    st,
-                    name,
-                    "deleteOptions.gracePeriodSeconds",
-                    f"Invalid value: {grace_period_seconds}: must be >= 0",
-                )
-            self._delete(st, old, grace_period_seconds)
+            phase = (old.get("status") or {}).get("phase")
+            if not terminating and phase not in ("Pending", "Succeeded", "Failed"):
+                self._spend_disruption(old)
+            self._delete(st, self._mark_disruption_target(st, old), grace_period_seconds)
+
+    def _spend_disruption(self, pod: JSON) -> None:
+        """The budget check of an eviction: raise if the pod's budget refuses it, else
+        record the disruption in the budget's status."""
+        pdbs = self._kinds.get((POD_DISRUPTION_BUDGET.group, POD_DISRUPTION_BUDGET.plural))
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        matching = [
+            b
+            for b in (pdbs.objects.get(meta["namespace"], {}).values() if pdbs else ())
+            if _pdb_selects(b, labels)
+        ]
+        if len(matching) > 1:
+            raise ApiError(
+                "This pod has more than one PodDisruptionBudget, which the eviction "
+                "subresource does not support.",
+                "",
+                500,
+            )
+        if not matching or pdbs is None:
+            return
+        pdb = matching[0]
+        spec, status = pdb.get("spec") or {}, dict(pdb.get("status") or {})
+        current, desired = (
+            int(status.get("currentHealthy", 0)),
+            int(status.get("desiredHealthy", 0)),
+        )
+        if not _pod_ready(pod) and (
+            spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or current >= desired > 0
+        ):
+            return
+        name = pdb["metadata"]["name"]
+        allowed = int(status.get("disruptionsAllowed", 0))
+        if int(status.get("observedGeneration", 0)) < int(pdb["metadata"].get("generation", 0)):
+            raise _budget_refusal(
+                f"The disruption budget {name} is still being processed by the server.", 10.0
+            )
+        if allowed < 0:
+            raise Forbidden(
+                f'poddisruptionbudgets.policy "{name}" is forbidden: pdb disruptions allowed '
+                "is negative"
+            )
+        if allowed == 0:
+            raise _budget_refusal(
+                f"The disruption budget {name} needs {desired} healthy pods and has "
+                f"{current} currently",
+                None,
+            )
+        status["disruptionsAllowed"] = allowed - 1
+        if allowed == 1:
+            conditions = status.get("conditions") or []
+            was: JSON = next((c for c in conditions if c.get("type") == "DisruptionAllowed"), {})
+            status["conditions"] = [
+                *(c for c in conditions if c.get("type") != "DisruptionAllowed"),
+                {
+                    "type": "DisruptionAllowed",
+                    "status": "False",
+                    "reason": "InsufficientPods",
+                    "message": was.get("message", ""),
+                    "observedGeneration": status.get("observedGeneration", 0),
+                    "lastTransitionTime": was.get("lastTransitionTime")
+                    if was.get("status") == "False"
+                    else rfc3339(self.clock.now()),
+                },
+            ]
+        status["disruptedPods"] = {
+            **(status.get("disruptedPods") or {}),
+            meta["name"]: rfc3339(self.clock.now()),
+        }
+        self._commit(pdbs, "MODIFIED", {**pdb, "status": status}, pdb)
+
+    def _mark_disruption_target(self, st: _KindState, pod: JSON) -> JSON:
+        status = dict(pod.get("status") or {})
+        conditions = list(status.get("conditions") or [])
+        current = next((c for c in conditions if c.get("type") == "DisruptionTarget"), None)
+        wanted: JSON = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting",
+        }
+        if current is not None and all(current.get(k) == v for k, v in wanted.items()):
+            return pod
+        now = rfc3339(self.clock.now())
+        wanted["lastProbeTime"] = None
+        wanted["lastTransitionTime"] = (
+            current.get("lastTransitionTime", now)
+            if current is not None and current.get("status") == "True"
+            else now
+        )
+        status["conditions"] = [c for c in conditions if c.get("type") != "DisruptionTarget"]
+        status["conditions"].append(wanted)
+        return self._commit(st, "MODIFIED", {**pod, "status": status}, pod)
 
     # --- persistence ----------------------------------------------------------------------
 

@@ -5,8 +5,9 @@
 - JSON patch (RFC 6902): add / remove / replace / move / copy / test with JSON pointers.
 - Strategic merge patch, reduced to what the system touches: a merge patch in which the
   lists Kubernetes merges by key (containers and volumes by `name`, conditions by `type`,
-  taints by `key`, ...) are merged item by item, and a list item `{"$patch": "delete", KEY:
-  ...}` removes that item. Every other list is replaced, as in a merge patch.
+  ...) are merged item by item, and a list item `{"$patch": "delete", KEY: ...}` removes
+  that item. `finalizers` merge as a set of strings (`$deleteFromPrimitiveList/finalizers`
+  removes some). Every other list is replaced, as in a merge patch: a node's `taints` too.
 
 All functions return new values and never modify their inputs, so a failing patch leaves
 nothing half-applied.
@@ -76,13 +77,17 @@ STRATEGIC_MERGE_KEYS: dict[str, str] = {
     "env": "name",
     "ports": "containerPort",
     "conditions": "type",
-    "taints": "key",
     "imagePullSecrets": "name",
     "hostAliases": "ip",
     "topologySpreadConstraints": "topologyKey",
     "ownerReferences": "uid",
     "resourceClaims": "name",
 }
+
+
+# Lists of strings Kubernetes merges as sets (patchStrategy "merge" without a key).
+STRATEGIC_MERGE_SETS: frozenset[str] = frozenset({"finalizers"})
+_DELETE_FROM = "$deleteFromPrimitiveList/"
 
 
 def strategic_merge_patch(target: Any, patch: Any) -> Any:
@@ -100,9 +105,40 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
             result[key] = strategic_merge_patch(result.get(key), value)
         elif isinstance(value, list) and key in STRATEGIC_MERGE_KEYS:
             result[key] = _merge_list(result.get(key), value, STRATEGIC_MERGE_KEYS[key])
+        elif isinstance(value, list) and key in STRATEGIC_MERGE_SETS:
+            result[key] = _merge_set(result.get(key), value)
         else:
             result[key] = copy_json(value)
+    for key, value in patch.items():
+        field = key[len(_DELETE_FROM) :]
+        if key.startswith(_DELETE_FROM) and isinstance(result.get(field), list):
+            gone = value if isinstance(value, list) else [value]
+            result[field] = [v for v in result[field] if v not in gone]
     return result
+
+
+def _merge_set(current: Any, patch: list[Any]) -> list[Any]:
+    """A set-like list of scalars: the union, in the API server's order. Items only the
+    server has are interleaved with the patch's by their place in the server's list; an
+    item the server has not seen goes before a server-only item."""
+    server = list(current) if isinstance(current, list) else []
+    patched = list(dict.fromkeys(patch))
+    left = [v for v in dict.fromkeys(server) if v not in patched]
+    out: list[Any] = []
+    i = j = 0
+    while i < len(left) or j < len(patched):
+        if j >= len(patched) or (
+            i < len(left)
+            and patched[j] in server
+            and server.index(left[i]) < server.index(patched[j])
+        ):
+            out.append(left[i])
+            i += 1
+        else:
+            out.append(patched[j])
+            j += 1
+    merged: list[Any] = copy_json(out)
+    return merged
 
 
 def _merge_list(current: Any, patch: list[Any], merge_key: str) -> list[Any]:

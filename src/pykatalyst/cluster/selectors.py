@@ -218,15 +218,15 @@ def label_selector_from_dict(spec: Mapping[str, Any] | None) -> LabelSelector:
 FieldGetter = Callable[[Mapping[str, Any]], str]
 
 
-def _path_getter(*path: str) -> FieldGetter:
+def _path_getter(*path: str, default: str = "") -> FieldGetter:
     def get(obj: Mapping[str, Any]) -> str:
         cur: Any = obj
         for p in path:
             if not isinstance(cur, Mapping):
-                return ""
+                return default
             cur = cur.get(p)
             if cur is None:
-                return ""
+                return default
         if isinstance(cur, bool):
             return "true" if cur else "false"
         return str(cur)
@@ -250,7 +250,8 @@ KIND_FIELDS: dict[str, dict[str, FieldGetter]] = {
         "status.podIP": _path_getter("status", "podIP"),
         "status.nominatedNodeName": _path_getter("status", "nominatedNodeName"),
     },
-    "nodes": {"spec.unschedulable": _path_getter("spec", "unschedulable")},
+    # An unset spec.unschedulable is false, as the API server's field set reads it.
+    "nodes": {"spec.unschedulable": _path_getter("spec", "unschedulable", default="false")},
     "events": {
         "involvedObject.kind": _path_getter("involvedObject", "kind"),
         "involvedObject.namespace": _path_getter("involvedObject", "namespace"),

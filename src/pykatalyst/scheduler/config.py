@@ -305,20 +305,6 @@ class OpaqueArgs(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-ARGS_MODELS: Final[dict[str, type[BaseModel]]] = {
-    reg.NODE_RESOURCES_FIT: NodeResourcesFitArgs,
-    reg.NODE_RESOURCES_BALANCED_ALLOCATION: NodeResourcesBalancedAllocationArgs,
-    reg.QOS_FIT: QoSAwareNodeResourcesFitArgs,
-    reg.QOS_BALANCED: QoSAwareNodeResourcesBalancedAllocationArgs,
-    reg.NODE_RESOURCE_TOPOLOGY: NodeResourceTopologyArgs,
-    reg.POD_TOPOLOGY_SPREAD: PodTopologySpreadArgs,
-    reg.NODE_AFFINITY: NodeAffinityArgs,
-    reg.DEFAULT_PREEMPTION: DefaultPreemptionArgs,
-    reg.INTER_POD_AFFINITY: InterPodAffinityArgs,
-    reg.VOLUME_BINDING: VolumeBindingArgs,
-}
-
-
 def _default_args(model: BaseModel) -> None:
     strategy = getattr(model, "scoringStrategy", None)
     if isinstance(strategy, ScoringStrategy):
@@ -386,7 +372,8 @@ class ResolvedProfile:
         }
         if self.percentage_of_nodes_to_score is not None:
             out["percentageOfNodesToScore"] = self.percentage_of_nodes_to_score
-        skipped = {n: reg.NOT_IMPLEMENTED[n] for n in used if n in reg.NOT_IMPLEMENTED}
+        known = reg.plugins()
+        skipped = {n: known[n].not_implemented for n in used if known[n].not_implemented}
         if skipped:
             out["notImplemented"] = skipped
         return out
@@ -592,7 +579,11 @@ def _merge_set(default: PluginSet, custom: PluginSet) -> PluginSet:
 
 
 def _known(name: str) -> bool:
-    return name in reg.PLUGIN_POINTS
+    return name in reg.plugins()
+
+
+def _points(name: str) -> frozenset[str]:
+    return reg.plugins()[name].points
 
 
 def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> ResolvedProfile | None:
@@ -603,7 +594,7 @@ def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> Resolved
     )
     custom = prof.plugins or Plugins()
     start = len(problems)
-    known_list = ", ".join(sorted(reg.PLUGIN_POINTS))
+    known_list = ", ".join(sorted(reg.plugins()))
     for point in (*reg.EXTENSION_POINTS, reg.MULTI_POINT):
         pset = custom.point(point)
         for kind, refs in (("enabled", pset.enabled), ("disabled", pset.disabled)):
@@ -618,9 +609,9 @@ def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> Resolved
                 elif (
                     point != reg.MULTI_POINT
                     and kind == "enabled"
-                    and point not in (reg.PLUGIN_POINTS[ref.name])
+                    and point not in _points(ref.name)
                 ):
-                    implemented = ", ".join(sorted(reg.PLUGIN_POINTS[ref.name]))
+                    implemented = ", ".join(sorted(_points(ref.name)))
                     problems.append(
                         f"{label}.plugins.{point}.enabled: plugin {ref.name!r} does not extend "
                         f"{point} (it implements: {implemented})"
@@ -650,7 +641,7 @@ def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> Resolved
         configs[entry.name] = dict(entry.args or {})
     args: dict[str, BaseModel] = {}
     for name in sorted(used | set(configs)):
-        model_cls = ARGS_MODELS.get(name, OpaqueArgs)
+        model_cls = reg.plugins()[name].args or OpaqueArgs
         where = f"{label}.pluginConfig[{name}].args"
         try:
             model = model_cls.model_validate(configs.get(name, {}))
@@ -701,7 +692,7 @@ def _merge_profile(
         override: list[str] = []
         from_multi: list[str] = []
         for ref in multi.enabled:
-            if point not in reg.PLUGIN_POINTS[ref.name] or ref.name in disabled:
+            if point not in _points(ref.name) or ref.name in disabled:
                 continue
             if ref.name in specific:
                 override.append(ref.name)

@@ -24,7 +24,8 @@ from aiohttp import web
 from pykatalyst.api import names
 from pykatalyst.cluster.protocol import ApiError, NotFound
 from pykatalyst.scheduler import registry as reg
-from pykatalyst.scheduler.framework import Framework
+from pykatalyst.scheduler.framework import CycleResult, Diagnosis, Framework
+from pykatalyst.scheduler.plugins.base import CycleState
 from pykatalyst.scheduler.podinfo import PodInfo, pod_info
 from pykatalyst.scheduler.scheduler import Scheduler
 
@@ -93,7 +94,7 @@ class ExtenderService:
         if pod.problem:
             unresolvable = dict.fromkeys(candidates, pod.problem)
         else:
-            state: dict[str, Any] = {}
+            state = CycleState()
             alive, diag = self.framework.run_filters(pod, state, snap)
             reasons = diag.node_reasons(pod, state, snap)
             first_plugin: dict[int, str] = {}
@@ -141,7 +142,7 @@ class ExtenderService:
         scores: dict[str, int] = dict.fromkeys(candidates, 0)
         if known and not pod.problem and self.framework.max_total > 0:
             idx = np.array([slot for _, slot in known], np.intp)
-            total, _ = self.framework.score(pod, {}, snap, idx)
+            total, _ = self.framework.score(pod, CycleState(), snap, idx)
             scaled = total * reg.MAX_EXTENDER_PRIORITY // self.framework.max_total
             for (name, _), s in zip(known, scaled.tolist(), strict=True):
                 scores[name] = int(min(max(s, 0), reg.MAX_EXTENDER_PRIORITY))
@@ -165,12 +166,13 @@ class ExtenderService:
         if uid and info.uid != uid:
             return {"Error": f"pod {namespace}/{name} has uid {info.uid}, not {uid}"}
         snap = self.scheduler.snapshot
-        state: dict[str, Any] = {}
         reservation = None
         if node in snap.index:
-            for plugin in self.framework.reservers:
-                plugin.reserve(info, state, snap, node)
-            reservation = state.get("numa_reservation")
+            result = CycleResult(node, 1, Diagnosis(snap.n), CycleState())
+            refused = self.framework.reserve(info, result, snap)
+            if refused:
+                return {"Error": f"node {node}: {refused}"}
+            reservation = result.numa
         snap.assume(info, node, reservation)
         try:
             self.scheduler.cluster.bind(namespace, name, node)

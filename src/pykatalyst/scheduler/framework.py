@@ -9,6 +9,7 @@ charged to the first filter that rejects it, as kube-scheduler does, so the
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -22,44 +23,17 @@ from pykatalyst.scheduler.plugins.base import (
     IDX,
     REQUEUE_NODE,
     REQUEUE_RESOURCES,
+    STATIC_SCORES,
     CycleState,
     Needs,
     NoOpPlugin,
     Plugin,
     PluginContext,
 )
-from pykatalyst.scheduler.plugins.interpod import InterPodAffinity
-from pykatalyst.scheduler.plugins.resources import (
-    NodeResourcesBalancedAllocation,
-    NodeResourcesFit,
-    QoSAwareNodeResourcesBalancedAllocation,
-    QoSAwareNodeResourcesFit,
-)
-from pykatalyst.scheduler.plugins.standard import (
-    NodeAffinity,
-    NodeName,
-    NodeUnschedulable,
-    PodTopologySpread,
-    TaintToleration,
-)
-from pykatalyst.scheduler.plugins.topology import NodeResourceTopology
+from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.queue import RequeueHint
 from pykatalyst.scheduler.snapshot import NodeSnapshot, NUMAReservation
-
-PLUGIN_CLASSES: Final[dict[str, type[Plugin]]] = {
-    reg.NODE_RESOURCES_FIT: NodeResourcesFit,
-    reg.NODE_RESOURCES_BALANCED_ALLOCATION: NodeResourcesBalancedAllocation,
-    reg.QOS_FIT: QoSAwareNodeResourcesFit,
-    reg.QOS_BALANCED: QoSAwareNodeResourcesBalancedAllocation,
-    reg.NODE_RESOURCE_TOPOLOGY: NodeResourceTopology,
-    reg.NODE_UNSCHEDULABLE: NodeUnschedulable,
-    reg.NODE_NAME: NodeName,
-    reg.TAINT_TOLERATION: TaintToleration,
-    reg.NODE_AFFINITY: NodeAffinity,
-    reg.POD_TOPOLOGY_SPREAD: PodTopologySpread,
-    reg.INTER_POD_AFFINITY: InterPodAffinity,
-}
 
 NO_NODES_MESSAGE: Final = "no nodes available to schedule pods"
 MIN_FEASIBLE_NODES_TO_FIND: Final = 100
@@ -155,10 +129,15 @@ class Framework:
         filters = profile.plugins_at(reg.FILTER)
         ctx = PluginContext(dict(profile.args), filters)
         self.plugins: dict[str, Plugin] = {}
+        known = reg.plugins()
         for name in sorted({n for p in profile.points.values() for n in p}):
-            cls = PLUGIN_CLASSES.get(name)
+            spec = known.get(name)
+            cls = spec.cls if spec is not None else None
             args = profile.args.get(name)
-            self.plugins[name] = cls(args, ctx) if cls is not None else NoOpPlugin(name, args, ctx)
+            if cls is not None and issubclass(cls, Plugin):
+                self.plugins[name] = cls(args, ctx)
+            else:
+                self.plugins[name] = NoOpPlugin(name, args, ctx)
 
         def at(point: str) -> list[Plugin]:
             return [
@@ -175,13 +154,17 @@ class Framework:
             if not isinstance(self.plugins[n], NoOpPlugin)
         ]
         self.reservers = at(reg.RESERVE)
+        # scorers whose PreScore does something (the base's always lets the score run)
+        self._pre_scorers = {
+            p.name for p, _ in self.scorers if reg.PRE_SCORE in reg.hook_points(type(p))
+        }
         self.max_total = sum(profile.score_weights.values()) * reg.MAX_NODE_SCORE
         pct = profile.percentage_of_nodes_to_score
         self.percentage = pct if pct is not None else percentage_of_nodes_to_score
         self.rng = np.random.default_rng(seed)
         self.next_start = 0
-        self._static_filter: dict[tuple[str, str], tuple[int, BOOL | None]] = {}
-        self._static_score: dict[tuple[str, str], tuple[int, I64 | None]] = {}
+        self._static_filter: dict[tuple[str, Hashable], tuple[int, BOOL | None]] = {}
+        self._static_score: dict[tuple[str, Hashable], tuple[int, I64 | None]] = {}
 
     # --- filter ---------------------------------------------------------------------------
 
@@ -190,7 +173,7 @@ class Framework:
     ) -> BOOL | None:
         if not plugin.static_filter:
             return plugin.filter(pod, state, snap)
-        key = (plugin.name, pod.static_signature)
+        key = (plugin.name, plugin.static_key(pod))
         hit = self._static_filter.get(key)
         if hit is not None and hit[0] == snap.static_gen:
             return hit[1]
@@ -228,7 +211,7 @@ class Framework:
         for plugin, _ in self.scorers:
             if not plugin.static_score:
                 continue
-            key = (plugin.name, pod.static_signature)
+            key = (plugin.name, plugin.static_key(pod))
             hit = self._static_score.get(key)
             if hit is None or hit[0] != snap.static_gen:
                 raw_fn = getattr(plugin, "raw_score", None)
@@ -238,7 +221,7 @@ class Framework:
                 hit = (snap.static_gen, raw)
                 self._static_score[key] = hit
             table[plugin.name] = hit[1]
-        state["static_score"] = table
+        state[STATIC_SCORES] = table
 
     def score(
         self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
@@ -247,7 +230,7 @@ class Framework:
         total = np.zeros(len(idx), np.int64)
         parts: dict[str, I64 | int] = {}
         for plugin, weight in self.scorers:
-            if not plugin.pre_score(pod, state, snap):
+            if plugin.name in self._pre_scorers and not plugin.pre_score(pod, state, snap):
                 continue
             s = plugin.score(pod, state, snap, idx)
             parts[plugin.name] = s
@@ -271,7 +254,7 @@ class Framework:
         return ordered
 
     def schedule(self, pod: PodInfo, snap: NodeSnapshot) -> CycleResult:
-        state: CycleState = {}
+        state = CycleState()
         alive, diag = self.run_filters(pod, state, snap)
         feasible = np.flatnonzero(alive)
         if len(feasible) == 0:
@@ -292,12 +275,18 @@ class Framework:
                 scores[name] = raw * weights[name]
         return CycleResult(snap.names[chosen], len(feasible), diag, state, scores=scores)
 
-    def reserve(self, pod: PodInfo, result: CycleResult, snap: NodeSnapshot) -> None:
+    def reserve(self, pod: PodInfo, result: CycleResult, snap: NodeSnapshot) -> str | None:
+        """Run the Reserve hooks on the chosen node; on a refusal, the ones that already
+        reserved are undone and the reason is returned."""
         assert result.node is not None
-        for plugin in self.reservers:
-            plugin.reserve(pod, result.state, snap, result.node)
-        numa = result.state.get("numa_reservation")
-        result.numa = numa if isinstance(numa, NUMAReservation) else None
+        for i, plugin in enumerate(self.reservers):
+            refused = plugin.reserve(pod, result.state, snap, result.node)
+            if refused:
+                for done in reversed(self.reservers[: i + 1]):
+                    done.unreserve(pod, result.state, snap, result.node)
+                return refused
+        result.numa = result.state.get(NUMA_RESERVATION)
+        return None
 
     def unreserve(self, pod: PodInfo, result: CycleResult, snap: NodeSnapshot) -> None:
         if result.node is None:

@@ -49,18 +49,36 @@ def _nonzero(container: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def nonzero_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
-    """kube-scheduler's "non-zero" cpu/memory request used for scoring only."""
+    """kube-scheduler's "non-zero" cpu/memory request, used for scoring only: the pod
+    request rule (app containers plus sidecars, or the largest classic init container
+    with the sidecars started before it, plus `spec.overhead`) with the default
+    request standing in for each container that asks for nothing."""
     cpu = mem = 0
     for c in spec.get("containers") or []:
         if isinstance(c, Mapping):
             a, b = _nonzero(c)
             cpu += a
             mem += b
+    side_cpu = side_mem = init_cpu = init_mem = 0
     for c in spec.get("initContainers") or []:
-        if isinstance(c, Mapping):
-            a, b = _nonzero(c)
-            cpu = max(cpu, a)
-            mem = max(mem, b)
+        if not isinstance(c, Mapping):
+            continue
+        a, b = _nonzero(c)
+        if c.get("restartPolicy") == "Always":
+            # a sidecar keeps running next to the app containers
+            cpu, mem = cpu + a, mem + b
+            side_cpu, side_mem = side_cpu + a, side_mem + b
+            a, b = side_cpu, side_mem
+        else:
+            a, b = a + side_cpu, b + side_mem
+        init_cpu, init_mem = max(init_cpu, a), max(init_mem, b)
+    cpu, mem = max(cpu, init_cpu), max(mem, init_mem)
+    overhead = spec.get("overhead") or {}
+    if isinstance(overhead, Mapping):
+        if names.RESOURCE_CPU in overhead:
+            cpu += amount(names.RESOURCE_CPU, overhead[names.RESOURCE_CPU])
+        if names.RESOURCE_MEMORY in overhead:
+            mem += amount(names.RESOURCE_MEMORY, overhead[names.RESOURCE_MEMORY])
     return cpu, mem
 
 

@@ -1,12 +1,19 @@
 """Which plugins exist, which extension points each one implements, and kube's defaults.
 
-The config loader resolves profiles against this table, so a typo in a plugin name or a
-plugin enabled at a point it does not implement is refused before anything runs.
+A plugin registers once, with `@register(name, args=Model)` on its class; the extension
+points it extends are the hooks the class defines. Plugins that no class runs are
+declared with their points (`declare`). The config loader resolves profiles against this
+registry, so a typo in a plugin name or a plugin enabled at a point it does not implement
+is refused before anything runs.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from pydantic import BaseModel
 
 from pykatalyst.api import names
 
@@ -70,51 +77,92 @@ NODE_OVERCOMMITMENT: Final = names.PLUGIN_NODE_OVERCOMMITMENT
 
 DEFAULT_SCHEDULER_PROFILE: Final = "default-scheduler"
 
-_F = frozenset
-# plugin -> extension points it implements (Unreserve comes with Reserve).
-PLUGIN_POINTS: Final[dict[str, frozenset[str]]] = {
-    SCHEDULING_GATES: _F({PRE_ENQUEUE}),
-    PRIORITY_SORT: _F({QUEUE_SORT}),
-    NODE_UNSCHEDULABLE: _F({FILTER}),
-    NODE_NAME: _F({FILTER}),
-    TAINT_TOLERATION: _F({FILTER, PRE_SCORE, SCORE}),
-    NODE_AFFINITY: _F({PRE_FILTER, FILTER, PRE_SCORE, SCORE}),
-    NODE_PORTS: _F({PRE_FILTER, FILTER}),
-    NODE_RESOURCES_FIT: _F({PRE_FILTER, FILTER, PRE_SCORE, SCORE}),
-    VOLUME_RESTRICTIONS: _F({PRE_FILTER, FILTER}),
-    EBS_LIMITS: _F({FILTER}),
-    GCE_PD_LIMITS: _F({FILTER}),
-    NODE_VOLUME_LIMITS: _F({FILTER}),
-    AZURE_DISK_LIMITS: _F({FILTER}),
-    VOLUME_BINDING: _F({PRE_FILTER, FILTER, RESERVE, PRE_BIND}),
-    VOLUME_ZONE: _F({PRE_FILTER, FILTER}),
-    POD_TOPOLOGY_SPREAD: _F({PRE_FILTER, FILTER, PRE_SCORE, SCORE}),
-    INTER_POD_AFFINITY: _F({PRE_FILTER, FILTER, PRE_SCORE, SCORE}),
-    DEFAULT_PREEMPTION: _F({POST_FILTER}),
-    NODE_RESOURCES_BALANCED_ALLOCATION: _F({PRE_SCORE, SCORE}),
-    IMAGE_LOCALITY: _F({SCORE}),
-    DEFAULT_BINDER: _F({BIND}),
-    QOS_FIT: _F({PRE_FILTER, FILTER, SCORE, RESERVE}),
-    QOS_BALANCED: _F({SCORE}),
-    NODE_RESOURCE_TOPOLOGY: _F({FILTER, SCORE, RESERVE}),
-    NODE_OVERCOMMITMENT: _F({PRE_FILTER, FILTER, RESERVE}),
+# The hook a plugin class defines for each extension point (Unreserve comes with Reserve).
+HOOK_POINTS: Final[dict[str, str]] = {
+    "pre_enqueue": PRE_ENQUEUE,
+    "less": QUEUE_SORT,
+    "pre_filter": PRE_FILTER,
+    "filter": FILTER,
+    "post_filter": POST_FILTER,
+    "pre_score": PRE_SCORE,
+    "score": SCORE,
+    "reserve": RESERVE,
+    "permit": PERMIT,
+    "pre_bind": PRE_BIND,
+    "bind": BIND,
+    "post_bind": POST_BIND,
 }
 
-# Plugins a configuration may name but that decide nothing here, with the reason; they are
-# listed by `--print-config` so nobody mistakes them for working ones.
-NOT_IMPLEMENTED: Final[dict[str, str]] = {
-    NODE_PORTS: "host ports are not tracked",
-    VOLUME_RESTRICTIONS: "volumes are not modelled",
-    EBS_LIMITS: "volumes are not modelled",
-    GCE_PD_LIMITS: "volumes are not modelled",
-    NODE_VOLUME_LIMITS: "volumes are not modelled",
-    AZURE_DISK_LIMITS: "volumes are not modelled",
-    VOLUME_BINDING: "volumes are not modelled",
-    VOLUME_ZONE: "volumes are not modelled",
-    DEFAULT_PREEMPTION: "no preemption: unschedulable pods wait",
-    IMAGE_LOCALITY: "image sizes are not tracked (score 0 everywhere)",
-    NODE_OVERCOMMITMENT: "node overcommit ratios are enforced by the webhook, not here",
-}
+
+@dataclass(frozen=True, slots=True)
+class PluginSpec:
+    """One plugin a configuration may name: the extension points it extends, the model
+    of its args, and the class that runs it (None when nothing runs here: `not_implemented`
+    says why, or the scheduler itself does that plugin's work)."""
+
+    name: str
+    points: frozenset[str]
+    args: type[BaseModel] | None = None
+    cls: type | None = None
+    not_implemented: str = ""
+
+
+_REGISTRY: dict[str, PluginSpec] = {}
+_C = TypeVar("_C", bound=type)
+
+
+def hook_points(cls: type) -> frozenset[str]:
+    """The extension points a plugin class extends: those whose hook it (or a parent
+    below the framework's base) defines; the base's do-nothing hooks do not count."""
+    points = set()
+    for hook, point in HOOK_POINTS.items():
+        fn = getattr(cls, hook, None)
+        if fn is not None and not getattr(fn, "default_hook", False):
+            points.add(point)
+    return frozenset(points)
+
+
+def _add(spec: PluginSpec) -> None:
+    if spec.name in _REGISTRY:
+        raise ValueError(f"scheduler plugin {spec.name!r} is registered twice")
+    if not spec.points:
+        raise ValueError(f"scheduler plugin {spec.name!r} extends no extension point")
+    _REGISTRY[spec.name] = spec
+
+
+def register(name: str, *, args: type[BaseModel] | None = None) -> Callable[[_C], _C]:
+    """Class decorator: the plugin `name`, extending the points whose hooks it defines."""
+
+    def deco(cls: _C) -> _C:
+        _add(PluginSpec(name, hook_points(cls), args, cls))
+        setattr(cls, "name", name)  # noqa: B010  (the class attribute hooks and messages read)
+        return cls
+
+    return deco
+
+
+def declare(
+    name: str,
+    points: frozenset[str],
+    *,
+    args: type[BaseModel] | None = None,
+    not_implemented: str = "",
+) -> None:
+    """A plugin a configuration may name but no plugin class runs: the scheduler does its
+    work itself, or (`not_implemented`) it decides nothing here."""
+    _add(PluginSpec(name, points, args, None, not_implemented))
+
+
+def plugins() -> Mapping[str, PluginSpec]:
+    """Every known plugin by name (importing the plugin modules registers them)."""
+    import pykatalyst.scheduler.plugins  # noqa: F401  (registers on import)
+
+    return _REGISTRY
+
+
+def spec(name: str) -> PluginSpec | None:
+    return plugins().get(name)
+
 
 # kube-scheduler's default plugins (v1beta3 and v1 both express them as multiPoint), with
 # the score weights it gives them.

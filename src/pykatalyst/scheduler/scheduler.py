@@ -132,12 +132,17 @@ class Scheduler:
             self._wake(name, static=self.snapshot.static_gen != static_gen)
 
     def _on_cnr(self, etype: EventType, old: JSON | None, new: JSON | None) -> None:
+        static_gen = self.snapshot.static_gen
         if etype == "DELETED":
             if old is not None:
-                self.snapshot.remove_cnr(str(old["metadata"]["name"]))
+                name = str(old["metadata"]["name"])
+                self.snapshot.remove_cnr(name)
+                if self.snapshot.static_gen != static_gen:
+                    self._wake(name, static=True)  # its taints went with it
         elif new is not None and self.snapshot.upsert_cnr(new):
-            # only a change of reclaimed capacity or NUMA zones can help a waiting pod
-            self._wake(str(new["metadata"]["name"]), static=False)
+            # a change of reclaimed capacity, NUMA zones or taints can help a waiting pod
+            name = str(new["metadata"]["name"])
+            self._wake(name, static=self.snapshot.static_gen != static_gen)
 
     def _wake(self, node: str, static: bool) -> None:
         """Requeue the unschedulable pods a change on `node` can help: its labels, taints or
@@ -191,9 +196,10 @@ class Scheduler:
         info = self._info(old, new)
         if info.node_name:
             was_counted = info.uid in self.snapshot.pods
-            self.snapshot.observe_pod(info)
+            shrunk = self.snapshot.observe_pod(info)
             self.queue.done(info.uid)
-            if was_counted and not info.counts_on_node:
+            if shrunk or (was_counted and not info.counts_on_node):
+                # it left its node or gave back part of its requests (an in-place resize)
                 self._wake(info.node_name, static=False)
             return
         if info.scheduler_name not in self.frameworks or info.terminal or info.deleting:
@@ -244,7 +250,12 @@ class Scheduler:
         info = entry.info
         node = result.node
         assert node is not None
-        fw.reserve(info, result, self.snapshot)
+        refused = fw.reserve(info, result, self.snapshot)
+        if refused:
+            message = f"0/{self.snapshot.n} nodes are available: 1 {refused}."
+            self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
+            self.queue.retry(entry, now)
+            return ScheduleOutcome(info.key, info.uid, None, REASON_UNSCHEDULABLE, message)
         self.snapshot.assume(info, node, result.numa)
         try:
             self.cluster.bind(info.namespace, info.name, node)

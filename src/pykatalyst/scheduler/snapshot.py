@@ -56,14 +56,17 @@ FIXED_RESOURCES: Final = (
 POLICY_NONE: Final = 0
 POLICY_SINGLE_NUMA: Final = 1
 POLICY_NUMERIC: Final = 2
+POLICY_SINGLE_NUMA_POD: Final = 3
 _POLICY_CODES: Final = {
     names.TOPOLOGY_POLICY_NONE: POLICY_NONE,
     names.TOPOLOGY_POLICY_SINGLE_NUMA_CONTAINER: POLICY_SINGLE_NUMA,
-    names.TOPOLOGY_POLICY_SINGLE_NUMA_POD: POLICY_SINGLE_NUMA,
+    names.TOPOLOGY_POLICY_SINGLE_NUMA_POD: POLICY_SINGLE_NUMA_POD,
     names.TOPOLOGY_POLICY_NUMERIC_CONTAINER: POLICY_NUMERIC,
 }
 
 Taint = tuple[str, str, str]  # key, value, effect
+CNRTaint = tuple[str, str, str, str]  # key, value, effect, qosLevel (the pods it applies to)
+_FILTERING_EFFECTS: Final = ("NoSchedule", "NoExecute")  # PreferNoSchedule only scores
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,11 @@ class NodeSnapshot:
         self.taint_index: dict[Taint, int] = {}
         self.taint_mat: BOOL = np.zeros((0, cap), np.bool_)
         self.node_taints: list[list[Taint]] = []
+        # CNR taints (NoSchedule / NoExecute): distinct taint -> row of cnr_taint_mat
+        self.cnr_taints: list[CNRTaint] = []
+        self.cnr_taint_index: dict[CNRTaint, int] = {}
+        self.cnr_taint_mat: BOOL = np.zeros((0, cap), np.bool_)
+        self._cnr_taints_of: dict[str, tuple[CNRTaint, ...]] = {}
         # NUMA zones: row z of each array is the node's z-th zone by NUMA id
         self.numa_z = 0
         self.numa_count: I32 = np.zeros(cap, np.int32)
@@ -167,6 +175,7 @@ class NodeSnapshot:
             "has_cnr",
             "unschedulable",
             "taint_mat",
+            "cnr_taint_mat",
             "numa_count",
             "numa_id",
             "numa_socket",
@@ -213,6 +222,19 @@ class NodeSnapshot:
             self.taint_index[taint] = row
             self.taint_mat = np.vstack([self.taint_mat, np.zeros((1, self._cap), np.bool_)])
         return row
+
+    def _cnr_taint_row(self, taint: CNRTaint) -> int:
+        row = self.cnr_taint_index.get(taint)
+        if row is None:
+            row = len(self.cnr_taints)
+            self.cnr_taints.append(taint)
+            self.cnr_taint_index[taint] = row
+            grown = np.zeros((1, self._cap), np.bool_)
+            self.cnr_taint_mat = np.vstack([self.cnr_taint_mat, grown])
+        return row
+
+    def cnr_taints_on(self, slot: int) -> tuple[CNRTaint, ...]:
+        return self._cnr_taints_of.get(self.names[slot], ())
 
     def _ensure_numa_rows(self, z: int) -> None:
         while self.numa_z < z:
@@ -388,6 +410,16 @@ class NodeSnapshot:
         changed = before != ((rc_cpu, rc_mem), numa, self._cnr_policy.get(name))
         self._cnr_raw_alloc[name] = (rc_cpu, rc_mem)
         self._cnr_numa[name] = numa
+        taints = tuple(
+            (t.key, t.value, t.effect, t.qos_level)
+            for t in view.taints()
+            if t.effect in _FILTERING_EFFECTS
+        )
+        if taints != self._cnr_taints_of.get(name, ()):
+            # taints are scheduling constraints of the node: cached verdicts go stale
+            self._cnr_taints_of[name] = taints
+            self.static_gen += 1
+            changed = True
         slot = self.index.get(name)
         if slot is not None and changed:
             self._apply_cnr_to_slot(name, slot)
@@ -396,6 +428,8 @@ class NodeSnapshot:
     def remove_cnr(self, name: str) -> bool:
         self._cnr_raw_alloc.pop(name, None)
         self._cnr_numa.pop(name, None)
+        if self._cnr_taints_of.pop(name, ()):
+            self.static_gen += 1
         slot = self.index.get(name)
         if slot is not None:
             self._apply_cnr_to_slot(name, slot)
@@ -404,6 +438,10 @@ class NodeSnapshot:
     def _apply_cnr_to_slot(self, name: str, slot: int) -> None:
         rc = self._cnr_raw_alloc.get(name)
         self.has_cnr[slot] = rc is not None
+        self.cnr_taint_mat[:, slot] = False
+        for taint in self._cnr_taints_of.get(name, ()):
+            row = self._cnr_taint_row(taint)  # may grow cnr_taint_mat
+            self.cnr_taint_mat[row, slot] = True
         self.rc_alloc[:, slot] = rc if rc is not None else (0, 0)
         numa = self._cnr_numa.get(name)
         self.numa_id[:, slot] = -1
@@ -512,24 +550,30 @@ class NodeSnapshot:
                 self._refresh_numa(rec.node, slot)
         return rec
 
-    def observe_pod(self, info: PodInfo) -> None:
+    def observe_pod(self, info: PodInfo) -> bool:
         """The informer's view of a pod: count it on its node while it holds resources. A
-        pod this scheduler assumed keeps its NUMA reservation once the binding shows up."""
+        pod this scheduler assumed keeps its NUMA reservation once the binding shows up.
+        Returns whether the pod, still on its node, now holds less of some resource (it
+        was resized in place to smaller requests)."""
         current = self.pods.get(info.uid)
         if not info.counts_on_node:
             if current is not None:
                 self._detach(info.uid)
-            return
+            return False
         rec = self._record(info, info.node_name, assumed=False)
+        shrunk = False
         if current is not None:
             if current.node == info.node_name:
                 current.assumed = False
                 if (current.entries, current.labels) == (rec.entries, rec.labels):
-                    return
+                    return False
                 # resized in place or relabelled: recount it, keeping its NUMA placement
                 rec.numa = current.numa
+                now = dict(rec.entries)
+                shrunk = any(now.get(row, 0) < value for row, value in current.entries)
             self._detach(info.uid)
         self._attach(rec)
+        return shrunk
 
     def forget_pod(self, uid: str) -> PodRecord | None:
         return self._detach(uid)

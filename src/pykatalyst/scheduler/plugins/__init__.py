@@ -1,1 +1,8 @@
-"""Scheduler plugins: each hook judges every node at once."""
+"""Scheduler plugins: each hook judges every node at once.
+
+Importing this package registers every plugin (`registry.register` on each class).
+"""
+
+from pykatalyst.scheduler.plugins import interpod, resources, standard, topology, upstream
+
+__all__ = ["interpod", "resources", "standard", "topology", "upstream"]

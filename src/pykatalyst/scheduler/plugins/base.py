@@ -9,8 +9,9 @@ node).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +24,49 @@ BOOL = npt.NDArray[np.bool_]
 I64 = npt.NDArray[np.int64]
 IDX = npt.NDArray[np.intp]
 
-CycleState = dict[str, Any]
+T = TypeVar("T")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class Key(Generic[T]):
+    """A typed slot of the cycle state: what one hook leaves for the next ones."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Key({self.name!r})"
+
+
+class CycleState(dict[Key[Any], Any]):
+    """What the hooks of one scheduling cycle share, one typed `Key` per value (a dict
+    underneath: the cycle's hot path reads it many times per pod)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        @overload  # type: ignore[override]
+        def get(self, key: Key[T]) -> T | None: ...
+        @overload
+        def get(self, key: Key[T], default: T) -> T: ...
+        def get(self, key: Key[T], default: T | None = None) -> T | None: ...
+        def __getitem__(self, key: Key[T]) -> T: ...
+        def __setitem__(self, key: Key[T], value: T) -> None: ...
+        def pop(self, key: Key[T], default: T | None = None) -> T | None: ...
+
+
+# the framework's cache of static scores (see Plugin.static_score): plugin name -> raw score
+STATIC_SCORES: Final = Key[dict[str, "I64 | None"]]("framework/staticScores")
+
+
+def default_hook(fn: _F) -> _F:
+    """Marks a base hook that does nothing: defining it does not extend its point."""
+    fn.default_hook = True  # type: ignore[attr-defined]
+    return fn
+
 
 # What kind of cluster change can turn a node this plugin rejected into a fit (the
 # QueueingHint of kube-scheduler, coarse): a node's labels, taints or schedulability
@@ -78,10 +121,16 @@ class Plugin:
         self.args = args
         self.ctx = ctx
 
+    def static_key(self, pod: PodInfo) -> Hashable:
+        """What a static filter's or score's verdict depends on, besides the nodes."""
+        return pod.static_signature
+
+    @default_hook
     def pre_filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> str | None:
         """A reason string makes the pod unschedulable on every node."""
         return None
 
+    @default_hook
     def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
         """None means every node passes."""
         return None
@@ -105,16 +154,22 @@ class Plugin:
         """For a "resources" plugin: what must be free on a node before it can pass."""
         return Needs()
 
+    @default_hook
     def pre_score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> bool:
         """False skips this plugin's score for the pod (as a Skip status does)."""
         return True
 
+    @default_hook
     def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
         return 0
 
-    def reserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> None:
+    @default_hook
+    def reserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> str | None:
+        """Hold what the pod takes on `node`; a reason string refuses the node instead
+        (the pod is tried again after its backoff)."""
         return None
 
+    @default_hook
     def unreserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> None:
         return None
 

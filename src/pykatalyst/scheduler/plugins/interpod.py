@@ -10,21 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.cluster.selectors import LabelSelector, label_selector_from_dict
 from pykatalyst.scheduler import registry as reg
-from pykatalyst.scheduler.plugins.base import BOOL, IDX, CycleState, Plugin
+from pykatalyst.scheduler.config import InterPodAffinityArgs
+from pykatalyst.scheduler.plugins.base import BOOL, I64, IDX, CycleState, Key, Plugin
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.snapshot import NodeSnapshot, PodRecord, required_pod_terms
 
 AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
-_STATE = "interpod_reasons"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +49,20 @@ class Term:
         return in_ns and self.selector.matches(labels)
 
 
-class InterPodAffinity(Plugin):
-    name = reg.INTER_POD_AFFINITY
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    affinity: list[Term]
+    anti: list[Term]
 
+
+_NO_TERMS: Final = _Terms([], [])
+# the pod's required terms, parsed, or why they cannot be; and each node's reason
+_TERMS: Final = Key["_Terms | str"]("InterPodAffinity/terms")
+_REASONS: Final = Key[npt.NDArray[np.object_]]("InterPodAffinity/reasons")
+
+
+@reg.register(reg.INTER_POD_AFFINITY, args=InterPodAffinityArgs)
+class InterPodAffinity(Plugin):
     def _pods(self, snap: NodeSnapshot, term: Term) -> list[PodRecord]:
         if term.namespaces is None:
             return list(snap.pods.values())
@@ -74,18 +86,35 @@ class InterPodAffinity(Plugin):
         result: BOOL = hit[codes[:n]]
         return result
 
-    def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
-        raw_aff = required_pod_terms(pod.raw, "podAffinity")
-        raw_anti = required_pod_terms(pod.raw, "podAntiAffinity")
-        if not raw_aff and not raw_anti and not snap.anti_affinity_pods:
-            return None
-        n = snap.n
+    @staticmethod
+    def _parse(pod: PodInfo) -> _Terms | str:
+        affinity = (pod.raw.get("spec") or {}).get("affinity") or {}
+        if not affinity.get("podAffinity") and not affinity.get("podAntiAffinity"):
+            return _NO_TERMS
         try:
-            affinity = [Term.of(t, pod.namespace) for t in raw_aff]
-            anti = [Term.of(t, pod.namespace) for t in raw_anti]
+            return _Terms(
+                [Term.of(t, pod.namespace) for t in required_pod_terms(pod.raw, "podAffinity")],
+                [Term.of(t, pod.namespace) for t in required_pod_terms(pod.raw, "podAntiAffinity")],
+            )
         except ApiError as exc:
-            state[_STATE] = np.full(n, f"invalid pod affinity: {exc.message}", object)
+            return f"invalid pod affinity: {exc.message}"
+
+    def pre_filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> str | None:
+        """Parse the pod's required terms once per cycle."""
+        state[_TERMS] = self._parse(pod)
+        return None
+
+    def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
+        terms = state.get(_TERMS)
+        if terms is None:
+            terms = state[_TERMS] = self._parse(pod)
+        n = snap.n
+        if isinstance(terms, str):
+            state[_REASONS] = np.full(n, terms, object)
             return np.zeros(n, np.bool_)
+        affinity, anti = terms.affinity, terms.anti
+        if not affinity and not anti and not snap.anti_affinity_pods:
+            return None
         reasons = np.full(n, "", object)
 
         ok_aff = np.ones(n, np.bool_)
@@ -129,17 +158,22 @@ class InterPodAffinity(Plugin):
                     continue
                 ok_existing &= codes[:n] != codes[slot]
         reasons[ok_aff & ok_anti & ~ok_existing] = EXISTING_ANTI_AFFINITY
-        state[_STATE] = reasons
+        state[_REASONS] = reasons
         result: BOOL = ok_aff & ok_anti & ok_existing
         return result
 
     def filter_reasons(
         self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
     ) -> list[tuple[str, ...]]:
-        reasons = state.get(_STATE)
+        reasons = state.get(_REASONS)
         if reasons is None:
             return [(ANTI_AFFINITY,)] * len(idx)
         return [(str(reasons[i]),) for i in idx]
 
     def pre_score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> bool:
         return False  # preferred terms are not scored here
+
+    def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
+        """kube scores preferred terms here; pre_score skips every pod, so this is never
+        reached."""
+        return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +43,7 @@ from pykatalyst.scheduler.plugins.base import (
     IDX,
     REQUEUE_RESOURCES,
     CycleState,
+    Key,
     Needs,
     Plugin,
     PluginContext,
@@ -305,9 +307,12 @@ class NativeFit:
             out.append((res, snap.resource_row(res), value))
         return out
 
-    def mask(self, pod: PodInfo, snap: NodeSnapshot) -> BOOL:
+    def mask(
+        self, pod: PodInfo, snap: NodeSnapshot, checked: list[tuple[str, int, int]] | None = None
+    ) -> BOOL:
         n = snap.n
-        checked = self.checked(pod, snap)  # may add rows: read snap.free afterwards
+        if checked is None:
+            checked = self.checked(pod, snap)  # may add rows: read snap.free afterwards
         free = snap.free
         ok: BOOL = free[PODS, :n] >= 1
         for _res, row, value in checked:
@@ -345,8 +350,13 @@ class NativeFit:
         return out
 
 
+# what NodeResourcesFit's and the QoS-aware fit's PreFilter work out for the pod
+FIT_CHECKED: Final = Key[list[tuple[str, int, int]]]("NodeResourcesFit/checked")
+FIT_SCORE_ROWS: Final = Key["_Rows | None"]("NodeResourcesFit/scoreRows")
+
+
+@reg.register(reg.NODE_RESOURCES_FIT, args=NodeResourcesFitArgs)
 class NodeResourcesFit(Plugin):
-    name = reg.NODE_RESOURCES_FIT
     requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
@@ -356,11 +366,19 @@ class NodeResourcesFit(Plugin):
         # Node never advertises them, so the native fit would reject every reclaimed pod.
         skip = reg.QOS_FIT in ctx.enabled_filters
         self.fit = NativeFit(args, skip_reclaimed=skip)
+        self.filtering = reg.NODE_RESOURCES_FIT in ctx.enabled_filters
         strat = args.scoringStrategy
         self.scorer = _Scorer.of(strat.resources, strat.type, strat.requestedToCapacityRatio)
 
+    def pre_filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> str | None:
+        """The requests the filter checks (kube's preFilterState); none to work out when
+        the profile disables this plugin's filter (Katalyst's policies do)."""
+        if self.filtering:
+            state[FIT_CHECKED] = self.fit.checked(pod, snap)
+        return None
+
     def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL:
-        return self.fit.mask(pod, snap)
+        return self.fit.mask(pod, snap, state.get(FIT_CHECKED))
 
     def filter_reasons(
         self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
@@ -375,21 +393,34 @@ class NodeResourcesFit(Plugin):
     def needs(self, pod: PodInfo, snap: NodeSnapshot) -> Needs:
         return self.fit.needs(pod, snap)
 
+    def pre_score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> bool:
+        """The rows and amounts the score reads (kube's preScoreState)."""
+        sc = self.scorer
+        state[FIT_SCORE_ROWS] = _native_rows(pod, snap, sc.resources, sc.weights, False)
+        return True
+
     def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
-        return native_score(pod, snap, idx, self.scorer)
+        if FIT_SCORE_ROWS not in state:
+            self.pre_score(pod, state, snap)
+        return scores_from_rows(state[FIT_SCORE_ROWS], snap, idx, self.scorer)
 
 
-def native_score(pod: PodInfo, snap: NodeSnapshot, idx: IDX, scorer: _Scorer) -> I64 | int:
-    rows = _native_rows(pod, snap, scorer.resources, scorer.weights, False)
+def scores_from_rows(
+    rows: _Rows | None, snap: NodeSnapshot, idx: IDX, scorer: _Scorer
+) -> I64 | int:
     if rows is None:
         return 0
     req, alloc = _gather(snap, rows, idx)
     return node_scores(req, alloc, rows[3], scorer.strategy, scorer.shape)
 
 
-class NodeResourcesBalancedAllocation(Plugin):
-    name = reg.NODE_RESOURCES_BALANCED_ALLOCATION
+def native_score(pod: PodInfo, snap: NodeSnapshot, idx: IDX, scorer: _Scorer) -> I64 | int:
+    rows = _native_rows(pod, snap, scorer.resources, scorer.weights, False)
+    return scores_from_rows(rows, snap, idx, scorer)
 
+
+@reg.register(reg.NODE_RESOURCES_BALANCED_ALLOCATION, args=NodeResourcesBalancedAllocationArgs)
+class NodeResourcesBalancedAllocation(Plugin):
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
         super().__init__(args, ctx)
         assert isinstance(args, NodeResourcesBalancedAllocationArgs)
@@ -409,8 +440,11 @@ class NodeResourcesBalancedAllocation(Plugin):
 # --- Katalyst's QoS-aware plugins ----------------------------------------------------------
 
 
+QOS_FIT_CHECKED: Final = Key[list[tuple[str, int, int]]]("QoSAwareNodeResourcesFit/checked")
+
+
+@reg.register(reg.QOS_FIT, args=QoSAwareNodeResourcesFitArgs)
 class QoSAwareNodeResourcesFit(Plugin):
-    name = reg.QOS_FIT
     requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
@@ -439,15 +473,30 @@ class QoSAwareNodeResourcesFit(Plugin):
         return out
 
     def pre_filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> str | None:
+        """The native requests the filter checks."""
+        state[QOS_FIT_CHECKED] = self.fit.checked(pod, snap)
         return None
 
     def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL:
-        ok = self.fit.mask(pod, snap)
+        ok = self.fit.mask(pod, snap, state.get(QOS_FIT_CHECKED))
         if pod.is_reclaimed:
             n = snap.n
             for row, col, res in self._reclaimed_requests(pod):
                 ok &= snap.req[row, :n] + pod.request(res) <= snap.rc_alloc[col, :n]
         return ok
+
+    def reserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> str | None:
+        """A reclaimed pod takes reclaimed capacity the CNR does not show as taken until
+        the agent sees the pod. Between the filter and the binding other pods may have
+        been charged to the node (the extender's bind comes after kube-scheduler's own
+        cycle), so the node is refused here when its reclaimed room is gone."""
+        slot = snap.index.get(node)
+        if not pod.is_reclaimed or slot is None:
+            return None
+        for row, col, res in self._reclaimed_requests(pod):
+            if snap.req[row, slot] + pod.request(res) > snap.rc_alloc[col, slot]:
+                return f"Insufficient {_short(res)}"
+        return None
 
     def filter_reasons(
         self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
@@ -492,9 +541,8 @@ class QoSAwareNodeResourcesFit(Plugin):
         return node_scores(got[0], got[1], got[2], sc.strategy, sc.shape)
 
 
+@reg.register(reg.QOS_BALANCED, args=QoSAwareNodeResourcesBalancedAllocationArgs)
 class QoSAwareNodeResourcesBalancedAllocation(Plugin):
-    name = reg.QOS_BALANCED
-
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
         super().__init__(args, ctx)
         assert isinstance(args, QoSAwareNodeResourcesBalancedAllocationArgs)

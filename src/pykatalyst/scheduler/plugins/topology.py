@@ -2,9 +2,11 @@
 hold them, the way the node agent will later pin them.
 
 Which pods it judges: under the `dynamic` policy, dedicated_cores pods with numa_binding
-(shared pods are elastic and never hold a zone); under `native`, Guaranteed pods with a
-whole number of cpus. Nodes whose CNR reports no zones, or a topology policy of None, are
-not topology-managed and pass.
+(shared pods are elastic and never hold a zone), on SingleNUMANodeContainerLevel and
+Numeric nodes; under `native`, Guaranteed pods with a whole number of cpus, on
+SingleNUMANode* nodes (Katalyst's handlers). Other nodes, and nodes whose CNR reports no
+zones, pass. The node score is Katalyst's: the request against each zone's free amount,
+the lowest non-zero zone score.
 
 * single NUMA (SingleNUMANode* policies, and Numeric for non-exclusive pods): some zone
   has the request free;
@@ -23,8 +25,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel
 
 from pykatalyst.scheduler import registry as reg
@@ -35,6 +39,7 @@ from pykatalyst.scheduler.plugins.base import (
     IDX,
     REQUEUE_RESOURCES,
     CycleState,
+    Key,
     Plugin,
     PluginContext,
 )
@@ -45,14 +50,14 @@ from pykatalyst.scheduler.plugins.resources import (
 )
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.snapshot import (
-    POLICY_NONE,
     POLICY_NUMERIC,
+    POLICY_SINGLE_NUMA,
+    POLICY_SINGLE_NUMA_POD,
     NodeSnapshot,
     NUMAReservation,
 )
 
 REASON = "node(s) had no NUMA zone(s) that fit the pod"
-_STATE = "numa_eval"
 
 
 @dataclass(slots=True)
@@ -65,6 +70,33 @@ class _Eval:
     exclusive: bool
 
 
+_EVAL: Final = Key[_Eval]("NodeResourceTopology/evaluation")
+_NONE: Final = np.iinfo(np.int64).max
+MAX: Final = reg.MAX_NODE_SCORE
+
+
+def _lowest_nonzero(scores: I64) -> I64:
+    """Per node (column): the lowest score above 0, or 0 when none is."""
+    if scores.shape[0] == 0:
+        return np.zeros(scores.shape[1], np.int64)
+    low = np.where(scores > 0, scores, _NONE).min(axis=0)
+    return np.asarray(np.where(low == _NONE, 0, low), np.int64)
+
+
+def _katalyst_balanced(parts: list[tuple[int, I64]]) -> I64:
+    """(1 − variance of request/free over the resources) × 100, 0 when the request is
+    larger than what is free; the variance is the sample variance (n − 1)."""
+    fracs = [np.where(cap == 0, 1.0, r / np.where(cap == 0, 1, cap)) for r, cap in parts]
+    stacked = np.stack(fracs)
+    over = (stacked > 1).any(axis=0)
+    var = stacked.var(axis=0, ddof=1) if len(parts) > 1 else np.zeros(stacked.shape[1:])
+    return np.where(over, 0, ((1 - var) * MAX).astype(np.int64))
+
+
+# the zones Reserve chose: the scheduler charges them with the pod
+NUMA_RESERVATION: Final = Key[NUMAReservation]("NodeResourceTopology/reservation")
+
+
 def _combos(z: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
     out: list[tuple[int, ...]] = []
     for size in sizes:
@@ -73,8 +105,8 @@ def _combos(z: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
     return out
 
 
+@reg.register(reg.NODE_RESOURCE_TOPOLOGY, args=NodeResourceTopologyArgs)
 class NodeResourceTopology(Plugin):
-    name = reg.NODE_RESOURCE_TOPOLOGY
     requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
@@ -93,6 +125,17 @@ class NodeResourceTopology(Plugin):
         cpu = pod.request("cpu")
         return pod.k8s_qos_class == "Guaranteed" and cpu > 0 and cpu % 1000 == 0
 
+    def judged(self, policy: npt.NDArray[np.int8]) -> BOOL:
+        """The nodes whose topology policy (`policy`, per node) this plugin's policy
+        judges, as Katalyst's handlers do: the native policy only SingleNUMANode* nodes
+        (the kubelet's topology manager), the dynamic policy SingleNUMANodeContainerLevel
+        and Numeric nodes."""
+        if self.policy == "native":
+            result: BOOL = (policy == POLICY_SINGLE_NUMA) | (policy == POLICY_SINGLE_NUMA_POD)
+        else:
+            result = (policy == POLICY_SINGLE_NUMA) | (policy == POLICY_NUMERIC)
+        return result
+
     def _request(self, pod: PodInfo) -> tuple[int, int]:
         cpu = pod.request("cpu") if "cpu" in self.aligned else 0
         mem = pod.request("memory") if "memory" in self.aligned else 0
@@ -100,22 +143,33 @@ class NodeResourceTopology(Plugin):
 
     # --- evaluation -----------------------------------------------------------------------
 
-    def evaluate(self, pod: PodInfo, snap: NodeSnapshot) -> _Eval:
-        n = snap.n
+    def evaluate(
+        self,
+        pod: PodInfo,
+        snap: NodeSnapshot,
+        cols: slice | IDX | None = None,
+        ranked: bool = False,
+    ) -> _Eval:
+        """Which zone sets can hold the pod, on the nodes `cols` (all by default). Only a
+        `ranked` evaluation (Reserve's, on the chosen node) ranks the sets by the zone
+        strategy to choose one; the filter needs only whether some set fits."""
+        if cols is None:
+            cols = slice(0, snap.n)
         z = snap.numa_z
-        count = snap.numa_count[:n]
-        managed = (snap.policy[:n] != POLICY_NONE) & (count > 0)
+        count = snap.numa_count[cols]
+        n = len(count)
+        managed = self.judged(snap.policy[cols]) & (count > 0)
         req_cpu, req_mem = self._request(pod)
         qos = pod.qos
         exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
         numa_ids = qos.enhancements.numa_ids if qos is not None else None
         numa_number = qos.enhancements.numa_number if qos is not None else None
-        numeric = snap.policy[:n] == POLICY_NUMERIC
+        numeric = snap.policy[cols] == POLICY_NUMERIC
 
-        alloc_c = snap.numa_cpu_alloc[:, :n]
-        alloc_m = snap.numa_mem_alloc[:, :n]
-        used_c = snap.numa_cpu_used[:, :n]
-        used_m = snap.numa_mem_used[:, :n]
+        alloc_c = snap.numa_cpu_alloc[:, cols]
+        alloc_m = snap.numa_mem_alloc[:, cols]
+        used_c = snap.numa_cpu_used[:, cols]
+        used_m = snap.numa_mem_used[:, cols]
         present = np.arange(z)[:, None] < count[None, :]
         whole = present & (used_c == 0) & (used_m == 0)
 
@@ -141,7 +195,10 @@ class NodeResourceTopology(Plugin):
             else:
                 ok = present & (alloc_c - used_c >= req_cpu) & (alloc_m - used_m >= req_mem)
                 after_c, after_m = used_c + req_cpu, used_m + req_mem
-            score = np.where(ok, self._zone_score(after_c, alloc_c, after_m, alloc_m), -1)
+            if ranked:
+                score = np.where(ok, self._zone_score(after_c, alloc_c, after_m, alloc_m), -1)
+            else:
+                score = np.where(ok, 0, -1)
             if z:
                 if self.policy == "native":
                     # the kubelet's topology manager takes the lowest zone that fits
@@ -170,11 +227,11 @@ class NodeResourceTopology(Plugin):
                 ok = undecided & present[combo[-1]]
                 if size > 1:
                     # a set that a socket could hold must not spread over sockets
-                    same = (snap.numa_socket_bits[combo[0], :n] & bits) == bits
-                    ok &= same | (size > snap.numa_per_socket[:n])
+                    same = (snap.numa_socket_bits[combo[0]][cols] & bits) == bits
+                    ok &= same | (size > snap.numa_per_socket[cols])
                     ok &= numeric  # multi-zone sets exist only under the Numeric policy
                 if numa_ids is not None:
-                    ids = snap.numa_id[list(combo), :n]
+                    ids = snap.numa_id[:, cols][list(combo)]
                     want = np.array(sorted(numa_ids), np.int64)[:, None]
                     ok &= (np.sort(ids, axis=0) == want).all(axis=0)
                 rows = list(combo)
@@ -194,7 +251,10 @@ class NodeResourceTopology(Plugin):
                     after_m = sum_used_m + req_mem
                 if not ok.any():
                     continue
-                score = self._zone_score(after_c, sum_alloc_c, after_m, sum_alloc_m)
+                if ranked:
+                    score = self._zone_score(after_c, sum_alloc_c, after_m, sum_alloc_m)
+                else:
+                    score = np.zeros(n, np.int64)
                 better = ok & (score > best_score)
                 best = np.where(better, ci, best)
                 best_score = np.where(better, score, best_score)
@@ -225,11 +285,11 @@ class NodeResourceTopology(Plugin):
         return total // wsum if wsum else total
 
     def _eval(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> _Eval:
-        cached = state.get(_STATE)
-        if isinstance(cached, _Eval):
+        cached = state.get(_EVAL)
+        if cached is not None:
             return cached
         ev = self.evaluate(pod, snap)
-        state[_STATE] = ev
+        state[_EVAL] = ev
         return ev
 
     # --- hooks ----------------------------------------------------------------------------
@@ -247,16 +307,125 @@ class NodeResourceTopology(Plugin):
     def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
         if not self.applies(pod):
             return reg.MAX_NODE_SCORE
-        return self._eval(pod, state, snap).score[idx]
+        return self.node_scores(pod, snap, idx)
 
-    def reserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> None:
+    def node_scores(self, pod: PodInfo, snap: NodeSnapshot, idx: IDX) -> I64:
+        """Katalyst's node score, on the nodes `idx`: each zone scored on the pod's request
+        against the zone's free amount (nothing free in a partly used zone for an
+        exclusive pod), the lowest non-zero zone score; for an exclusive pod under
+        NumericContainerLevel, each set of the fewest zones that could hold it, summed.
+        Nodes this plugin does not judge (no zones, another policy) score 0."""
+        count = snap.numa_count[idx]
+        policy = snap.policy[idx]
+        judged = self.judged(policy) & (count > 0)
+        exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
+        req = self._scored_request(pod)
+        alloc = (snap.numa_cpu_alloc[:, idx], snap.numa_mem_alloc[:, idx])
+        free = []
+        for a, used in zip(
+            alloc, (snap.numa_cpu_used[:, idx], snap.numa_mem_used[:, idx]), strict=True
+        ):
+            free.append(np.where(used == 0, a, 0) if exclusive else a - used)
+        present = np.arange(snap.numa_z)[:, None] < count[None, :]
+        zone = self._katalyst_zone_score(req, free[0], free[1])
+        if self.strategy == "BalancedAllocation":
+            zone = np.where(present, zone, 0)  # the others score a missing zone 0 anyway
+        best = _lowest_nonzero(zone)
+        numeric = policy == POLICY_NUMERIC
+        if exclusive and numeric.any():
+            sets = self._fewest_zone_sets(req, alloc, free, present, count, best)
+            best = np.where(numeric, sets, best)
+        return np.where(judged, best, 0)
+
+    def _scored_request(self, pod: PodInfo) -> tuple[int | None, int | None]:
+        """cpu (in whole cores, rounded up, as Katalyst reads a quantity) and memory the
+        score weighs; None for a resource the pod does not ask for or that is not aligned
+        (the native policy weighs every resource the pod asks for)."""
+        aligned = ("cpu", "memory") if self.policy == "native" else self.aligned
+        cpu = pod.request("cpu") if "cpu" in aligned else 0
+        mem = pod.request("memory") if "memory" in aligned else 0
+        return (-(-cpu // 1000) if cpu else None), (mem if mem else None)
+
+    def _katalyst_zone_score(
+        self, req: tuple[int | None, int | None], free_cpu: I64, free_mem: I64
+    ) -> I64:
+        cores = -(-free_cpu // 1000)
+        parts = [
+            (r, cap, name)
+            for r, cap, name in zip(req, (cores, free_mem), ("cpu", "memory"), strict=True)
+            if r is not None
+        ]
+        if not parts:
+            return np.zeros(free_cpu.shape, np.int64)
+        if self.strategy == "BalancedAllocation":
+            return _katalyst_balanced([(r, cap) for r, cap, _ in parts])
+        least = self.strategy == "LeastAllocated"
+        total: I64 | None = None
+        wsum = 0
+        for r, cap, name in parts:
+            w = max(self.weights.get(name, 1), 1)
+            # r >= 1, so a zone with nothing free (cap <= 0) is one the request exceeds
+            safe = np.maximum(cap, r)
+            per = ((safe - r) if least else r) * MAX // safe
+            if w != 1:
+                per *= w
+            per[cap < r] = 0
+            total = per if total is None else total + per
+            wsum += w
+        assert total is not None
+        return total // wsum if wsum > 1 else total
+
+    def _fewest_zone_sets(
+        self,
+        req: tuple[int | None, int | None],
+        alloc: tuple[I64, I64],
+        free: list[I64],
+        present: BOOL,
+        count: npt.NDArray[np.int32],
+        one_zone: I64,
+    ) -> I64:
+        """Per node: the lowest non-zero score over the sets of exactly as many zones as
+        the request needs by the zones' allocatable (counted in zone order)."""
+        z, n = present.shape
+        first = [(r, a[0], sc) for r, a, sc in ((req[0], alloc[0], 1000), (req[1], alloc[1], 1))]
+        if z and all(r is None or bool((a >= r * sc).all()) for r, a, sc in first):
+            return one_zone  # the first zone of every node can hold it: sets of one
+        need = np.ones(n, np.int64)
+        for r, a, scale in ((req[0], alloc[0], 1000), (req[1], alloc[1], 1)):
+            if r is None:
+                continue
+            enough = np.cumsum(np.where(present, a, 0), axis=0) >= r * scale
+            need = np.maximum(need, np.where(enough.any(axis=0), enough.argmax(axis=0) + 1, count))
+        out = np.zeros(n, np.int64)
+        for k in np.unique(need).tolist():
+            rows = need == k
+            if k == 1:
+                out = np.where(rows, one_zone, out)  # a set of one zone is that zone
+                continue
+            best = np.full(n, _NONE, np.int64)
+            for combo in itertools.combinations(range(z), int(k)):
+                cols = list(combo)
+                ok = rows & present[cols].all(axis=0)
+                if not ok.any():
+                    continue
+                score = self._katalyst_zone_score(
+                    req, free[0][cols].sum(axis=0), free[1][cols].sum(axis=0)
+                )
+                best = np.where(ok & (score > 0), np.minimum(best, score), best)
+            out = np.where(rows, np.where(best == _NONE, 0, best), out)
+        return out
+
+    def reserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> str | None:
         if not self.applies(pod):
-            return
+            return None
         slot = snap.index[node]
-        ev = self._eval(pod, state, snap)
-        choice = int(ev.choice[slot])
-        if not ev.managed[slot] or choice < 0:
-            return
+        ev = self.evaluate(pod, snap, np.array([slot], np.intp), ranked=True)
+        choice = int(ev.choice[0])
+        if not ev.managed[0]:
+            return None
+        if choice < 0:
+            # the zones were taken since the filter (the extender binds after kube's cycle)
+            return REASON
         combo = ev.combos[choice]
         ids = tuple(int(snap.numa_id[p, slot]) for p in combo)
         if ev.exclusive:
@@ -267,7 +436,8 @@ class NodeResourceTopology(Plugin):
             k = len(combo)
             cpu = tuple(req_c // k + (1 if i < req_c % k else 0) for i in range(k))
             mem = tuple(req_m // k + (1 if i < req_m % k else 0) for i in range(k))
-        state["numa_reservation"] = NUMAReservation(ids, cpu, mem, ev.exclusive)
+        state[NUMA_RESERVATION] = NUMAReservation(ids, cpu, mem, ev.exclusive)
+        return None
 
     def unreserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> None:
-        state.pop("numa_reservation", None)
+        state.pop(NUMA_RESERVATION, None)
