@@ -175,6 +175,8 @@ class AgentWorld:
             {
                 "cpu": {"overlap_reclaim_with_share": overlap},
                 "reclaimed_root": "auto" if idle_root else "",
+                # the testbed's roots are not a kubelet's: idling them breaks nothing
+                "reclaimed_root_cpu_idle": idle_root,
                 "checkpoint_path": None,
             }
         )

@@ -159,7 +159,7 @@ def test_cpusets_and_limits_land_in_the_cgroup_files(
         (2, "systemd", "kubepods.slice/kubepods-besteffort.slice"),
     ],
 )
-def test_the_reclaimed_root_is_idle_and_optionally_capped(
+def test_the_reclaimed_root_is_idle_on_request_and_optionally_capped(
     tmp_path: Path, version: int, driver: str, root: str
 ) -> None:
     cluster, clock, node, _ = _node(tmp_path, version, driver)
@@ -167,6 +167,11 @@ def test_the_reclaimed_root_is_idle_and_optionally_capped(
     assert host.qos_cgroup("besteffort") == root
     agent = Agent("n1", cluster, host, clock, reclaiming(), Enforcer(host, None, clock))
     plan = _run(agent, clock)
+    # the kubelet writes cpu.shares there, which an idle cgroup refuses: not idled by default
+    assert node.read(root, "cpu.idle") == "0"
+    idle_root = reclaiming({"reclaimed_root_cpu_idle": True})
+    agent = Agent("n1", cluster, host, clock, idle_root, Enforcer(host, None, clock))
+    plan = _run(agent, clock, ticks=2)
     assert node.read(root, "cpu.idle") == "1"
     quota_file = "cpu.cfs_quota_us" if version == 1 else "cpu.max"
     unlimited = node.read(root, quota_file)

@@ -327,9 +327,9 @@ def test_agent_confines_sandboxes_and_containers_without_ebusy(testbed: CgroupTe
     assert _allowed_cpus(batch_proc.pid) == batch_plan.cpuset
     assert _allowed_cpus(world.sandboxes[web].pid) == web_plan.cpuset
     assert _allowed_cpus(world.sandboxes[batch].pid) == batch_plan.cpuset
-    # the reclaimed root and the reclaimed pod run SCHED_IDLE; the burstable root does not
+    # the reclaimed pod runs SCHED_IDLE; the kubelet's QoS roots stay writable by it
     root = f"{testbed.kubepods}/besteffort"
-    assert testbed.read(root, "cpu.idle") == "1"
+    assert testbed.read(root, "cpu.idle") == "0"
     assert testbed.read(testbed.pod_cgroup(batch), "cpu.idle") == "1"
     assert testbed.read(f"{testbed.kubepods}/burstable", "cpu.idle") == "0"
     assert testbed.read(root, "cpu.cfs_quota_us") == "-1"
@@ -341,6 +341,7 @@ def test_agent_overlap_mode_and_root_quota_on_the_real_hierarchy(testbed: Cgroup
         {
             "cpu": {"overlap_reclaim_with_share": True, "ramp_up_period_s": 0},
             "reclaimed_root_quota": True,
+            "reclaimed_root_cpu_idle": True,
             "checkpoint_path": None,
         }
     )

@@ -162,6 +162,20 @@ class LocalNode:
             cmd.append(policy)
         subprocess.run(cmd, check=True, timeout=300, capture_output=True)
 
+    def kubelet_healthy(self, timeout: float = 60) -> None:
+        """The kubelet answers its health check, or the test fails with its last log lines."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            probe = subprocess.run(
+                ["curl", "-sf", "http://127.0.0.1:10248/healthz"], capture_output=True
+            )
+            if probe.returncode == 0:
+                return
+            time.sleep(1)
+        log = (self.state_dir / "logs" / "kubelet.log").read_text(errors="replace")
+        tail = "\n".join(log.splitlines()[-5:])
+        raise AssertionError(f"the kubelet is not healthy after {timeout:.0f}s:\n{tail}")
+
 
 @pytest.fixture(scope="session")
 def local_node(node_name: str) -> LocalNode:

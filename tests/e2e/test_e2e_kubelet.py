@@ -82,6 +82,15 @@ def test_cpusets_hold_through_kubelet_housekeeping_a_pod_update_and_a_restart(
     assert updated and restarted
     assert cpus() == placed, f"cpus moved for good; drifts seen: {drifts}"
 
+    def kubelet_ready() -> bool:
+        node = kubectl.json("get", "node", local_node.name)
+        conditions = node["status"].get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    # The restarted kubelet runs beside the agent's knobs (it writes its QoS cgroups first).
+    local_node.kubelet_healthy()
+    wait_until("the node Ready after the kubelet restart", kubelet_ready, 60)
+
     def published() -> bool:
         node = kubectl.json("get", "node", local_node.name)
         return names.RECLAIMED_MILLICPU in node["status"].get("allocatable", {})

@@ -736,10 +736,16 @@ class Agent:
         """cpu.idle on the reclaimed root: the kernel decides wakeup preemption between the
         entities just below the common ancestor of the waking task and the running one, so
         a shared pod (under kubepods/burstable) preempts a reclaimed one at once only when
-        the best-effort root itself is idle. The quota, when enabled, caps everything below
-        the root at the reclaim pool's size (what Katalyst writes for its quota knob)."""
+        the best-effort root itself is idle. But the kubelet writes cpu.shares to its
+        best-effort cgroup at start and every minute, and the kernel refuses cpu.shares on
+        an idle cgroup: a kubelet restarted under an idle root fails to start. So the root
+        is idled only when `reclaimed_root_cpu_idle` says it is not the kubelet's, and
+        otherwise kept at cpu.idle=0 (undoing an earlier agent's setting). The quota, when
+        enabled, caps everything below the root at the reclaim pool's size (what Katalyst
+        writes for its quota knob)."""
         cfg = self.config
-        knobs: dict[Knob, KnobValue] = {Knob.CPU_IDLE: 1 if cfg.reclaimed_cpu_idle else 0}
+        idle = cfg.reclaimed_cpu_idle and cfg.reclaimed_root_cpu_idle
+        knobs: dict[Knob, KnobValue] = {Knob.CPU_IDLE: 1 if idle else 0}
         period = 100_000
         if cfg.reclaimed_root_quota:
             knobs[Knob.CPU_QUOTA] = CpuQuota(max(reclaim_cpus, 1) * period, period)

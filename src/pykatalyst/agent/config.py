@@ -177,8 +177,13 @@ class AgentConfig(_Section):
     )
     reclaimed_cpu_idle: bool = Field(
         False,
-        description="cpu.idle=1 (SCHED_IDLE) on reclaimed pods and on the reclaimed root "
-        "(off, as Katalyst's --enable-cpu-idle)",
+        description="cpu.idle=1 (SCHED_IDLE) on reclaimed pods (off, as Katalyst's "
+        "--enable-cpu-idle)",
+    )
+    reclaimed_root_cpu_idle: bool = Field(
+        False,
+        description="cpu.idle=1 on the reclaimed root as well; only for a root the kubelet "
+        "does not manage: a kubelet cannot start while its best-effort cgroup is idle",
     )
     reclaimed_root: str = Field(
         "auto",
