@@ -59,7 +59,11 @@ CNR: dict[str, Any] = {
             {"propertyName": "cpu", "propertyQuantity": "48"},
         ],
         "taints": [
-            {"key": "node.katalyst.kubewharf.io/reclaimed", "effect": "NoScheduleForReclaimedTasks"}
+            {
+                "key": "node.katalyst.kubewharf.io/reclaimed",
+                "effect": "NoScheduleForReclaimedTasks",
+                "qosLevel": "reclaimed_cores",  # required by Katalyst's schema
+            }
         ],
     },
     "status": {
@@ -142,6 +146,7 @@ KCC: dict[str, Any] = {
             "version": "v1alpha1",
         },
         "nodeLabelSelectorAllowedKeyList": [{"priority": 0, "keyList": ["pool"]}],
+        "disableRevisionHistory": True,  # Katalyst's schema default, filled in if left out
     },
 }
 
@@ -150,6 +155,7 @@ AQC: dict[str, Any] = {
     "kind": "AdminQoSConfiguration",
     "metadata": {"name": "default", "namespace": "default"},
     "spec": {
+        "revisionHistoryLimit": 3,  # Katalyst's schema default, filled in if left out
         "config": {
             "reclaimedResourceConfig": {
                 "enableReclaim": True,
@@ -173,7 +179,7 @@ AQC: dict[str, Any] = {
                     "gracePeriod": 60,
                 },
             },
-        }
+        },
     },
 }
 
