@@ -157,7 +157,13 @@ def test_katalyst_policy_takes_katalysts_own_scheduler_policy_file() -> None:
     policy = KATALYST_EXAMPLES / "scheduler-policy-binpack.yaml"
     data = tiny(
         duration="1h",
-        policies=[{"name": "katalyst", "scheduler": {"config": str(policy)}}],
+        policies=[
+            {
+                "name": "katalyst",
+                "scheduler": {"config": str(policy)},
+                "agent": {"config": RECLAIM_ON},
+            }
+        ],
     )
     data["nodes"][0]["count"] = 3
     run = simulate(parse_scenario(data)).runs[0]
