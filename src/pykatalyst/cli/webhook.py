@@ -29,12 +29,16 @@ DEFAULT_LISTEN = "127.0.0.1:9443"
 
 
 def _tls(
-    cert: Path | None, key: Path | None, client_ca: Path | None, self_signed: Path | None, host: str
+    cert: Path | None,
+    key: Path | None,
+    client_ca: Path | None,
+    self_signed: Path | None,
+    hosts: list[str],
 ) -> TLSFiles:
     if self_signed is not None and cert is None and key is None:
         if not (self_signed / "tls.crt").exists() or not (self_signed / "tls.key").exists():
             try:
-                files = generate(self_signed, [host, "localhost", "127.0.0.1"])
+                files = generate(self_signed, hosts)
             except CertError as exc:
                 print_message(f"error: --self-signed {self_signed}: {exc}", stderr=True)
                 raise typer.Exit(code=1) from None
@@ -81,6 +85,16 @@ def webhook(
         metavar="DIR",
         help="Development: make (once) and serve a CA + serving pair in DIR (openssl).",
     ),
+    cert_hosts: list[str] = typer.Option(  # noqa: B008
+        [],
+        "--cert-host",
+        metavar="NAME",
+        help="With --self-signed: a further name or IP for the certificate (repeatable), "
+        "e.g. katalyst-webhook.katalyst-system.svc.",
+    ),
+    certs_only: bool = typer.Option(
+        False, "--certs-only", help="With --self-signed: write the pair and exit."
+    ),
     max_seconds: float | None = typer.Option(
         None, "--max-seconds", help="Stop after this many seconds (default: run until stopped)."
     ),
@@ -92,7 +106,13 @@ def webhook(
     can run (warn of what Katalyst ignores), set the SPD reference, and apply the node
     overcommit ratios to nodes/status."""
     address = _parse_listen(listen)
-    tls = _tls(tls_cert_file, tls_private_key_file, client_ca_file, self_signed, address[0])
+    hosts = list(dict.fromkeys([*cert_hosts, address[0], "localhost", "127.0.0.1"]))
+    if certs_only and self_signed is None:
+        print_message("error: --certs-only needs --self-signed DIR", stderr=True)
+        raise typer.Exit(code=2)
+    tls = _tls(tls_cert_file, tls_private_key_file, client_ca_file, self_signed, hosts)
+    if certs_only:
+        return
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     clock = RealClock()
     cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
