@@ -5,7 +5,9 @@ Starts the webhook as its own process on 127.0.0.1 (a self-signed pair), then ke
 kube-apiserver does, alternating the validating and the mutating route with a mix of valid
 pods, pods with a warning and pods refused. Latency is measured at the client, so it bounds
 the time spent inside the webhook from above (it includes the TLS transport and the
-client's own work on the same machine)."""
+client's own work on the same machine); the webhook's own figure is read from its
+`katalyst_webhook_admission_duration_seconds` histogram (request read to response built)
+as the upper bound of the bucket that holds the 99th percentile."""
 
 from __future__ import annotations
 
@@ -108,6 +110,25 @@ async def _load(url: str, trust: ssl.SSLContext, seconds: float, concurrency: in
     return latencies
 
 
+async def _server_p99_ms(url: str, trust: ssl.SSLContext) -> float:
+    """The upper bound of the histogram bucket holding the webhook's 99th percentile."""
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics", ssl=trust) as r:
+        text = await r.text()
+    buckets: dict[float, float] = {}
+    name = "katalyst_webhook_admission_duration_seconds_bucket{"
+    for line in text.splitlines():
+        if line.startswith(name):
+            labels, value = line[len(name) :].rsplit("} ", 1)
+            le = labels.split('le="', 1)[1].split('"', 1)[0]
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0.0) + float(value)
+    total = buckets.get(float("inf"), 0.0)
+    for bound in sorted(buckets):
+        if buckets[bound] >= 0.99 * total:
+            return bound * 1000
+    return float("inf")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -129,6 +150,7 @@ def main() -> None:
             started = time.perf_counter()
             latencies = asyncio.run(_load(url, trust, args.seconds, args.concurrency))
             elapsed = time.perf_counter() - started
+            inside_p99 = asyncio.run(_server_p99_ms(url, trust))
         finally:
             proc.terminate()
             proc.wait(timeout=20)
@@ -136,8 +158,9 @@ def main() -> None:
     p50 = latencies[len(latencies) // 2] * 1000
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
     print(f"requests: {len(latencies)} in {elapsed:.1f}s, concurrency {args.concurrency}")
-    print(f"p50_ms: {p50:.2f}")
-    print(f"admissions/s: {len(latencies) / elapsed:.0f} p99_ms: {p99:.2f}")
+    print(f"at the client: p50_ms: {p50:.2f} p99_ms: {p99:.2f}")
+    # the webhook's own p99 (warm-up included), as the bound of its histogram bucket
+    print(f"admissions/s: {len(latencies) / elapsed:.0f} p99_ms: {inside_p99:.2f}")
 
 
 if __name__ == "__main__":
