@@ -10,8 +10,10 @@
 The busybox image has one layer: busybox at /bin/busybox and a link for each applet it
 lists (sh, sleep, cat, yes, ...). With --rootfs the one layer is that directory tree
 instead: every file, directory, symlink and hard link under it, owned by root, modes kept.
---layout also writes the image as an OCI layout directory. The archive is an OCI image layout in a tar, the form that
-``ctr -n k8s.io images import`` reads; the image name travels in the index's
+--layout also writes the image as an OCI layout directory.
+
+The archive is an OCI image layout in a tar, the form that ``ctr -n k8s.io images import``
+reads; the image name travels in the index's
 ``io.containerd.image.name`` annotation. The output is byte-for-byte reproducible: every
 time stamp is zero and every entry is written in a fixed order.
 
@@ -174,7 +176,11 @@ def layout_files(
         ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
         ("index.json", json.dumps(index, sort_keys=True).encode()),
     ]
-    for digest, data in ((layer_digest, gz), (config_digest, config_raw), (manifest_digest, manifest_raw)):
+    for digest, data in (
+        (layer_digest, gz),
+        (config_digest, config_raw),
+        (manifest_digest, manifest_raw),
+    ):
         entries.append((f"blobs/sha256/{digest.split(':', 1)[1]}", data))
     return entries
 
@@ -193,7 +199,9 @@ def _tar(entries: list[tuple[str, bytes]]) -> bytes:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--name", required=True, help="image reference, e.g. pykatalyst.test/busybox:1")
+    parser.add_argument(
+        "--name", required=True, help="image reference, e.g. pykatalyst.test/busybox:1"
+    )
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--busybox", type=Path, default=Path("/bin/busybox"))
     parser.add_argument("--rootfs", type=Path, help="a root filesystem to use instead of busybox")
