@@ -15,7 +15,8 @@
 #    Reproducible: sorted entries, owner root, every mtime zero.
 #
 # The image runs as uid 65532 with ENTRYPOINT katalyst; the chart runs the agent as root.
-# Environment: PYKATALYST_IMAGE (name, default pykatalyst:<version>), PYKATALYST_IMAGE_CACHE
+# Environment: PYKATALYST_IMAGE (name, default docker.io/library/pykatalyst:<version>,
+# which pods name as pykatalyst:<version>), PYKATALYST_IMAGE_CACHE
 # (downloads, default ~/.cache/pykatalyst-image), PYTHON (a python with pip, default .venv).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,7 +24,8 @@ OUT="${1:-$ROOT/build/image}"
 CACHE="${PYKATALYST_IMAGE_CACHE:-$HOME/.cache/pykatalyst-image}"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/pyproject.toml" | head -1)"
-NAME="${PYKATALYST_IMAGE:-pykatalyst:$VERSION}"
+# fully qualified: the CRI looks an imported image up by its normalized name
+NAME="${PYKATALYST_IMAGE:-docker.io/library/pykatalyst:$VERSION}"
 # python3.11 and what it loads (apt-cache depends --recurse, less dpkg, perl and docs)
 DEBS=(
   libc6 libgcc-s1 gcc-12-base libstdc++6 zlib1g libexpat1 libbz2-1.0 liblzma5 libcrypt1
