@@ -27,6 +27,7 @@ from pykatalyst.cli.agent import load_pods
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.controllers.backstop import read_reclaimed_pod
 from pykatalyst.scheduler.config import SchedulerConfigError, load_config_text
 from pykatalyst.scheduler.config import load_config as load_scheduler_config
@@ -290,9 +291,29 @@ EXTENDER = _extender()
 @_FUZZ
 @given(st.one_of(stored_pods(), ill_typed_pods()))
 def test_the_extender_answers_every_pod(pod: dict[str, Any]) -> None:
-    result = EXTENDER.filter({"Pod": pod, "NodeNames": ["n1"]}, 0.0)
-    assert "NodeNames" in result or result.get("Error")
-    EXTENDER.prioritize({"Pod": pod, "NodeNames": ["n1"]}, 0.0)
+    # the extender judges the cluster's copy of a pod: store it first (where the store
+    # admits it), then ask about it
+    cluster = EXTENDER.scheduler.cluster
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    namespace = str(meta.get("namespace") or "default")
+    stored = None
+    with contextlib.suppress(ApiError):
+        stored = cluster.create(names.POD, pod, namespace)
+    try:
+        asked = stored if stored is not None else pod
+        try:
+            result = EXTENDER.filter({"Pod": asked, "NodeNames": ["n1"]}, 0.0)
+        except ValueError:  # malformed args: a 400 over HTTP
+            assert stored is None
+        else:
+            assert "NodeNames" in result or result.get("Error")
+            if stored is not None:
+                assert not result["Error"]
+        with contextlib.suppress(ValueError):  # malformed args: a 400 over HTTP
+            EXTENDER.prioritize({"Pod": asked, "NodeNames": ["n1"]}, 0.0)
+    finally:
+        if stored is not None:
+            cluster.delete(names.POD, stored["metadata"]["name"], namespace, grace_period_seconds=0)
 
 
 def test_an_unreadable_pod_never_stalls_the_agent_parse_of_others() -> None:

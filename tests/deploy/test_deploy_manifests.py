@@ -207,8 +207,12 @@ def test_every_daemon_is_probed_on_the_health_endpoints_it_serves(container: JSO
     port = _served_port(command, params)
     assert port is not None, f"{command} serves no health endpoints with these args"
     # The kubelet probes the pod IP: a loopback-only server would never answer it.
-    address = params["bind_address"] if command == "agent" else str(params.get("listen", ""))
+    flag = {"agent": "bind_address", "controller": "metrics_address"}.get(command, "listen")
+    address = str(params.get(flag, ""))
     assert not address.startswith(("127.", "localhost", "[::1]")), address
+    if "$(POD_IP)" in address:
+        env = {e["name"]: e for e in container.get("env", [])}
+        assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     named = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = container[probe]["httpGet"]
@@ -862,7 +866,7 @@ def test_the_daemonsets_agent_command_runs_against_a_node_tree_and_a_cluster(
                 for other_path, other_place in places.items():
                     text = text.replace(other_path + "/", str(other_place) + "/")
                 file.write_text(text)
-        env = {"NODE_NAME": "node-7"}
+        env = {"NODE_NAME": "node-7", "POD_IP": "127.0.0.1"}
         args = [_expand(a, env) for a in container["args"]]
         if "--in-cluster" in args:
             _pretend_in_cluster(monkeypatch, server.url, sa)

@@ -1130,6 +1130,9 @@ class MemoryCluster:
     def _check_type(self, st: _KindState, obj: JSON) -> None:
         k = obj.setdefault("kind", st.kind.kind)
         api = obj.setdefault("apiVersion", st.kind.api_version)
+        for what, value in (("kind", k), ("apiVersion", api)):
+            if not isinstance(value, str):
+                raise BadRequest(f"{what}: invalid value {value!r}: expected a string")
         if k != st.kind.kind or api.rpartition("/")[0] != st.kind.group:
             raise BadRequest(
                 f"the object is a {api} {k}, but this request is for {st.kind.api_version} "
