@@ -27,6 +27,7 @@ from pykatalyst.cli.agent import load_pods
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.controllers.backstop import read_reclaimed_pod
 from pykatalyst.scheduler.config import SchedulerConfigError, load_config_text
 from pykatalyst.scheduler.config import load_config as load_scheduler_config
@@ -288,11 +289,35 @@ EXTENDER = _extender()
 
 
 @_FUZZ
-@given(st.one_of(stored_pods(), ill_typed_pods()))
-def test_the_extender_answers_every_pod(pod: dict[str, Any]) -> None:
-    result = EXTENDER.filter({"Pod": pod, "NodeNames": ["n1"]}, 0.0)
-    assert "NodeNames" in result or result.get("Error")
-    EXTENDER.prioritize({"Pod": pod, "NodeNames": ["n1"]}, 0.0)
+@given(
+    st.one_of(st.tuples(stored_pods(), st.just(True)), st.tuples(ill_typed_pods(), st.just(False)))
+)
+def test_the_extender_answers_every_pod(case: tuple[dict[str, Any], bool]) -> None:
+    # the extender judges the cluster's copy of a pod: a stored pod is created first, then
+    # asked about; an ill-typed one (which no API server would store) is asked as it is
+    pod, store = case
+    cluster = EXTENDER.scheduler.cluster
+    stored = None
+    if store:
+        namespace = str(pod["metadata"].get("namespace") or "default")
+        with contextlib.suppress(ApiError):
+            stored = cluster.create(names.POD, pod, namespace)
+    try:
+        asked = stored if stored is not None else pod
+        try:
+            result = EXTENDER.filter({"Pod": asked, "NodeNames": ["n1"]}, 0.0)
+        except ValueError:  # malformed args: a 400 over HTTP
+            assert stored is None
+        else:
+            assert "NodeNames" in result or result.get("Error")
+            if stored is not None:
+                assert not result["Error"]
+        with contextlib.suppress(ValueError):
+            EXTENDER.prioritize({"Pod": asked, "NodeNames": ["n1"]}, 0.0)
+    finally:
+        if stored is not None:
+            meta = stored["metadata"]
+            cluster.delete(names.POD, meta["name"], meta["namespace"], grace_period_seconds=0)
 
 
 def test_an_unreadable_pod_never_stalls_the_agent_parse_of_others() -> None:

@@ -65,13 +65,45 @@ def test_filter_with_node_names() -> None:
 
 def test_filter_with_a_node_list_returns_the_passing_nodes() -> None:
     c, svc = setup()
-    fresh = node("n3", cpu="16")  # kube-scheduler knows a node our informer has not seen
-    listed = [c.get(names.NODE, "n0"), c.get(names.NODE, "n1"), fresh]
+    ghost = node("n3", cpu="16")  # a node object the cluster does not have
+    listed = [c.get(names.NODE, "n0"), c.get(names.NODE, "n1"), ghost]
     args = {"Pod": kube_pod(c), "Nodes": {"metadata": {}, "items": listed}, "NodeNames": None}
     result = svc.filter(args, 0.0)
     assert result["NodeNames"] is None
-    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["n1", "n3"]
-    assert result["FailedNodes"] == {"n0": "Insufficient cpu"}
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["n1"]
+    assert result["FailedNodes"] == {"n0": "Insufficient cpu", "n3": NOT_IN_CACHE}
+
+
+def test_a_forged_node_object_does_not_poison_the_cache() -> None:
+    c, svc = setup()
+    big = c.get(names.NODE, "n0")
+    big["status"]["allocatable"]["cpu"] = "1000"
+    big["status"]["capacity"]["cpu"] = "1000"
+    args = {"Pod": kube_pod(c), "Nodes": {"items": [big]}}
+    assert svc.filter(args, 0.0)["FailedNodes"] == {"n0": "Insufficient cpu"}
+    # later calls that send names only still see the node the cluster has
+    later = svc.filter({"Pod": kube_pod(c, "later"), "NodeNames": ["n0"]}, 0.0)
+    assert later["NodeNames"] == []
+    assert svc.scheduler.snapshot.allocatable("n0", "cpu") == 1000
+
+
+def test_filter_refuses_a_pod_the_cluster_does_not_have() -> None:
+    c, svc = setup()
+    made_up = pod("nowhere", {"cpu": "1"})
+    result = svc.filter({"Pod": made_up, "NodeNames": ["n1"]}, 0.0)
+    assert result["Error"] == "pod default/nowhere not found in the cluster"
+    assert result["NodeNames"] is None
+    real = kube_pod(c)
+    forged = {**real, "metadata": {**real["metadata"], "uid": "other"}}
+    assert "not other" in svc.filter({"Pod": forged, "NodeNames": ["n1"]}, 0.0)["Error"]
+
+
+def test_bind_refuses_nodes_the_cluster_does_not_have() -> None:
+    c, svc = setup()
+    kube_pod(c)
+    args = {"PodName": "web", "PodNamespace": "default", "Node": "ghost"}
+    assert svc.bind(args, 0.0) == {"Error": "node ghost not found in the cluster"}
+    assert "nodeName" not in c.get(names.POD, "web", "default")["spec"]
 
 
 def test_filter_reports_invalid_qos_as_unresolvable() -> None:
@@ -111,7 +143,7 @@ def test_bind_creates_the_binding_and_counts_the_pod() -> None:
     assert c.get(names.POD, "web", "default")["spec"]["nodeName"] == "n1"
     assert svc.scheduler.snapshot.requested("n1", "cpu") == 2000
     again = svc.bind(args, 0.0)
-    assert "already assigned" in again["Error"]
+    assert again["Error"] == "pod default/web is already bound to node n1"
     wrong = svc.bind({**args, "PodName": "web2"}, 0.0)
     assert "not found" in wrong["Error"]
 
@@ -202,8 +234,8 @@ def test_filter_refuses_an_ill_typed_pod_and_keeps_serving() -> None:
     raw = pod("odd", {"cpu": "1"})
     raw["spec"]["affinity"] = "x"  # what kube-scheduler would never send, a client might
     result = svc.filter({"Pod": raw, "NodeNames": ["n1"]}, 0.0)
-    assert result["NodeNames"] == []
-    assert "spec.affinity" in result["FailedAndUnresolvableNodes"]["n1"]
+    # the decision uses the cluster's pod, never the caller's: this one is not there
+    assert result["Error"] == "pod default/odd not found in the cluster"
     good = svc.filter({"Pod": kube_pod(c), "NodeNames": ["n1"]}, 0.0)
     assert good["NodeNames"] == ["n1"]
 
@@ -220,3 +252,76 @@ def test_a_fractional_dedicated_pod_counts_the_whole_cores_it_gets() -> None:
     info = pod_info(raw)
     assert not info.problem and info.is_dedicated_numa
     assert info.request("cpu") == 2000
+
+
+async def _client(app: Any) -> TestClient[Any, Any]:
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    return client
+
+
+def test_http_bodies_over_the_limit_and_malformed_args_get_filter_results() -> None:
+    c, svc = setup()
+    kube_pod(c)
+
+    async def run() -> None:
+        client = await _client(make_app(svc, lambda: 0.0, max_body_bytes=4096))
+        try:
+            resp = await client.post("/filter", data=b"{" + b" " * 8192 + b"}")
+            assert resp.status == 413
+            got = await resp.json()
+            assert set(got) >= {"Nodes", "NodeNames", "FailedNodes", "Error"}
+            assert "over the extender's limit of 4096 bytes" in got["Error"]
+            for bad in ({"Pod": 5}, {"Pod": {}, "NodeNames": "n1"}, {"Nodes": {"items": [1]}}):
+                resp = await client.post("/filter", data=json.dumps(bad))
+                assert resp.status == 400, bad
+                assert (await resp.json())["Error"]
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_http_a_1mib_node_list_is_answered() -> None:
+    c, svc = setup()
+    body = {"Pod": kube_pod(c), "Nodes": {"items": [c.get(names.NODE, "n1")] * 400}}
+    pad = {"metadata": {"annotations": {"pad": "x" * 3000}}}
+    body["Nodes"]["items"] = [
+        {**n, **pad, "metadata": {**n["metadata"], **pad["metadata"]}}
+        for n in body["Nodes"]["items"]
+    ]
+    data = json.dumps(body)
+    assert len(data) > 1024 * 1024
+
+    async def run() -> None:
+        client = await _client(make_app(svc, lambda: 0.0))
+        try:
+            resp = await client.post("/filter", data=data)
+            assert resp.status == 200
+            assert len((await resp.json())["Nodes"]["items"]) == 1
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_http_a_bearer_token_is_required_but_not_for_probes() -> None:
+    c, svc = setup()
+    body = json.dumps({"Pod": kube_pod(c), "NodeNames": ["n1"]})
+
+    async def run() -> None:
+        app = make_app(svc, lambda: 0.0, token="s3cret")
+        app.router.add_routes(ComponentHost("scheduler").health_routes())
+        client = await _client(app)
+        try:
+            assert (await client.post("/filter", data=body)).status == 401
+            wrong = {"Authorization": "Bearer nope"}
+            assert (await client.post("/bind", data="{}", headers=wrong)).status == 401
+            good = {"Authorization": "Bearer s3cret"}
+            resp = await client.post("/filter", data=body, headers=good)
+            assert (await resp.json())["NodeNames"] == ["n1"]
+            assert (await client.get("/healthz")).status == 200
+        finally:
+            await client.close()
+
+    asyncio.run(run())

@@ -149,10 +149,11 @@ def agent(
         str,
         typer.Option(
             "--bind-address",
-            help="Address of the health and metrics server (0.0.0.0: every interface, "
-            "so the kubelet's probes and Prometheus reach it on the pod IP).",
+            help="Address of the health and metrics server (the DaemonSet passes the pod "
+            "IP, where the kubelet's probes and Prometheus reach it; 0.0.0.0: every "
+            "interface).",
         ),
-    ] = "0.0.0.0",
+    ] = "127.0.0.1",
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,

@@ -1,14 +1,12 @@
 """`katalyst apiserver`: serve the embedded cluster over the Kubernetes REST API, so that
 `kubectl` and `--kubeconfig` runs of the other commands can use it. A local development and
-test server: no authentication, no TLS."""
+test server: no TLS; beyond loopback it requires a bearer token (`--token-file`, else one
+it generates and prints)."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -19,10 +17,11 @@ from pykatalyst.api.names import CRD
 from pykatalyst.api.yamlio import load_yaml_all
 from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.http import kubeconfig_for
+from pykatalyst.cluster.http import DEFAULT_MAX_BODY_BYTES, kubeconfig_for
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import AlreadyExists, ApiError
-from pykatalyst.runtime.apiserver import ApiServer
+from pykatalyst.runtime.apiserver import ApiServer, save_snapshot
+from pykatalyst.runtime.auth import is_loopback, load_token, new_token
 from pykatalyst.runtime.host import ServeError
 
 
@@ -39,15 +38,6 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise ValueError(f"--listen {value!r}: port {port} is outside 0-65535")
     return host, port
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def load_state(path: Path) -> MemoryCluster:
@@ -67,16 +57,8 @@ def load_state(path: Path) -> MemoryCluster:
 
 
 def save_state(cluster: MemoryCluster, path: Path) -> None:
-    """Write atomically, so an interrupted save never leaves half a snapshot."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(cluster.snapshot(), f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write atomically and durably (see `runtime.apiserver.save_snapshot`)."""
+    save_snapshot(cluster, path)
 
 
 def install_crds(cluster: MemoryCluster, path: Path) -> list[str]:
@@ -112,7 +94,8 @@ def apiserver(
         Path | None,
         typer.Option(
             "--state",
-            help="Load the cluster from this snapshot file if it exists; save it there on exit.",
+            help="Load the cluster from this snapshot file if it exists; save it there "
+            "(fsync'd) within a second of every change, and on exit.",
         ),
     ] = None,
     write_kubeconfig: Annotated[
@@ -136,31 +119,63 @@ def apiserver(
             "--bookmark-seconds", help="How often watches that asked for bookmarks get one."
         ),
     ] = 60.0,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            help="Require 'Authorization: Bearer <the token in this file>'. Off loopback "
+            "a token is always required: without this file one is generated and printed.",
+        ),
+    ] = None,
+    max_request_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-request-bytes",
+            min=1024,
+            help="The largest request body accepted (413 beyond), as kube-apiserver's flag.",
+        ),
+    ] = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
-    """Serve the embedded cluster over HTTP (local development and tests, no auth)."""
+    """Serve the embedded cluster over HTTP (local development and tests)."""
     try:
+        token = load_token(token_file) if token_file is not None else None
         host, port = parse_listen(listen)
         cluster = load_state(state) if state is not None else MemoryCluster(clock=RealClock())
         installed = install_crds(cluster, crds) if crds is not None else []
     except ValueError as exc:
         print_message(f"error: {exc}", stderr=True)
         raise typer.Exit(2) from None
-    if not _is_loopback(host):
-        print_message(
-            f"warning: serving on {host} without authentication: anyone who can reach it "
-            "can read and change the cluster",
-            stderr=True,
-        )
-    server = ApiServer(cluster, host, port, bookmark_seconds=bookmark_seconds, finalize_pods=True)
+    generated = token is None and not is_loopback(host)
+    if generated:
+        token = new_token()
+    server = ApiServer(
+        cluster,
+        host,
+        port,
+        bookmark_seconds=bookmark_seconds,
+        finalize_pods=True,
+        token=token,
+        state=state,
+        max_body_bytes=max_request_bytes,
+    )
 
     def ready() -> None:
         print_message(f"serving the embedded cluster at {server.url}")
         if installed:
             print_message(f"installed CRDs: {', '.join(installed)}")
         if write_kubeconfig is not None:
-            write_kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(server.url)))
+            write_kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(server.url, token=token)))
+            write_kubeconfig.chmod(0o600)  # it may hold the token
             print_message(f"kubeconfig: {write_kubeconfig}")
         print_message(f"try: kubectl --server {server.url} get pods,nodes -A")
+        if generated:
+            print_message(f"bearer token (generated; required on every request): {token}")
+        elif token is not None:
+            print_message(f"bearer token required (from {token_file})")
+        else:
+            print_message("no authentication: loopback only")
+        if state is not None:
+            print_message(f"saving the cluster to {state} within a second of each change")
         sys.stdout.flush()
 
     try:
@@ -169,7 +184,6 @@ def apiserver(
         print_message(f"error: --listen {listen}: {exc}", stderr=True)
         raise typer.Exit(1) from None
     if state is not None:
-        save_state(cluster, state)
         print_message(f"saved the cluster to {state}")
 
 

@@ -146,6 +146,15 @@ def controller(
             "--metrics-port", metavar="PORT", help="Serve Prometheus metrics on this port."
         ),
     ] = None,
+    metrics_address: Annotated[
+        str,
+        typer.Option(
+            "--metrics-address",
+            metavar="ADDRESS",
+            help="Address the metrics server binds (the manifest passes the pod IP; "
+            "0.0.0.0: every interface).",
+        ),
+    ] = "127.0.0.1",
     records: Annotated[
         Path | None,
         typer.Option(
@@ -252,7 +261,7 @@ def controller(
     runner = ControllerRunner(
         cluster, cfg, period_s=period_s, elector=elector, records_path=records, clock=clock
     )
-    metrics = None if metrics_port is None else Endpoint("metrics", "0.0.0.0", metrics_port)
+    metrics = None if metrics_port is None else Endpoint("metrics", metrics_address, metrics_port)
     print_message(
         f"katalyst controller: taint after {taint_s:g}s, evict after {evict_s:g}s of agent "
         f"silence, every {period_s:g}s{' (dry run)' if dry_run else ''}",
@@ -265,7 +274,10 @@ def controller(
     try:
         code = runner.run(once=once, show=_Printer(output, cfg), notify=notify, metrics=metrics)
     except ServeError as exc:
-        print_message(f"error: --metrics-port {metrics_port}: {exc}", stderr=True)
+        print_message(
+            f"error: --metrics-address {metrics_address} --metrics-port {metrics_port}: {exc}",
+            stderr=True,
+        )
         raise typer.Exit(2) from None
     raise typer.Exit(code)
 

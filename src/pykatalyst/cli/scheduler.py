@@ -15,19 +15,21 @@ from pykatalyst.cli.kubeopts import (
 )
 from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.clock import RealClock
+from pykatalyst.runtime.auth import load_token, server_ssl_context
 from pykatalyst.runtime.host import ServeError
-from pykatalyst.runtime.scheduler import run_scheduler
+from pykatalyst.runtime.scheduler import ServeSecurity, run_scheduler
 from pykatalyst.scheduler.config import (
     SchedulerConfig,
     SchedulerConfigError,
     default_config,
     load_config,
 )
-from pykatalyst.scheduler.extender import ExtenderService
+from pykatalyst.scheduler.extender import DEFAULT_MAX_BODY_BYTES, ExtenderService
 from pykatalyst.scheduler.scheduler import ScheduleOutcome, Scheduler
 
-# The extender has no authentication: it listens beyond this machine only when told to
-# (deploy/extender passes --listen=0.0.0.0:8888 behind its Service).
+# The extender listens beyond this machine only when told to (deploy/extender passes
+# --listen=0.0.0.0:8888 behind its Service); --tls-*, --client-ca-file and --token-file
+# decide who may call it.
 DEFAULT_EXTENDER_LISTEN = "127.0.0.1:8888"
 
 log = logging.getLogger("pykatalyst.scheduler")
@@ -86,6 +88,32 @@ def scheduler(
     max_seconds: float | None = typer.Option(
         None, "--max-seconds", help="Stop after this many seconds (default: run until stopped)."
     ),
+    tls_cert_file: Path | None = typer.Option(  # noqa: B008
+        None, "--tls-cert-file", metavar="FILE", help="Serve HTTPS with this certificate."
+    ),
+    tls_private_key_file: Path | None = typer.Option(  # noqa: B008
+        None, "--tls-private-key-file", metavar="FILE", help="The key of --tls-cert-file."
+    ),
+    client_ca_file: Path | None = typer.Option(  # noqa: B008
+        None,
+        "--client-ca-file",
+        metavar="FILE",
+        help="Require a client certificate signed by this CA (kube-scheduler's extender "
+        "tlsConfig certFile/keyFile).",
+    ),
+    token_file: Path | None = typer.Option(  # noqa: B008
+        None,
+        "--token-file",
+        metavar="FILE",
+        help="Require 'Authorization: Bearer <the token in this file>' on every call but "
+        "the probes.",
+    ),
+    extender_max_body_bytes: int = typer.Option(
+        DEFAULT_MAX_BODY_BYTES,
+        "--extender-max-body-bytes",
+        min=1024,
+        help="The largest ExtenderArgs body accepted (400 Node objects are about 1.1 MiB).",
+    ),
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
@@ -95,6 +123,15 @@ def scheduler(
     Schedules every pod whose schedulerName matches a profile, binding it through
     pods/binding."""
     cfg = _load(config)
+    try:
+        security = ServeSecurity(
+            server_ssl_context(tls_cert_file, tls_private_key_file, client_ca_file),
+            load_token(token_file) if token_file is not None else None,
+            extender_max_body_bytes,
+        )
+    except ValueError as exc:
+        print_message(f"error: {exc}", stderr=True)
+        raise typer.Exit(code=2) from None
     if print_config:
         print_message(cfg.to_yaml().rstrip("\n"))
         return
@@ -125,7 +162,19 @@ def scheduler(
         if address is not None:
             what = "extender listening" if extender else "listening"
             verbs = "filter, prioritize, bind" if extender else "healthz, readyz, metrics"
-            print_message(f"{what} on http://{address[0]}:{address[1]} ({verbs})")
+            scheme = "https" if security.ssl_context is not None else "http"
+            who = []
+            if security.ssl_context is not None and client_ca_file is not None:
+                who.append("client certificate required")
+            if security.token is not None:
+                who.append("bearer token required")
+            if extender and not who:
+                who.append("no authentication")
+            print_message(
+                f"{what} on {scheme}://{address[0]}:{address[1]} ({verbs}; {', '.join(who)})"
+                if who
+                else f"{what} on {scheme}://{address[0]}:{address[1]} ({verbs})"
+            )
 
     try:
         run_scheduler(
@@ -138,6 +187,7 @@ def scheduler(
             listen=address,
             on_ready=listening,
             max_seconds=max_seconds,
+            security=security,
         )
     except ServeError as exc:
         print_message(f"error: --listen {listen}: {exc}", stderr=True)

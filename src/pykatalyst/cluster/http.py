@@ -28,7 +28,12 @@ from aiohttp import web
 from pykatalyst import __version__
 from pykatalyst.api.names import CRD, Kind
 from pykatalyst.api.yamlio import load_yaml
-from pykatalyst.cluster.memory import MemoryCluster, parse_rfc3339, resource_name
+from pykatalyst.cluster.memory import (
+    MemoryCluster,
+    grace_seconds,
+    parse_rfc3339,
+    resource_name,
+)
 from pykatalyst.cluster.protocol import (
     JSON,
     ApiError,
@@ -37,8 +42,10 @@ from pykatalyst.cluster.protocol import (
     MethodNotAllowed,
     NotFound,
     PatchType,
+    TooManyRequests,
     WatchEvent,
 )
+from pykatalyst.runtime.auth import bearer_middleware
 
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
@@ -54,6 +61,23 @@ APPLY_PATCH: Final = "application/apply-patch+yaml"
 DEFAULT_WATCH_SECONDS: Final = 1800
 # How long a watch thread waits on the store before looking at the connection again.
 _WATCH_POLL_SECONDS: Final = 0.5
+
+# kube-apiserver's default --max-request-bytes is 3 MiB (etcd's object limit is 1.5 MiB).
+DEFAULT_MAX_BODY_BYTES: Final = 3 * 1024 * 1024
+# A client that sends its body slower than this is cut off with a 408.
+DEFAULT_BODY_TIMEOUT_S: Final = 30.0
+DEFAULT_MAX_WATCHES: Final = 200
+DEFAULT_MAX_WATCHES_PER_CLIENT: Final = 100
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """JSON as kube-apiserver's decoder reads it: NaN and Infinity are refused."""
+    return json.loads(raw, parse_constant=_refuse_constant)
+
 
 _SUBRESOURCES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
     ("", "pods"): ("status", "binding", "eviction"),
@@ -86,6 +110,10 @@ def _dumps(doc: Any) -> bytes:
 
 def _json_response(doc: Any, status: int = 200) -> web.Response:
     return web.Response(body=_dumps(doc), status=status, content_type="application/json")
+
+
+def _unauthorized(message: str) -> web.Response:
+    return _error_response(ApiError(message, "Unauthorized", 401))
 
 
 def _error_response(error: ApiError) -> web.Response:
@@ -480,16 +508,33 @@ class ApiServerApp:
     def __init__(
         self,
         cluster: MemoryCluster,
-        max_watches: int = 256,
+        max_watches: int = DEFAULT_MAX_WATCHES,
         routes: Iterable[web.RouteDef] = (),
+        *,
+        max_watches_per_client: int = DEFAULT_MAX_WATCHES_PER_CLIENT,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+        token: str | None = None,
     ) -> None:
+        """Open watches are bounded in total and per client address (429 beyond); bodies
+        over `max_body_bytes` get a 413, ones slower than `body_timeout_s` a 408; with
+        `token`, every request but the probes needs `Authorization: Bearer <token>`."""
         self.cluster = cluster
+        self.max_watches = max_watches
+        self.max_watches_per_client = max_watches_per_client
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
         # Store calls, and the waits of open watches, run in these threads, never on the
-        # event loop: a watch holds one thread while it waits for events.
-        self._executor = ThreadPoolExecutor(max_workers=max_watches, thread_name_prefix="store")
+        # event loop: a watch holds one thread while it waits for events, so there are
+        # threads beyond the watch bound for the other calls.
+        self._executor = ThreadPoolExecutor(
+            max_workers=max_watches + 16, thread_name_prefix="store"
+        )
         self._watches: set[Any] = set()
+        self._watchers: dict[str, int] = {}
         self._stopping = False
-        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        middlewares = [bearer_middleware(token, _unauthorized)] if token else []
+        self.app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
         # Routes of the process serving this app (health, metrics) come before the API's.
         self.app.router.add_routes(list(routes))
         self.app.router.add_route("*", "/{path:.*}", self._dispatch)
@@ -690,7 +735,7 @@ class ApiServerApp:
                 await self._store(self.cluster.bind, ns, t.name, _target_name(body))
             else:
                 grace = _get(body, "deleteOptions", "gracePeriodSeconds")
-                seconds = None if grace is None else int(grace)
+                seconds = None if grace is None else grace_seconds(grace, "gracePeriodSeconds")
                 await self._store(self.cluster.evict, ns, t.name, seconds)
             return _json_response(_status(201), 201)
         if method == "GET":
@@ -771,8 +816,25 @@ class ApiServerApp:
                 raise ApiError("the server is shutting down", "ServiceUnavailable", 503) from exc
             raise
 
+    async def _read(self, request: web.Request) -> bytes:
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(
+                f"the request body is over this server's limit of {self.max_body_bytes} bytes",
+                "RequestEntityTooLarge",
+                413,
+            ) from None
+        except TimeoutError:
+            raise ApiError(
+                f"the request body did not arrive within {self.body_timeout_s:g}s",
+                "Timeout",
+                408,
+            ) from None
+
     async def _body(self, request: web.Request) -> Any:
-        raw = await request.read()
+        raw = await self._read(request)
         if not raw:
             raise BadRequest("the request has no body")
         ctype = request.content_type
@@ -784,26 +846,30 @@ class ApiServerApp:
         try:
             if "yaml" in request.content_type:
                 return load_yaml(raw, "the request body")
-            return json.loads(raw)
+            return parse_json(raw)
         except (ValueError, yaml.YAMLError) as e:
             raise BadRequest(f"the request body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise BadRequest("the request body is nested too deeply") from None
 
     async def _grace_period(self, request: web.Request) -> int | None:
         value: Any = request.query.get("gracePeriodSeconds")
-        raw = await request.read()
+        raw = await self._read(request)
         if raw:
             try:
-                options = json.loads(raw)
-            except ValueError:
+                options = parse_json(raw)
+            except (ValueError, RecursionError):
                 raise BadRequest("the DeleteOptions body is not valid JSON") from None
             if isinstance(options, dict) and options.get("gracePeriodSeconds") is not None:
                 value = options["gracePeriodSeconds"]
         if value is None:
             return None
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise BadRequest(f"gracePeriodSeconds: invalid value {value!r}") from None
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise BadRequest(f"gracePeriodSeconds: invalid value {value!r}") from None
+        return grace_seconds(value, "gracePeriodSeconds")
 
     async def _list(self, t: _Target, request: web.Request) -> web.Response:
         q = request.query
@@ -842,6 +908,35 @@ class ApiServerApp:
         bookmarks = q.get("allowWatchBookmarks") in ("1", "true", "True")
         as_table = _wants_table(request)
         include = q.get("includeObject", "")
+        client = request.remote or "?"
+        if sum(self._watchers.values()) >= self.max_watches:
+            raise TooManyRequests(
+                f"too many open watches on this server (at most {self.max_watches})",
+                retry_after_seconds=1,
+            )
+        if self._watchers.get(client, 0) >= self.max_watches_per_client:
+            raise TooManyRequests(
+                f"too many open watches from {client} (at most {self.max_watches_per_client})",
+                retry_after_seconds=1,
+            )
+        self._watchers[client] = self._watchers.get(client, 0) + 1
+        try:
+            return await self._stream(t, request, timeout, bookmarks, as_table, include)
+        finally:
+            left = self._watchers.pop(client, 1) - 1
+            if left > 0:
+                self._watchers[client] = left
+
+    async def _stream(
+        self,
+        t: _Target,
+        request: web.Request,
+        timeout: float,
+        bookmarks: bool,
+        as_table: bool,
+        include: str,
+    ) -> web.StreamResponse:
+        q = request.query
         first_table = True
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
@@ -919,8 +1014,9 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def kubeconfig_for(url: str, name: str = "katalyst-embedded") -> JSON:
-    """A kubeconfig for `kubectl` / `--kubeconfig` pointing at this server (no auth)."""
+def kubeconfig_for(url: str, name: str = "katalyst-embedded", token: str | None = None) -> JSON:
+    """A kubeconfig for `kubectl` / `--kubeconfig` pointing at this server, with its bearer
+    token when it has one."""
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https"):
         raise ValueError(f"not an http(s) URL: {url!r}")
@@ -928,7 +1024,7 @@ def kubeconfig_for(url: str, name: str = "katalyst-embedded") -> JSON:
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": name, "cluster": {"server": url}}],
-        "users": [{"name": name, "user": {}}],
+        "users": [{"name": name, "user": {"token": token} if token else {}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
         "current-context": name,
         "preferences": {},

@@ -17,6 +17,7 @@ import builtins
 import calendar
 import contextlib
 import gc
+import math
 import random
 import re
 import threading
@@ -119,41 +120,94 @@ class _NotJSON(Exception):
 
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
+_EXACT_SCALARS = (str, int, bool, type(None))  # floats are checked: NaN and Inf are not JSON
+
+MAX_DEPTH: Final = 128
+"""The deepest nesting of objects and arrays a stored object may have (Kubernetes objects
+nest a few dozen levels at most; a 900-deep body is refused, not a crash)."""
+
+MAX_GRACE_SECONDS: Final = (2**63 - 1) // 1_000_000_000
+"""The longest grace period: kube-apiserver turns seconds into a Go time.Duration (int64
+nanoseconds), about 292 years."""
 
 
-def _ingest_fast(value: Any) -> Any:
+def _ingest_fast(value: Any, depth: int = 0) -> Any:
     t = type(value)
+    if depth > MAX_DEPTH:
+        raise _NotJSON
     if t is dict:
         out = {}
         for k, v in value.items():
             if type(k) is not str:
                 raise _NotJSON
-            out[k] = v if type(v) in _JSON_SCALARS else _ingest_fast(v)
+            out[k] = v if type(v) in _EXACT_SCALARS else _ingest_fast(v, depth + 1)
         return out
     if t is list or t is tuple:
-        return [v if type(v) in _JSON_SCALARS else _ingest_fast(v) for v in value]
+        return [v if type(v) in _EXACT_SCALARS else _ingest_fast(v, depth + 1) for v in value]
+    if t is float:
+        if not math.isfinite(value):
+            raise _NotJSON
+        return value
     if t in _JSON_SCALARS:
         return value
     if isinstance(value, Mapping):
-        return _ingest_fast(dict(value))
+        return _ingest_fast(dict(value), depth)
     raise _NotJSON
 
 
-def _locate_non_json(value: Any, path: str) -> None:
+def _locate_non_json(value: Any, path: str, depth: int = 0) -> None:
     """The slow walk that runs only to explain a rejection."""
+    if depth > MAX_DEPTH:
+        raise BadRequest(
+            f"{path or 'object'}: nested deeper than {MAX_DEPTH} levels of objects and arrays"
+        )
     if isinstance(value, Mapping):
         for k, v in value.items():
             if type(k) is not str:
                 raise BadRequest(f"{path or 'object'}: key {k!r} is not a string")
-            _locate_non_json(v, f"{path}.{k}" if path else k)
+            _locate_non_json(v, f"{path}.{k}" if path else k, depth + 1)
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            _locate_non_json(v, f"{path}[{i}]")
+            _locate_non_json(v, f"{path}[{i}]", depth + 1)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise BadRequest(
+            f"{path or 'object'}: {value!r} is not a JSON number (NaN and Infinity are refused)"
+        )
     elif type(value) not in _JSON_SCALARS:
         raise BadRequest(
             f"{path or 'object'}: {type(value).__name__} {value!r} is not a JSON value "
             "(accepted: object, array, string, number, boolean, null)"
         )
+
+
+_POD_STRINGS: Final = ("nodeName", "schedulerName", "priorityClassName", "restartPolicy")
+
+
+def _check_pod_scalars(spec: JSON) -> None:
+    """The PodSpec fields the store indexes or reads as numbers have the JSON type the
+    real API server's decoder insists on."""
+    for key in _POD_STRINGS:
+        value = spec.get(key)
+        if value is not None and not isinstance(value, str):
+            raise BadRequest(f"spec.{key}: invalid value {value!r}: expected a string")
+    priority = spec.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise BadRequest(f"spec.priority: invalid value {priority!r}: expected an integer")
+
+
+def grace_seconds(value: Any, field: str) -> int:
+    """A grace period as kube-apiserver reads one: an integer number of seconds that fits a
+    Go time.Duration; a negative one means the shortest, 1 second."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise BadRequest(f"{field}: invalid value {value!r}: expected an integer of seconds")
+    if value > MAX_GRACE_SECONDS:
+        raise Invalid(
+            f"{field}: Invalid value: {value}: must be at most {MAX_GRACE_SECONDS} seconds"
+        )
+    return 1 if value < 0 else value
 
 
 def rfc3339(t: float) -> str:
@@ -1040,8 +1094,14 @@ class MemoryCluster:
     def _default_pod(obj: JSON) -> None:
         """The API server's pod defaulting that scheduling and QoS depend on."""
         spec = obj.setdefault("spec", {})
+        if not isinstance(spec, dict):
+            raise BadRequest(f"spec: invalid value {spec!r}: expected an object (a PodSpec)")
         spec.setdefault("schedulerName", DEFAULT_SCHEDULER)
         spec.setdefault("terminationGracePeriodSeconds", DEFAULT_TERMINATION_GRACE_SECONDS)
+        spec["terminationGracePeriodSeconds"] = grace_seconds(
+            spec["terminationGracePeriodSeconds"], "spec.terminationGracePeriodSeconds"
+        )
+        _check_pod_scalars(spec)
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("dnsPolicy", "ClusterFirst")
         if "priorityClassName" not in spec:
@@ -1130,6 +1190,9 @@ class MemoryCluster:
     def _check_type(self, st: _KindState, obj: JSON) -> None:
         k = obj.setdefault("kind", st.kind.kind)
         api = obj.setdefault("apiVersion", st.kind.api_version)
+        for what, value in (("kind", k), ("apiVersion", api)):
+            if not isinstance(value, str):
+                raise BadRequest(f"{what}: invalid value {value!r}: expected a string")
         if k != st.kind.kind or api.rpartition("/")[0] != st.kind.group:
             raise BadRequest(
                 f"the object is a {api} {k}, but this request is for {st.kind.api_version} "
@@ -1314,6 +1377,13 @@ class MemoryCluster:
         new_spec = new.get("spec") or {}
         if old_spec == new_spec:
             return
+        if not isinstance(new_spec, dict):
+            raise BadRequest(f"spec: invalid value {new_spec!r}: expected an object (a PodSpec)")
+        if "terminationGracePeriodSeconds" in new_spec:
+            grace_seconds(
+                new_spec["terminationGracePeriodSeconds"], "spec.terminationGracePeriodSeconds"
+            )
+        _check_pod_scalars(new_spec)
         normalized = dict(new_spec)
         for key in _POD_MUTABLE_SPEC:
             if key in old_spec:
@@ -1476,17 +1546,21 @@ class MemoryCluster:
 
     def _delete(self, st: _KindState, old: JSON, grace: int | None) -> JSON | None:
         meta = old["metadata"]
-        if grace is not None and grace < 0:
-            grace = 1  # as kube-apiserver reads a negative grace period: the shortest one
+        if grace is not None:
+            grace = grace_seconds(grace, "gracePeriodSeconds")
         ns, name = meta.get("namespace", ""), meta["name"]
         is_pod = _is_pod(st)
         if is_pod:
             spec = old.get("spec") or {}
             if grace is None:
-                grace = int(
-                    spec.get("terminationGracePeriodSeconds", DEFAULT_TERMINATION_GRACE_SECONDS)
-                    or 0
-                )
+                try:
+                    grace = grace_seconds(
+                        spec.get("terminationGracePeriodSeconds", DEFAULT_TERMINATION_GRACE_SECONDS)
+                        or 0,
+                        "spec.terminationGracePeriodSeconds",
+                    )
+                except ApiError:  # stored before it was checked: never undeletable
+                    grace = DEFAULT_TERMINATION_GRACE_SECONDS
             phase = (old.get("status") or {}).get("phase")
             if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
                 grace = 0

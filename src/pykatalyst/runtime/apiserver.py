@@ -1,20 +1,85 @@
 """The embedded API server's runner: a `MemoryCluster` served over the Kubernetes REST API
-(`cluster.http.ApiServerApp`) by a ComponentHost, with the two jobs a real control plane
-would do around it as tickers: watch bookmarks and finishing graceful pod deletions."""
+(`cluster.http.ApiServerApp`) by a ComponentHost, with the jobs a real control plane would
+do around it as tickers: watch bookmarks, finishing graceful pod deletions, and (with a
+state file) saving the cluster every second it changed, fsync'd, so a `kill -9` loses at
+most the last second."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import tempfile
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.http import ApiServerApp, url_host
+from pykatalyst.cluster.http import DEFAULT_MAX_BODY_BYTES, ApiServerApp, url_host
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.host import ComponentHost, Endpoint
 
 API = "apiserver"
 FINALIZE_PERIOD_S = 1.0
+SAVE_PERIOD_S = 1.0
+# A connection that sends nothing for this long is closed (silent sockets, slow headers).
+IDLE_TIMEOUT_S = 30.0
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def remove_stale_temp_files(path: Path) -> list[Path]:
+    """Temp files a killed save left beside the state file; removed, and returned."""
+    if not path.parent.is_dir():
+        return []
+    stale = [p for p in path.parent.glob(_temp_prefix(path) + "*") if p.name.endswith(".tmp")]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
+
+
+def save_snapshot(cluster: MemoryCluster, path: Path) -> None:
+    """Write atomically and durably: the data is fsync'd before the rename and the folder
+    after it, so a crash leaves the old snapshot or the new one, never half of one, and
+    no temp file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(cluster.snapshot(), separators=(",", ":")).encode()
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class StateSaver:
+    """Saves the cluster when its resourceVersion moved since the last save."""
+
+    def __init__(self, cluster: MemoryCluster, path: Path) -> None:
+        self.cluster = cluster
+        self.path = path
+        self.saved_rv: str | None = None
+        self.saves = 0
+
+    def __call__(self, now: float = 0.0) -> bool:
+        rv = self.cluster.resource_version
+        if rv == self.saved_rv:
+            return False
+        save_snapshot(self.cluster, self.path)
+        self.saved_rv = rv
+        self.saves += 1
+        return True
 
 
 class ApiServer:
@@ -29,12 +94,19 @@ class ApiServer:
         port: int = 0,
         bookmark_seconds: float = 60.0,
         finalize_pods: bool = False,
+        *,
+        token: str | None = None,
+        state: Path | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.cluster = cluster
         self.host = host
         self.port = port
         self.bookmark_seconds = bookmark_seconds
         self.finalize_pods = finalize_pods
+        self.token = token
+        self.max_body_bytes = max_body_bytes
+        self.saver = StateSaver(cluster, state) if state is not None else None
         self.url = ""
         self._component = self._make_host()
         self._thread: threading.Thread | None = None
@@ -45,9 +117,28 @@ class ApiServer:
         # Store calls are quick and the app already runs them in its own threads: the
         # tickers run on the loop.
         component = ComponentHost(API, clock=RealClock())
-        app = ApiServerApp(self.cluster, routes=component.health_routes())
-        component.serve(Endpoint(API, self.host, self.port, app.app, health=False))
+        app = ApiServerApp(
+            self.cluster,
+            routes=component.health_routes(),
+            token=self.token,
+            max_body_bytes=self.max_body_bytes,
+        )
+        component.serve(
+            Endpoint(
+                API, self.host, self.port, app.app, health=False, idle_timeout_s=IDLE_TIMEOUT_S
+            )
+        )
         component.on_stop(app.stop_watches)
+        saver = self.saver
+        if saver is not None:
+            remove_stale_temp_files(saver.path)
+            saver.saved_rv = self.cluster.resource_version  # what was loaded is on disk
+            component.every("save-state", SAVE_PERIOD_S, saver)
+
+            def final_save() -> None:
+                saver()
+
+            component.on_stop(final_save)
         if self.bookmark_seconds > 0:
             component.every("bookmarks", self.bookmark_seconds, lambda now: self.cluster.bookmark())
         if self.finalize_pods:

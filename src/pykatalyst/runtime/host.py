@@ -106,7 +106,8 @@ class Endpoint:
     """A server the host runs. Without an `app` it serves only health and metrics; with
     one, the host adds `/healthz`, `/readyz` and `/metrics` to it unless `health` is off
     (the app then routes them itself, e.g. before a catch-all route). With `ssl_context`
-    it serves HTTPS (the webhook)."""
+    it serves HTTPS. A connection that sends nothing for `idle_timeout_s` (before its first
+    request, or between requests) is closed, so silent sockets do not pile up."""
 
     name: str
     host: str
@@ -114,6 +115,7 @@ class Endpoint:
     app: web.Application | None = None
     health: bool = True
     ssl_context: ssl.SSLContext | None = None
+    idle_timeout_s: float = 75.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,7 +486,11 @@ class ComponentHost:
                 if ep.health:
                     app.router.add_routes(self.health_routes())
                 runner = web.AppRunner(
-                    app, handle_signals=False, shutdown_timeout=2.0, access_log=None
+                    app,
+                    handle_signals=False,
+                    shutdown_timeout=2.0,
+                    access_log=None,
+                    keepalive_timeout=ep.idle_timeout_s,
                 )
                 await runner.setup()
                 runners.append(runner)

@@ -4,14 +4,26 @@ a ComponentHost, with the extender's aiohttp app among the host's servers."""
 from __future__ import annotations
 
 import gc
+import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.runtime.host import ComponentHost, Endpoint
-from pykatalyst.scheduler.extender import ExtenderService, make_app
+from pykatalyst.scheduler.extender import DEFAULT_MAX_BODY_BYTES, ExtenderService, make_app
 from pykatalyst.scheduler.scheduler import ScheduleOutcome, Scheduler
 
 SCHEDULE = "schedule"
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSecurity:
+    """How the extender's server admits callers: HTTPS (with client certificates when
+    the context requires them), a bearer token, and the largest request body."""
+
+    ssl_context: ssl.SSLContext | None = None
+    token: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 def scheduler_host(
@@ -23,6 +35,7 @@ def scheduler_host(
     report: Callable[[ScheduleOutcome], None],
     extender: ExtenderService | None = None,
     listen: tuple[str, int] | None = None,
+    security: ServeSecurity = ServeSecurity(),
 ) -> ComponentHost:
     # Ticks run on the loop thread: the extender's handlers use the same scheduler cache
     # on that thread, so the two never interleave.
@@ -37,9 +50,16 @@ def scheduler_host(
 
     host.every(SCHEDULE, interval_s, tick)
     if listen is not None:
-        app = make_app(extender, clock.now) if extender is not None else None
+        app = None
+        if extender is not None:
+            app = make_app(
+                extender,
+                clock.now,
+                token=security.token,
+                max_body_bytes=security.max_body_bytes,
+            )
         name = "extender" if extender is not None else "health"
-        host.serve(Endpoint(name, listen[0], listen[1], app))
+        host.serve(Endpoint(name, listen[0], listen[1], app, ssl_context=security.ssl_context))
     return host
 
 
@@ -54,6 +74,7 @@ def run_scheduler(
     listen: tuple[str, int] | None = None,
     on_ready: Callable[[], None] | None = None,
     max_seconds: float | None = None,
+    security: ServeSecurity = ServeSecurity(),
 ) -> int:
     """Serve and schedule until SIGTERM/SIGINT or `max_seconds`; exit code 0."""
     host = scheduler_host(
@@ -64,6 +85,7 @@ def run_scheduler(
         report=report,
         extender=extender,
         listen=listen,
+        security=security,
     )
 
     def ready() -> None:
