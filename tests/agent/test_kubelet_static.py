@@ -135,9 +135,10 @@ class FakeKubelet:
 
 
 class StaticNode:
-    def __init__(self, tmp_path: Path, policy: str = "static") -> None:
+    def __init__(self, tmp_path: Path, policy: str | None = "static") -> None:
         conf = tmp_path / "kubelet-config.yaml"
-        conf.write_text(f"cpuManagerPolicy: {policy}\nreservedSystemCPUs: '0'\n")
+        if policy is not None:
+            conf.write_text(f"cpuManagerPolicy: {policy}\nreservedSystemCPUs: '0'\n")
         self.clock = VirtualClock(50_000)
         self.cluster = MemoryCluster(clock=self.clock)
         self.cluster.create(names.NODE, node_json("node-1"))
@@ -226,7 +227,9 @@ def test_unreachable_kubelet_is_said_once_and_the_agent_goes_on(
     with caplog.at_level("INFO", logger="pykatalyst.agent.kubelet"):
         n.run(3)
     assert n.cpus(web)
-    said = [r for r in caplog.records if "cannot see its assignments" in r.getMessage()]
+    said = [
+        r for r in caplog.records if "cannot see the kubelet's cpu assignments" in r.getMessage()
+    ]
     assert len(said) == 1 and "/x.sock" in said[0].getMessage()
 
 
@@ -235,3 +238,14 @@ def test_under_policy_none_the_kubelet_is_not_asked(tmp_path: Path) -> None:
     n.pod("web", cpu="2")
     n.run(2)
     assert n.kubelet.calls == 0
+
+
+def test_without_the_kubelet_config_the_pod_resources_api_is_asked(tmp_path: Path) -> None:
+    # As in the DaemonSet, which mounts the pod-resources socket only.
+    n = StaticNode(tmp_path, policy=None)
+    pinned = n.pod("pinned", level=None, cpu="2", qos_class="guaranteed")
+    n.pin("pinned", pinned, CPUSet.of([6, 7]))
+    web = n.pod("web", cpu="2")
+    n.run(2)
+    assert n.kubelet.calls > 0
+    assert n.cpus(pinned) == CPUSet.of([6, 7]) and n.cpus(web).isdisjoint(CPUSet.of([6, 7]))

@@ -46,7 +46,7 @@ class KubeletConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class KubeletCpuPolicy:
-    policy: str  # "none" | "static"
+    policy: str  # "none" | "static" | "unknown" (no config file to read)
     reserved: CPUSet = field(default_factory=CPUSet)  # reservedSystemCPUs
 
     @property
@@ -163,8 +163,8 @@ def strip_pinned(
 
 
 CANNOT_SEE = (
-    "the kubelet runs the static cpu manager but the agent cannot see its assignments, "
-    "so its pools may overlap the kubelet's exclusive cpus: "
+    "the agent cannot see the kubelet's cpu assignments, so under the static cpu manager "
+    "its pools may overlap the kubelet's exclusive cpus: "
 )
 
 
@@ -188,11 +188,14 @@ class KubeletCpuWatch:
         if not self.config_path:
             return KubeletCpuPolicy("none")
         if not Path(self.config_path).exists():
-            # No kubelet beside this agent, or one with another root directory.
+            # Not mounted, or a kubelet with another root directory: under the none policy
+            # the pod-resources API reports no cpus, so asking it is the same as knowing.
             self._once(
-                f"no kubelet config at {self.config_path}: cpu manager policy none", logging.INFO
+                f"no kubelet config at {self.config_path}: asking the pod-resources API "
+                "for exclusive cpus",
+                logging.INFO,
             )
-            return KubeletCpuPolicy("none")
+            return KubeletCpuPolicy("unknown")
         try:
             policy = read_kubelet_policy(self.config_path)
         except KubeletConfigError as exc:
@@ -209,16 +212,18 @@ class KubeletCpuWatch:
 
     def observe(self, pods: Sequence[PodRef]) -> KubeletPins | None:
         self.policy = self._read_policy()
-        if not self.policy.static:
+        if self.policy.policy == "none":
             self._last = None
             return None
+        # Unsure the kubelet pins anything, the agent does not warn that it cannot ask.
+        level = logging.WARNING if self.policy.static else logging.INFO
         if self.view is None:
-            self._once(CANNOT_SEE + "no pod-resources client")
+            self._once(CANNOT_SEE + "no pod-resources client", level)
             return None
         try:
             got = self.view.cpu_assignments()
         except KubeletUnavailable as exc:
-            self._once(CANNOT_SEE + str(exc))
+            self._once(CANNOT_SEE + str(exc), level)
             return None
         if got != self._last:
             shown = ", ".join(
