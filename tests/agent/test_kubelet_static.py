@@ -249,3 +249,14 @@ def test_without_the_kubelet_config_the_pod_resources_api_is_asked(tmp_path: Pat
     n.run(2)
     assert n.kubelet.calls > 0
     assert n.cpus(pinned) == CPUSet.of([6, 7]) and n.cpus(web).isdisjoint(CPUSet.of([6, 7]))
+
+
+def test_a_kubelet_restarting_leaves_its_pinned_cpus_alone(tmp_path: Path) -> None:
+    n = StaticNode(tmp_path)
+    pinned = n.pod("pinned", level=None, cpu="2", qos_class="guaranteed")
+    n.pin("pinned", pinned, CPUSet.of([6, 7]))
+    web = n.pod("web", cpu="2")
+    n.run(2)
+    n.kubelet.down = "pod-resources List: UNAVAILABLE"
+    n.run(2)
+    assert n.cpus(pinned) == CPUSet.of([6, 7]) and n.cpus(web).isdisjoint(CPUSet.of([6, 7]))

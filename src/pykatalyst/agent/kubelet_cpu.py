@@ -223,6 +223,10 @@ class KubeletCpuWatch:
         try:
             got = self.view.cpu_assignments()
         except KubeletUnavailable as exc:
+            if self._last is not None:
+                # A kubelet restarting: its pinned containers keep their cpus meanwhile.
+                log.info("pod-resources: %s; keeping the last assignments read", exc)
+                return pin(self._last, pods)
             self._once(CANNOT_SEE + str(exc), level)
             return None
         if got != self._last:
