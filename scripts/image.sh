@@ -6,7 +6,7 @@
 # 1. Debian bookworm's Python 3.11 and the libraries it links, as .debs from the Debian
 #    archive (`apt-get download`, kept in the cache dir), unpacked with `dpkg-deb -x` into a
 #    merged-/usr root filesystem. No shell, no package manager: only what Python needs.
-# 2. The project's wheel with its [kube] extra, installed into that tree's
+# 2. The project's wheel with its [kube,node] extras, installed into that tree's
 #    /usr/local/lib/python3.11/dist-packages by pip (binary wheels for CPython 3.11 on
 #    manylinux x86_64, versions pinned by constraints.txt), and /usr/local/bin/katalyst.
 # 3. `katalyst --help` run inside the tree (chroot, when run as root) as a smoke test.
@@ -80,7 +80,7 @@ SITE="$RFS/usr/local/lib/python3.11/dist-packages"
 "$PY" -m pip install --quiet --no-compile --no-warn-script-location --disable-pip-version-check \
   --target "$SITE" --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
   --python-version 3.11 --implementation cp --abi cp311 --only-binary=:all: \
-  --constraint "$ROOT/constraints.txt" "pykatalyst[kube] @ file://$WHEEL"
+  --constraint "$ROOT/constraints.txt" "pykatalyst[kube,node] @ file://$WHEEL"
 rm -rf "$SITE/bin"
 find "$SITE" -name __pycache__ -prune -exec rm -rf {} +
 # where the wheel came from, with the hash of its zip (which holds build times): not kept

@@ -23,7 +23,10 @@ def test_the_base_install_leaves_the_kube_client_and_matplotlib_to_extras() -> N
     extras = project["optional-dependencies"]
     assert any(d.startswith("kubernetes") for d in extras["kube"])
     assert any(d.startswith("matplotlib") for d in extras["sim"])
-    assert "pykatalyst[kube,sim]" in extras["dev"]
+    assert any(d.startswith("grpcio") for d in extras["node"])
+    assert any(d.startswith("protobuf") for d in extras["node"])
+    assert "pykatalyst[kube,sim,node]" in extras["dev"]
+    assert "grpcio" not in base and "protobuf" not in base
 
 
 def test_a_missing_module_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -139,9 +139,10 @@ def test_the_dockerfile_installs_the_package_and_drops_root() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     lines = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
     assert lines[0] == "FROM python:3.11-slim"
-    # the package with the Kubernetes client, without the simulator's charting library
+    # the package with the Kubernetes client and the kubelet's pod-resources client,
+    # without the simulator's charting library
     installs = [x.rstrip(" \\") for x in lines if x.startswith("RUN pip install")]
-    assert any(x.endswith("'.[kube]'") for x in installs), installs
+    assert any(x.endswith("'.[kube,node]'") for x in installs), installs
     assert not any("sim" in x or "dev" in x for x in installs)
     user = [x for x in lines if x.startswith("USER ")]
     assert user and not user[-1].split()[1].startswith("0")
@@ -991,3 +992,17 @@ def test_a_webhook_outage_never_blocks_the_cluster() -> None:
         (expr,) = hook["namespaceSelector"]["matchExpressions"]
         assert expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn"
         assert set(expr["values"]) >= {names.KUBE_SYSTEM_NAMESPACE, names.SYSTEM_NAMESPACE}
+
+
+def test_the_agent_reaches_the_kubelets_pod_resources_socket_read_only() -> None:
+    from pykatalyst.agent.config import AgentConfig
+
+    (agent,) = [w for w in _of_kind("DaemonSet") if w["metadata"]["name"] == "katalyst-agent"]
+    spec = agent["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (container,) = spec["containers"]
+    socket = AgentConfig().kubelet.pod_resources_socket
+    mounts = [m for m in container["volumeMounts"] if socket.startswith(m["mountPath"] + "/")]
+    assert len(mounts) == 1 and mounts[0].get("readOnly") is True, mounts
+    host = volumes[mounts[0]["name"]]["hostPath"]["path"]
+    assert host == mounts[0]["mountPath"] == "/var/lib/kubelet/pod-resources"

@@ -306,12 +306,14 @@ def test_the_agent_gets_exactly_the_node_access_it_needs(privileged: bool) -> No
         for m in container["volumeMounts"]
         if "hostPath" in volumes[m["name"]]
     }
-    # no kubelet socket, no container runtime, nothing but /proc, /sys, cgroups and state
+    # no container runtime, nothing but /proc, /sys, cgroups, state and, read-only, the
+    # kubelet's pod-resources socket (the static cpu manager's assignments)
     assert host == {
         "/node/proc": ("/proc", True),
         "/node/sys": ("/sys", True),
         "/node/sys/fs/cgroup": ("/sys/fs/cgroup", False),
         "/var/lib/pykatalyst": ("/var/lib/pykatalyst", False),
+        "/var/lib/kubelet/pod-resources": ("/var/lib/kubelet/pod-resources", True),
     }
     assert "--host-root=/node" in container["args"]
     sc = container["securityContext"]

@@ -80,12 +80,20 @@ def fit_to_node(pod: dict[str, Any], namespace: str, command: str = SLEEP) -> di
     return out
 
 
-def start_agent(components: Callable[..., Component], tmp_path: Path, node: str) -> Component:
-    """`katalyst agent` for `node` with its ServiceAccount, on the test node's settings."""
+def start_agent(
+    components: Callable[..., Component],
+    tmp_path: Path,
+    node: str,
+    *args: str,
+    config: dict[str, Any] | None = None,
+) -> Component:
+    """`katalyst agent` for `node` with its ServiceAccount, on the test node's settings
+    (`config` overlays them; `args` are more command-line options)."""
     from tests.e2e.conftest import component_kubeconfig
 
     cfg = tmp_path / "agent.yaml"
     body = dict(AGENT_CONFIG, checkpoint_path=str(tmp_path / "agent-enforcer.json"))
+    body.update(config or {})
     cfg.write_text(yaml.safe_dump(body))
     return components(
         "agent",
@@ -96,6 +104,7 @@ def start_agent(components: Callable[..., Component], tmp_path: Path, node: str)
         str(cfg),
         "--kubeconfig",
         component_kubeconfig("agent"),
+        *args,
     )
 
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from pykatalyst.agent import cpu_policy, cpu_state, memory_policy
+from pykatalyst.agent import cpu_policy, cpu_state, kubelet_cpu, memory_policy
 from pykatalyst.agent.advisor import (
     HeadroomSmoother,
     MemoryUser,
@@ -44,6 +44,7 @@ from pykatalyst.agent.advisor import (
 from pykatalyst.agent.config import AgentConfig, reclaim_setting
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest, Layout
 from pykatalyst.agent.host.base import CpuQuota, Host, HostSample, Knob, KnobValue, PodCgroup
+from pykatalyst.agent.host.kubelet import KubeletView
 from pykatalyst.agent.metrics import MetricStore
 from pykatalyst.agent.plan import (
     AgentPlan,
@@ -126,6 +127,7 @@ class Agent:
         eviction_stages: Sequence[EvictionStage] = (),
         dry_run: bool = False,
         publish: bool = True,
+        kubelet: KubeletView | None = None,
     ) -> None:
         self.node_name = node_name
         self.cluster = cluster
@@ -167,6 +169,11 @@ class Agent:
         self._snb_domains: dict[int, CPUSet] = {}
         self._pools: dict[str, CPUSet] = {}
         self._regulators: dict[str, RegulatorState] = {}
+        self._kubelet = (
+            None
+            if kubelet is None
+            else kubelet_cpu.KubeletCpuWatch(self.base_config.kubelet.config_path, kubelet)
+        )
         self.cpu_state_error: str | None = None
         self._cpu_rebuild = True  # until a checkpoint says where pods are
         self._cpu_checkpoint = cpu_state.checkpoint_for(
@@ -478,9 +485,22 @@ class Agent:
             ),
             key=lambda r: valid[r.uid].created_key,
         )
+        pins = None if self._kubelet is None else self._kubelet.observe(_refs(valid))
+        previous, foreign, kex = self._dedicated, CPUSet(), CPUSet()
+        if pins is not None:
+            previous, foreign = kubelet_cpu.kubelet_previous(topo, pins, dedicated_reqs, previous)
+            kex = pins.exclusive
         try:
             lay = cpu_policy.layout(
-                topo, cfg.cpu, dedicated_reqs, self._dedicated, reclaim_min, snb_reqs, self._snb
+                topo,
+                cfg.cpu,
+                dedicated_reqs,
+                previous,
+                reclaim_min,
+                snb_reqs,
+                self._snb,
+                foreign=foreign,
+                kubelet_exclusive=kex,
             )
         except cpu_policy.CpuPolicyError as exc:
             warnings.append(f"cpu policy: {exc}; running without a reserve pool")
@@ -488,10 +508,12 @@ class Agent:
                 topo,
                 cfg.cpu.model_copy(update={"reserved_cpus": 0, "reserved_cpu_list": None}),
                 dedicated_reqs,
-                self._dedicated,
+                previous,
                 reclaim_min,
                 snb_reqs,
                 self._snb,
+                foreign=foreign,
+                kubelet_exclusive=kex,
             )
         self._dedicated = dict(lay.dedicated)
         self._snb = dict(lay.snb)
@@ -598,6 +620,10 @@ class Agent:
         pod_plans, desired = self._pod_plans(
             now, specs, valid, lay, pools, reclaimed_cpus, estimates
         )
+        if pins is not None:
+            # The kubelet alone writes the cpusets of the containers it pinned.
+            mine = {u: self._match(valid[u]).containers for u in pins.by_pod if u in valid}
+            desired = kubelet_cpu.strip_pinned(desired, kubelet_cpu.pinned_cgroups(pins, mine))
         root = self._reclaimed_root()
         if root is not None:
             desired[root] = self._root_knobs(len(reclaim))
@@ -982,7 +1008,7 @@ class Agent:
         topo = self.topology
         cfg = self.config
         mems_default = memory_policy.unbound_mems(topo, lay.bound_numas)
-        all_but_dedicated = topo.all_cpus - lay.dedicated_cpus
+        all_but_dedicated = topo.all_cpus - lay.dedicated_cpus - lay.foreign
         desired: dict[str, dict[Knob, KnobValue]] = {}
         plans: list[PodPlan] = []
         if self._order_key is not specs:
@@ -1263,6 +1289,10 @@ class Agent:
             "memory_bytes": t.total_memory,
             "numa": {str(n): str(t.cpus_in_numa(n)) for n in t.numa_nodes},
         }
+
+
+def _refs(specs: Mapping[str, PodSpec]) -> list[kubelet_cpu.PodRef]:
+    return [kubelet_cpu.PodRef(s.uid, s.namespace, s.name) for s in specs.values()]
 
 
 def _path_or_none(value: object) -> Path | None:

@@ -158,6 +158,23 @@ class MetricsConfig(_Section):
     )
 
 
+class KubeletConfig(_Section):
+    """Where the agent finds the kubelet's cpu manager (docs/agent.md, "Beside the kubelet's
+    cpu manager")."""
+
+    config_path: str = Field(
+        "/var/lib/kubelet/config.yaml",
+        description="the kubelet's KubeletConfiguration file, read for cpuManagerPolicy and "
+        "reservedSystemCPUs ('' : not read, the policy is taken to be none)",
+    )
+    pod_resources_socket: str = Field(
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        description="the kubelet's pod-resources gRPC socket (PodResourcesLister v1), asked "
+        "for the cpus the static cpu manager gave out",
+    )
+    timeout_s: Seconds = Field(2.0, description="deadline of each pod-resources call")
+
+
 class AgentConfig(_Section):
     """Everything the agent can be told. Load from YAML with `load_config`."""
 
@@ -171,6 +188,7 @@ class AgentConfig(_Section):
     advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
     reporter: ReporterConfig = Field(default_factory=ReporterConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    kubelet: KubeletConfig = Field(default_factory=KubeletConfig)
     eviction: EvictionConfig = Field(
         default_factory=EvictionConfig,
         description="the eviction manager: thresholds, dry-run plugins (docs/eviction.md)",

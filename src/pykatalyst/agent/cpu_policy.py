@@ -357,6 +357,7 @@ class Layout:
     snb: Mapping[str, int] = field(default_factory=dict)  # NUMA of each SNB pod
     snb_failed: Mapping[str, str] = field(default_factory=dict)
     snb_reserved_for_reclaim: Mapping[int, int] = field(default_factory=dict)
+    foreign: CPUSet = EMPTY  # the kubelet's exclusive cpus of pods that are not ours
 
     @property
     def dedicated_cpus(self) -> CPUSet:
@@ -381,21 +382,28 @@ def layout(
     reclaim_min: int,
     snb_requests: Sequence[SnbRequest] = (),
     snb_previous: Mapping[str, int] | None = None,
+    *,
+    foreign: CPUSet = EMPTY,
+    kubelet_exclusive: CPUSet = EMPTY,
 ) -> Layout:
-    reserve = reserve_cpus(topo, cfg)
+    """The cut of the machine. `kubelet_exclusive` are the cpus the kubelet's static cpu
+    manager gave out (never in the reserve); `foreign` those of them the agent owns no part
+    of (never in a pool or given to a dedicated pod): see `kubelet_cpu`."""
+    reserve = reserve_cpus(topo, cfg) - kubelet_exclusive - foreign
     snb_held = _snb_memory(snb_requests, snb_previous or {})
+    held = reserve | foreign
     dedicated, failed = place_dedicated(
-        topo, reserve, dedicated_requests, previous, reclaim_min, snb_held
+        topo, held, dedicated_requests, previous, reclaim_min, snb_held
     )
     snb, snb_failed = place_snb(
         topo,
-        reserve,
+        held,
         dedicated,
         snb_requests,
         snb_previous or {},
         {r.uid: r.memory for r in dedicated_requests},
     )
-    taken = reserve.union(*(a.cpuset for a in dedicated.values()))
+    taken = held.union(*(a.cpuset for a in dedicated.values()))
     bound = tuple(sorted({n for a in dedicated.values() for n in a.numas} | set(snb.values())))
     domain = EMPTY
     leftover = EMPTY
@@ -441,6 +449,7 @@ def layout(
         snb,
         snb_failed,
         snb_rfr,
+        foreign,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import sys
 from pathlib import Path
@@ -154,16 +155,28 @@ def agent(
             "interface).",
         ),
     ] = "127.0.0.1",
+    kubelet_config: Annotated[
+        str | None,
+        typer.Option(
+            "--kubelet-config",
+            help="The kubelet's config file, read for its cpu manager policy (default: the "
+            "agent config's kubelet.config_path, /var/lib/kubelet/config.yaml; '': not read).",
+        ),
+    ] = None,
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
 ) -> None:
     """Run the node agent: pools, cpusets, headroom and reporting for NODE."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     node = node or socket.gethostname().lower()
     try:
         cfg: AgentConfig = load_config(config)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+    if kubelet_config is not None:
+        kube = cfg.kubelet.model_copy(update={"config_path": kubelet_config})
+        cfg = cfg.model_copy(update={"kubelet": kube})
     from pykatalyst.agent.host.linux import LinuxHost
 
     clock = RealClock()

@@ -11,6 +11,7 @@ from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.eviction import EvictionStage
 from pykatalyst.agent.host.base import Host
+from pykatalyst.agent.host.kubelet import PodResourcesClient
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.protocol import Cluster
@@ -46,8 +47,17 @@ def build_agent(
         admin_qos=cfg.admin_qos_config,
         config_ttl_s=cfg.config_ttl_s,
     )
+    kubelet = PodResourcesClient(cfg.kubelet.pod_resources_socket, cfg.kubelet.timeout_s)
     return Agent(
-        node, cluster, host, clock, cfg, enforcer, eviction_stages=[eviction], dry_run=dry_run
+        node,
+        cluster,
+        host,
+        clock,
+        cfg,
+        enforcer,
+        eviction_stages=[eviction],
+        dry_run=dry_run,
+        kubelet=kubelet,
     )
 
 

@@ -1,0 +1,183 @@
+"""The kubelet's own cpu assignments, as its pod-resources API reports them.
+
+With `cpuManagerPolicy: static` the kubelet gives Guaranteed containers with integer cpu
+requests exclusive cpus. `KubeletView` is the agent's door to those assignments;
+`PodResourcesClient` implements it over the kubelet's PodResourcesLister v1 gRPC service
+on its unix socket (`List` and `GetAllocatableResources`), and tests use fakes.
+
+The message types are built at runtime from a descriptor written here, field numbers as in
+`k8s.io/kubelet/pkg/apis/podresources/v1/api.proto`. Only the fields the agent reads are
+declared (names, cpu ids); protobuf skips the others (devices, memory, dynamic resources)
+when it parses a reply. gRPC and protobuf come with the `pykatalyst[node]` extra: without
+them, or without the socket, the view is unavailable and says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pykatalyst.extras import MissingExtra, require
+from pykatalyst.topology.cpuset import CPUSet
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+SERVICE = "v1.PodResourcesLister"
+PROTO_FILE = "pykatalyst/podresources/v1/api.proto"
+
+
+class KubeletUnavailable(Exception):
+    """The kubelet's assignments cannot be read (no socket, no gRPC, a failed call)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerCpus:
+    """The cpus the kubelet gave one container exclusively."""
+
+    namespace: str
+    pod: str
+    container: str
+    cpus: CPUSet
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletCpuAssignments:
+    """Every exclusive assignment of the kubelet, and the cpus it may hand out."""
+
+    containers: tuple[ContainerCpus, ...] = ()
+    allocatable: CPUSet = field(default_factory=CPUSet)
+
+    @property
+    def exclusive(self) -> CPUSet:
+        return CPUSet().union(*(c.cpus for c in self.containers))
+
+
+class KubeletView(Protocol):
+    """The kubelet, as the agent sees its cpu manager."""
+
+    def cpu_assignments(self) -> KubeletCpuAssignments:
+        """The kubelet's exclusive cpus now; KubeletUnavailable (with the reason) when it
+        cannot be asked."""
+        ...
+
+
+# --- messages -----------------------------------------------------------------------------
+
+_INT64 = 3  # FieldDescriptorProto.TYPE_INT64
+_STRING = 9
+_MESSAGE = 11
+_OPTIONAL = 1  # LABEL_OPTIONAL
+_REPEATED = 3
+
+# message -> (field name, number, type, label, message type); numbers from api.proto
+MESSAGES: dict[str, tuple[tuple[str, int, int, int, str], ...]] = {
+    "ListPodResourcesRequest": (),
+    "ListPodResourcesResponse": (("pod_resources", 1, _MESSAGE, _REPEATED, "PodResources"),),
+    "PodResources": (
+        ("name", 1, _STRING, _OPTIONAL, ""),
+        ("namespace", 2, _STRING, _OPTIONAL, ""),
+        ("containers", 3, _MESSAGE, _REPEATED, "ContainerResources"),
+    ),
+    "ContainerResources": (
+        ("name", 1, _STRING, _OPTIONAL, ""),
+        ("cpu_ids", 3, _INT64, _REPEATED, ""),
+    ),
+    "AllocatableResourcesRequest": (),
+    "AllocatableResourcesResponse": (("cpu_ids", 2, _INT64, _REPEATED, ""),),
+}
+
+_messages: dict[str, Any] | None = None
+
+
+def _protobuf(module: str) -> Any:
+    try:
+        return require(module, "node", "reading the kubelet's cpu assignments")
+    except MissingExtra as exc:
+        raise KubeletUnavailable(str(exc)) from None
+
+
+def messages() -> dict[str, Any]:
+    """The pod-resources message classes, by name (built once)."""
+    global _messages
+    if _messages is not None:
+        return _messages
+    descriptor_pb2 = _protobuf("google.protobuf.descriptor_pb2")
+    descriptor_pool = _protobuf("google.protobuf.descriptor_pool")
+    message_factory = _protobuf("google.protobuf.message_factory")
+    fdp = descriptor_pb2.FileDescriptorProto(name=PROTO_FILE, package="v1", syntax="proto3")
+    for name, fields in MESSAGES.items():
+        msg = fdp.message_type.add(name=name)
+        for fname, number, ftype, label, type_name in fields:
+            f = msg.field.add(name=fname, number=number, type=ftype, label=label)
+            if type_name:
+                f.type_name = f".v1.{type_name}"
+    pool = descriptor_pool.DescriptorPool()
+    fd = pool.Add(fdp)
+    _messages = {
+        name: message_factory.GetMessageClass(fd.message_types_by_name[name]) for name in MESSAGES
+    }
+    return _messages
+
+
+def _cpus(ids: Iterable[int], where: str) -> CPUSet:
+    ids = list(ids)
+    bad = [i for i in ids if i < 0]
+    if bad:
+        raise KubeletUnavailable(f"the kubelet reported negative cpu ids {bad} for {where}")
+    return CPUSet.of(ids)
+
+
+def assignments_from(listed: Any, allocatable: Any) -> KubeletCpuAssignments:
+    """The assignments of a `List` reply and a `GetAllocatableResources` reply; containers
+    without cpu ids (those in the kubelet's shared pool) are left out."""
+    out: list[ContainerCpus] = []
+    for pod in listed.pod_resources:
+        for c in pod.containers:
+            if c.cpu_ids:
+                where = f"{pod.namespace}/{pod.name} container {c.name}"
+                out.append(ContainerCpus(pod.namespace, pod.name, c.name, _cpus(c.cpu_ids, where)))
+    out.sort(key=lambda c: (c.namespace, c.pod, c.container))
+    return KubeletCpuAssignments(tuple(out), _cpus(allocatable.cpu_ids, "allocatable cpus"))
+
+
+class PodResourcesClient:
+    """`KubeletView` over the kubelet's pod-resources socket."""
+
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout_s: float = 2.0) -> None:
+        self.socket_path = socket_path
+        self.timeout_s = timeout_s
+        self._channel: Any = None
+
+    def _call(self, method: str, request: str, response: str) -> Any:
+        grpc = _protobuf("grpc")
+        msgs = messages()
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
+        stub = self._channel.unary_unary(
+            f"/{SERVICE}/{method}",
+            request_serializer=msgs[request].SerializeToString,
+            response_deserializer=msgs[response].FromString,
+        )
+        try:
+            return stub(msgs[request](), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            raise KubeletUnavailable(
+                f"pod-resources {method} on {self.socket_path}: {code}: {details}"
+            ) from None
+
+    def cpu_assignments(self) -> KubeletCpuAssignments:
+        if not Path(self.socket_path).exists():
+            raise KubeletUnavailable(f"no pod-resources socket at {self.socket_path}")
+        listed = self._call("List", "ListPodResourcesRequest", "ListPodResourcesResponse")
+        alloc = self._call(
+            "GetAllocatableResources", "AllocatableResourcesRequest", "AllocatableResourcesResponse"
+        )
+        return assignments_from(listed, alloc)
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
