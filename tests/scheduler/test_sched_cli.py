@@ -120,3 +120,23 @@ def test_the_extender_listens_on_loopback_unless_told_otherwise() -> None:
     # It has no authentication; deploy/extender asks for 0.0.0.0 behind its Service.
     result = runner.invoke(app, ["scheduler", "--help"])
     assert "127.0.0.1:8888" in result.output
+
+
+def test_leader_election_on_the_embedded_cluster_takes_the_scheduler_lease() -> None:
+    result = runner.invoke(
+        app,
+        ["scheduler", "--leader-elect", "--identity", "r1", "--max-seconds", "0.2"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "leader election: lease katalyst-system/katalyst-scheduler as r1" in result.stdout
+
+
+def test_leader_election_refuses_the_extender_and_bad_timings() -> None:
+    both = runner.invoke(app, ["scheduler", "--extender", "--leader-elect"])
+    assert both.exit_code == 2
+    assert "--leader-elect" in both.stderr and "extender" in both.stderr
+    bad = runner.invoke(
+        app, ["scheduler", "--leader-elect", "--lease-duration", "5s", "--renew-deadline", "10s"]
+    )
+    assert bad.exit_code == 2
+    assert "--lease-duration" in bad.output and "--renew-deadline" in bad.output

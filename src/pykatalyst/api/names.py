@@ -358,6 +358,8 @@ CONTROLLER_COMPONENT: Final = "katalyst-controller"
 SYSTEM_NAMESPACE: Final = "katalyst-system"
 # The Lease replicas of the controller elect their leader with (in SYSTEM_NAMESPACE).
 CONTROLLER_LEASE_NAME: Final = "katalyst-controller"
+# The Lease replicas of the scheduler elect their leader with (in SYSTEM_NAMESPACE).
+SCHEDULER_LEASE_NAME: Final = "katalyst-scheduler"
 # The agent explains each published reclaimed figure in this CNR annotation (JSON terms).
 RECLAIMED_TERMS_ANNOTATION: Final = "katalyst.kubewharf.io/reclaimed_terms"
 # The agent's cpu pools and where each pod runs (JSON): what `katalyst explain` reads back.

@@ -104,9 +104,25 @@ class _Printer:
             print_message(f"  failed: {failure}", stderr=True)
 
 
-def _identity() -> str:
+def default_identity() -> str:
     # Two replicas on one host (or a restarted pod) must not share an identity.
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def leader_config(lease_duration: str, renew_deadline: str, retry_period: str) -> LeaderConfig:
+    """The lease timings from their command-line durations; a bad one is a usage error
+    naming its flag."""
+    try:
+        return LeaderConfig(
+            lease_duration_s=parse_duration(lease_duration, "--lease-duration"),
+            renew_deadline_s=parse_duration(renew_deadline, "--renew-deadline"),
+            retry_period_s=parse_duration(retry_period, "--retry-period"),
+        )
+    except ValueError as exc:
+        message = str(exc)
+        for field, flag in _LEASE_FLAGS.items():
+            message = message.replace(field, flag)
+        raise typer.BadParameter(message) from None
 
 
 def controller(
@@ -225,17 +241,7 @@ def controller(
         )
     leader_cfg: LeaderConfig | None = None
     if leader_elect:
-        try:
-            leader_cfg = LeaderConfig(
-                lease_duration_s=parse_duration(lease_duration, "--lease-duration"),
-                renew_deadline_s=parse_duration(renew_deadline, "--renew-deadline"),
-                retry_period_s=parse_duration(retry_period, "--retry-period"),
-            )
-        except ValueError as exc:
-            message = str(exc)
-            for field, flag in _LEASE_FLAGS.items():
-                message = message.replace(field, flag)
-            raise typer.BadParameter(message) from None
+        leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
     cfg = BackstopConfig(taint_after_s=taint_s, evict_after_s=evict_s, dry_run=dry_run)
     clock: Clock = RealClock()
     cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
@@ -248,7 +254,7 @@ def controller(
         )
     elector: LeaderElector | None = None
     if leader_cfg is not None and not dry_run and not embedded:
-        who = identity or _identity()
+        who = identity or default_identity()
         elector = LeaderElector(
             cluster, who, name=lease_name, namespace=lease_namespace, config=leader_cfg
         )

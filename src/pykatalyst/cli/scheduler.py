@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from pykatalyst.api import names
+from pykatalyst.cli.controller import default_identity, leader_config
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
     IN_CLUSTER_OPTION,
@@ -17,6 +19,7 @@ from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.runtime.auth import load_token, server_ssl_context
 from pykatalyst.runtime.host import ServeError
+from pykatalyst.runtime.leader import LeaderElector
 from pykatalyst.runtime.scheduler import ServeSecurity, run_scheduler
 from pykatalyst.scheduler.config import (
     SchedulerConfig,
@@ -114,6 +117,36 @@ def scheduler(
         min=1024,
         help="The largest ExtenderArgs body accepted (400 Node objects are about 1.1 MiB).",
     ),
+    leader_elect: bool = typer.Option(
+        False,
+        "--leader-elect/--no-leader-elect",
+        help="Schedule only while holding the scheduler Lease (needed with several "
+        "replicas); followers keep their caches synced and bind nothing.",
+    ),
+    lease_namespace: str = typer.Option(
+        names.SYSTEM_NAMESPACE, "--lease-namespace", help="Namespace of the scheduler Lease."
+    ),
+    lease_name: str = typer.Option(
+        names.SCHEDULER_LEASE_NAME, "--lease-name", help="Name of the scheduler Lease."
+    ),
+    lease_duration: str = typer.Option(
+        "15s",
+        "--lease-duration",
+        metavar="DURATION",
+        help="How long followers wait after the last renewal before taking over.",
+    ),
+    renew_deadline: str = typer.Option(
+        "10s",
+        "--renew-deadline",
+        metavar="DURATION",
+        help="The leader stops scheduling when it could not renew for this long.",
+    ),
+    retry_period: str = typer.Option(
+        "2s", "--retry-period", metavar="DURATION", help="Time between lease renewals."
+    ),
+    identity: str | None = typer.Option(
+        None, "--identity", help="This replica's name in the Lease (default: hostname_random)."
+    ),
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
@@ -135,9 +168,24 @@ def scheduler(
     if print_config:
         print_message(cfg.to_yaml().rstrip("\n"))
         return
+    if leader_elect and extender:
+        print_message(
+            "error: --leader-elect: the extender answers kube-scheduler, whose own leader "
+            "election picks the replica that asks; run the extender without it",
+            stderr=True,
+        )
+        raise typer.Exit(code=2)
+    leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     clock = RealClock()
     cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
+    elector: LeaderElector | None = None
+    if leader_elect:
+        who = identity or default_identity()
+        elector = LeaderElector(
+            cluster, who, name=lease_name, namespace=lease_namespace, config=leader_cfg
+        )
+        print_message(f"leader election: lease {lease_namespace}/{lease_name} as {who}")
     if kubeconfig is None and not in_cluster:
         print_message(
             "note: no --kubeconfig/--in-cluster: running against the embedded in-memory "
@@ -177,7 +225,7 @@ def scheduler(
             )
 
     try:
-        run_scheduler(
+        code = run_scheduler(
             sched,
             clock,
             interval_s=interval,
@@ -188,10 +236,16 @@ def scheduler(
             on_ready=listening,
             max_seconds=max_seconds,
             security=security,
+            elector=elector,
         )
     except ServeError as exc:
         print_message(f"error: --listen {listen}: {exc}", stderr=True)
         raise typer.Exit(code=2) from None
+    if code != 0:
+        print_message(
+            "lost the scheduler lease: exiting so that a fresh start follows", stderr=True
+        )
+        raise typer.Exit(code=code)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,19 +1,29 @@
 """The scheduler's runner: scheduling (or, as an extender, cache syncing) as the ticker of
-a ComponentHost, with the extender's aiohttp app among the host's servers."""
+a ComponentHost, with the extender's aiohttp app among the host's servers.
+
+With a LeaderElector, scheduling is a leader-only ticker: followers keep their informers
+and caches synced (so a new leader schedules at once) but bind nothing, and a replica that
+loses the lease exits, as kube-scheduler does, rather than bind from a cache built while
+another replica was binding."""
 
 from __future__ import annotations
 
 import gc
+import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from pykatalyst.cluster.clock import Clock
-from pykatalyst.runtime.host import ComponentHost, Endpoint
+from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
+from pykatalyst.runtime.leader import LeaderElector
 from pykatalyst.scheduler.extender import DEFAULT_MAX_BODY_BYTES, ExtenderService, make_app
 from pykatalyst.scheduler.scheduler import ScheduleOutcome, Scheduler
 
+log = logging.getLogger(__name__)
+
 SCHEDULE = "schedule"
+SYNC = "sync"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +46,11 @@ def scheduler_host(
     extender: ExtenderService | None = None,
     listen: tuple[str, int] | None = None,
     security: ServeSecurity = ServeSecurity(),
+    elector: LeaderElector | None = None,
 ) -> ComponentHost:
     # Ticks run on the loop thread: the extender's handlers use the same scheduler cache
     # on that thread, so the two never interleave.
-    host = ComponentHost("scheduler", clock=clock)
+    host = ComponentHost("scheduler", clock=clock, elector=elector)
 
     def tick(now: float) -> None:
         if schedule:
@@ -48,7 +59,10 @@ def scheduler_host(
         else:
             sched.sync(now)
 
-    host.every(SCHEDULE, interval_s, tick)
+    host.every(SCHEDULE, interval_s, tick, leader_only=elector is not None)
+    if elector is not None:
+        # A follower's caches follow the cluster, so that taking over costs no relist.
+        host.every(SYNC, interval_s, sched.sync)
     if listen is not None:
         app = None
         if extender is not None:
@@ -75,8 +89,10 @@ def run_scheduler(
     on_ready: Callable[[], None] | None = None,
     max_seconds: float | None = None,
     security: ServeSecurity = ServeSecurity(),
+    elector: LeaderElector | None = None,
 ) -> int:
-    """Serve and schedule until SIGTERM/SIGINT or `max_seconds`; exit code 0."""
+    """Serve and schedule until SIGTERM/SIGINT or `max_seconds` (exit code 0), or until
+    this replica loses the lease (1)."""
     host = scheduler_host(
         sched,
         clock,
@@ -86,6 +102,7 @@ def run_scheduler(
         extender=extender,
         listen=listen,
         security=security,
+        elector=elector,
     )
 
     def ready() -> None:
@@ -96,4 +113,12 @@ def run_scheduler(
         gc.collect()
         gc.freeze()
 
-    return host.run_sync(on_ready=ready, max_seconds=max_seconds)
+    def on_step(step: HostStep) -> int | None:
+        st = step.leader
+        if st is not None and st.became_leader:
+            log.info("leader election: leading (%s)", st.message)
+        elif st is not None and st.lost_leadership:
+            log.warning("leader election: lost the lease (%s)", st.message)
+        return None
+
+    return host.run_sync(on_ready=ready, on_step=on_step, max_seconds=max_seconds)
