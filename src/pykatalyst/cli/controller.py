@@ -171,8 +171,8 @@ def controller(
         typer.Option(
             "--node-selector",
             metavar="SELECTOR",
-            help="Only the Nodes this label selector matches are overcommitted and given "
-            "CNRs/CNCs (default: all Nodes).",
+            help="Only the Nodes this label selector matches (and their CNCs) are "
+            "overcommitted, given CNRs/CNCs and dynamic config (default: all Nodes).",
         ),
     ] = None,
     orphan_grace: Annotated[

@@ -624,10 +624,11 @@ class KCCController:
 
     name = names.CONTROLLER_KCC
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, *, node_selector: str | None = None) -> None:
         self.cluster = cluster
         self._kccs = Informer(cluster, names.KATALYST_CUSTOM_CONFIG)
-        self._cncs = Informer(cluster, names.CUSTOM_NODE_CONFIG)
+        # CNC labels mirror the Node's, so the node selector selects their CNCs.
+        self._cncs = Informer(cluster, names.CUSTOM_NODE_CONFIG, label_selector=node_selector)
         self._targets: dict[str, Informer] = {}
 
     def _informer(self, kind: Kind) -> Informer:

@@ -210,7 +210,7 @@ class ControllerRunner:
         if name == names.CONTROLLER_OVERCOMMIT:
             return OvercommitController(self.cluster, node_selector=self.node_selector)
         if name == names.CONTROLLER_KCC:
-            return KCCController(self.cluster)
+            return KCCController(self.cluster, node_selector=self.node_selector)
         return LifecycleController(
             self.cluster, node_selector=self.node_selector, orphan_grace_s=self.orphan_grace_s
         )
