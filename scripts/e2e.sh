@@ -13,7 +13,10 @@ if [ "$(id -u)" != 0 ]; then
 fi
 bash scripts/setup.sh
 started=0
-if ! bash scripts/cluster.sh status 2>/dev/null | grep -q '^kube-apiserver: running'; then
+# (status read whole first: with pipefail, grep -q closing the pipe early would read as "not
+# running" and this run would tear down a cluster it did not start)
+state=$(bash scripts/cluster.sh status 2>/dev/null || true)
+if ! grep -q '^kube-apiserver: running' <<<"$state"; then
     started=1
     trap 'bash scripts/cluster.sh down' EXIT
     bash scripts/cluster.sh up

@@ -131,7 +131,11 @@ def build(name: str, busybox: Path, cmd: list[str]) -> bytes:
             ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
             ("index.json", json.dumps(index, sort_keys=True).encode()),
         ]
-        for digest, data in ((layer_digest, gz), (config_digest, config_raw), (manifest_digest, manifest_raw)):
+        for digest, data in (
+            (layer_digest, gz),
+            (config_digest, config_raw),
+            (manifest_digest, manifest_raw),
+        ):
             entries.append((f"blobs/sha256/{digest.split(':', 1)[1]}", data))
         for d in ("blobs", "blobs/sha256"):
             tar.addfile(_info(d, kind=tarfile.DIRTYPE, mode=0o755))
@@ -144,7 +148,9 @@ def build(name: str, busybox: Path, cmd: list[str]) -> bytes:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--name", required=True, help="image reference, e.g. pykatalyst.test/busybox:1")
+    parser.add_argument(
+        "--name", required=True, help="image reference, e.g. pykatalyst.test/busybox:1"
+    )
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--busybox", type=Path, default=Path("/bin/busybox"))
     parser.add_argument("--cmd", nargs=argparse.REMAINDER, default=["/bin/sh"])

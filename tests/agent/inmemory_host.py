@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.host import cgroupfs
 from pykatalyst.agent.host.base import (
     ApplyResult,
@@ -27,6 +29,17 @@ from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
 GIB = 1 << 30
+# What the shipped agent configs turn on (both are off by default, as in Katalyst).
+RECLAIM_ON: dict[str, Any] = {"reclaimed_cpu_idle": True, "advisor": {"enable_reclaim": True}}
+
+
+def reclaiming(overrides: dict[str, Any] | None = None) -> AgentConfig:
+    """An agent config with reclaim on, plus `overrides` (merged one level deep)."""
+    data: dict[str, Any] = {"reclaimed_cpu_idle": True}
+    for key, value in (overrides or {}).items():
+        data[key] = value
+    data["advisor"] = {"enable_reclaim": True, **(overrides or {}).get("advisor", {})}
+    return AgentConfig.model_validate(data)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from pykatalyst.agent.config import AdvisorConfig
 from pykatalyst.api import names
 from pykatalyst.topology.cpuset import CPUSet
 
-CFG = AdvisorConfig()
+CFG = AdvisorConfig(enable_reclaim=True)
 GI = 1 << 30
 
 

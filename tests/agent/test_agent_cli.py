@@ -59,6 +59,8 @@ def test_dry_run_once_prints_the_plan_for_declared_pods(tmp_path: Path) -> None:
     assert pods["default/db"]["pool"] == names.POOL_DEDICATED
     assert pods["default/web"]["cgroup"] is None
     assert any("no cgroups" in n for n in plan["notes"])  # type: ignore[attr-defined]
+    # The start notes say whether this agent reclaims (no config: Katalyst's default, off).
+    assert plan["notes"][0].startswith("reclaim off")  # type: ignore[index]
     assert plan["dry_run"] is True
     assert plan["topology"]["cpus"] == 16  # type: ignore[index]
 

@@ -6,15 +6,25 @@ from pathlib import Path
 
 import pytest
 
-from pykatalyst.agent.config import AgentConfig, ConfigError, load_config, parse_config
+from pykatalyst.agent.config import (
+    AgentConfig,
+    ConfigError,
+    load_config,
+    parse_config,
+    reclaim_setting,
+)
 from pykatalyst.api.crds import AdminQoSConfiguration
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent" / "agent-config.yaml"
 
 
-def test_defaults_are_katalysts_with_reclaim_on() -> None:
+def test_defaults_are_katalysts_reclaim_and_cpu_idle_included() -> None:
     cfg = AgentConfig()
-    assert cfg.advisor.enable_reclaim is True
+    # A Katalyst user's config means what it meant: reclaim and cpu.idle stay off unless
+    # the config turns them on.
+    assert cfg.advisor.enable_reclaim is False
+    assert cfg.reclaimed_cpu_idle is False
+    assert reclaim_setting(cfg).startswith("reclaim off (advisor.enable_reclaim=false)")
     assert cfg.advisor.reserved_for_allocate_cpu == 4
     assert cfg.advisor.reserved_for_allocate_memory == 5 << 30
     assert cfg.advisor.max_ramp_up_step == 10 and cfg.advisor.max_ramp_down_step == 2
@@ -23,8 +33,28 @@ def test_defaults_are_katalysts_with_reclaim_on() -> None:
     assert cfg.cpu.ramp_up_period_s == 30
 
 
-def test_example_file_loads_and_matches_the_defaults() -> None:
-    assert load_config(EXAMPLE) == AgentConfig()
+def test_example_file_loads_and_matches_the_defaults_but_turns_reclaim_on() -> None:
+    cfg = load_config(EXAMPLE)
+    assert cfg.advisor.enable_reclaim is True and cfg.reclaimed_cpu_idle is True
+    assert "reclaim on" in reclaim_setting(cfg)
+    on = AgentConfig.model_validate(
+        {"reclaimed_cpu_idle": True, "advisor": {"enable_reclaim": True}}
+    )
+    assert cfg == on
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        Path(__file__).resolve().parents[2] / "deploy" / "manifests" / "agent-config.yaml",
+    ],
+)
+def test_the_shipped_agent_config_turns_reclaim_on(path: Path) -> None:
+    import yaml
+
+    text = yaml.safe_load(path.read_text())["data"]["agent.yaml"]
+    cfg = parse_config(yaml.safe_load(text))
+    assert cfg.advisor.enable_reclaim is True and cfg.reclaimed_cpu_idle is True
 
 
 def test_quantities_are_accepted_for_cores_and_bytes() -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from pykatalyst.agent.agent import Agent
-from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import ApplyResult, Knob, KnobWrite, WriteFailure
 from pykatalyst.agent.host.linux import LinuxHost
@@ -23,7 +22,7 @@ from pykatalyst.api import names
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
-from tests.agent.inmemory_host import node_json, pod_json
+from tests.agent.inmemory_host import node_json, pod_json, reclaiming
 from tests.fixtures.fake_node import FakeNode, FakePod, container_id, make_kubelet_tree
 
 DEDICATED = {names.MEMORY_ENHANCEMENT_ANNOTATION: '{"numa_binding": "true"}'}
@@ -122,7 +121,7 @@ def test_cpusets_and_limits_land_in_the_cgroup_files(
     cluster, clock, node, uids = _node(tmp_path, version, driver)
     host = node.host()
     before = {name: node.read(node.pod_cgroup(uid), "cpuset.cpus") for name, uid in uids.items()}
-    agent = Agent("n1", cluster, host, clock, AgentConfig(), Enforcer(host, None, clock))
+    agent = Agent("n1", cluster, host, clock, reclaiming(), Enforcer(host, None, clock))
     plan = _run(agent, clock)
 
     def cpus(name: str, container: str = "app") -> CPUSet:
@@ -166,11 +165,11 @@ def test_the_reclaimed_root_is_idle_on_request_and_optionally_capped(
     cluster, clock, node, _ = _node(tmp_path, version, driver)
     host = node.host()
     assert host.qos_cgroup("besteffort") == root
-    agent = Agent("n1", cluster, host, clock, AgentConfig(), Enforcer(host, None, clock))
+    agent = Agent("n1", cluster, host, clock, reclaiming(), Enforcer(host, None, clock))
     plan = _run(agent, clock)
     # the kubelet writes cpu.shares there, which an idle cgroup refuses: not idled by default
     assert node.read(root, "cpu.idle") == "0"
-    idle_root = AgentConfig.model_validate({"reclaimed_root_cpu_idle": True})
+    idle_root = reclaiming({"reclaimed_root_cpu_idle": True})
     agent = Agent("n1", cluster, host, clock, idle_root, Enforcer(host, None, clock))
     plan = _run(agent, clock, ticks=2)
     assert node.read(root, "cpu.idle") == "1"
@@ -180,7 +179,7 @@ def test_the_reclaimed_root_is_idle_on_request_and_optionally_capped(
     # the burstable root is nobody's business but the kubelet's
     assert node.read(node.qos_cgroup("burstable"), "cpu.idle") == "0"
 
-    capped = AgentConfig.model_validate({"reclaimed_root_quota": True})
+    capped = reclaiming({"reclaimed_root_quota": True})
     agent = Agent("n1", cluster, host, clock, capped, Enforcer(host, None, clock))
     plan = _run(agent, clock, ticks=2)
     reclaim = plan.pool(names.POOL_RECLAIM)
@@ -191,7 +190,7 @@ def test_the_reclaimed_root_is_idle_on_request_and_optionally_capped(
     else:
         assert node.read(root, "cpu.max") == f"{quota} 100000"
 
-    off = AgentConfig.model_validate({"reclaimed_cpu_idle": False, "reclaimed_root": ""})
+    off = reclaiming({"reclaimed_cpu_idle": False, "reclaimed_root": ""})
     agent = Agent("n1", cluster, host, clock, off, Enforcer(host, None, clock))
     plan = _run(agent, clock, ticks=2)
     assert root not in plan.desired
@@ -200,7 +199,7 @@ def test_the_reclaimed_root_is_idle_on_request_and_optionally_capped(
 def test_overlap_mode_puts_reclaimed_pods_on_the_share_pool_too(tmp_path: Path) -> None:
     cluster, clock, node, uids = _node(tmp_path, 2, "cgroupfs")
     host = node.host()
-    cfg = AgentConfig.model_validate({"cpu": {"overlap_reclaim_with_share": True}})
+    cfg = reclaiming({"cpu": {"overlap_reclaim_with_share": True}})
     agent = Agent("n1", cluster, host, clock, cfg, Enforcer(host, None, clock))
     plan = _run(agent, clock)
     reclaim, share = plan.pool(names.POOL_RECLAIM), plan.pool(names.POOL_SHARE)
@@ -223,7 +222,7 @@ def test_v1_kernel_rules_accept_every_write_with_sandboxes(tmp_path: Path) -> No
     refused = host.apply([KnobWrite(web_pod, Knob.CPUSET_CPUS, CPUSet.of([0]))])
     assert [f.errno for f in refused.failed] == [errno.EBUSY]
     host.refused.clear()
-    agent = Agent("n1", cluster, host, clock, AgentConfig(), Enforcer(host, None, clock))
+    agent = Agent("n1", cluster, host, clock, reclaiming(), Enforcer(host, None, clock))
     plan = _run(agent, clock)
     assert host.refused == []
     assert plan.enforce.get("failed", 0) == 0
@@ -243,7 +242,7 @@ def test_a_restarted_container_is_found_without_waiting_for_the_rediscovery(
 ) -> None:
     cluster, clock, node, uids = _node(tmp_path, 2, "cgroupfs")
     host = node.host()
-    agent = Agent("n1", cluster, host, clock, AgentConfig(), Enforcer(host, None, clock))
+    agent = Agent("n1", cluster, host, clock, reclaiming(), Enforcer(host, None, clock))
     plan = _run(agent, clock, ticks=3)
     # the container restarts: a new runtime id, a new cgroup with every cpu
     uid = uids["web"]

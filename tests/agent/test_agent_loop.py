@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from pykatalyst.agent.agent import UNMANAGED, Agent, EvictionInput
-from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import CpuQuota, Knob
 from pykatalyst.agent.plan import AgentPlan
@@ -16,7 +15,7 @@ from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
-from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json
+from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json, reclaiming
 
 TOPO = CPUTopology.synthetic(2, 12, 2, memory_per_numa=96 * GIB)
 DEDICATED = {names.MEMORY_ENHANCEMENT_ANNOTATION: '{"numa_binding": "true"}'}
@@ -33,7 +32,7 @@ class Node:
             self.cluster,
             self.host,
             self.clock,
-            AgentConfig.model_validate(cfg or {}),
+            reclaiming(cfg),
             Enforcer(self.host, None, self.clock),
             dry_run=dry_run,
         )

@@ -29,7 +29,7 @@ from pykatalyst.api import names
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
-from tests.agent.inmemory_host import node_json, pod_json
+from tests.agent.inmemory_host import node_json, pod_json, reclaiming
 from tests.fixtures.cgroup_testbed import SANDBOX, CgroupTestbed, testbed_unavailable_reason
 from tests.fixtures.fake_node import container_id
 
@@ -300,7 +300,7 @@ def test_agent_confines_sandboxes_and_containers_without_ebusy(testbed: CgroupTe
     cpus = _all_cpus()
     if len(cpus) < 2:
         pytest.skip("needs at least 2 cpus to split shared and reclaimed pods")
-    config = AgentConfig.model_validate(
+    config = reclaiming(
         {
             "cpu": {"overlap_reclaim_with_share": False, "ramp_up_period_s": 0},
             "checkpoint_path": None,
@@ -337,7 +337,7 @@ def test_agent_confines_sandboxes_and_containers_without_ebusy(testbed: CgroupTe
 
 def test_agent_overlap_mode_and_root_quota_on_the_real_hierarchy(testbed: CgroupTestbed) -> None:
     cpus = _all_cpus()
-    config = AgentConfig.model_validate(
+    config = reclaiming(
         {
             "cpu": {"overlap_reclaim_with_share": True, "ramp_up_period_s": 0},
             "reclaimed_root_quota": True,

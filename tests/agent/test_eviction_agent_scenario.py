@@ -11,14 +11,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pykatalyst.agent.agent import Agent
-from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.eviction import EvictionPlan, EvictionStage
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.machine import CPUTopology
-from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json
+from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json, reclaiming
 
 NODE = "node-1"
 OVERCOMMIT_KEY = names.TAINT_PREFIX + names.CONDITION_RECLAIMED_RESOURCE_PRESSURE
@@ -47,7 +46,7 @@ class Node:
             self.cluster,
             self.host,
             self.clock,
-            AgentConfig.model_validate({"advisor": {"reserved_for_allocate_cpu": 4}}),
+            reclaiming({"advisor": {"reserved_for_allocate_cpu": 4}}),
             Enforcer(self.host, None, self.clock),
             eviction_stages=[self.stage],
         )

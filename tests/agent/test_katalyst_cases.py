@@ -141,7 +141,7 @@ def test_capped_smooth_window() -> None:
 
 
 def test_a_numa_exclusive_pod_holds_its_whole_numa_nodes_memory() -> None:
-    cfg = AdvisorConfig(reserved_for_allocate_memory=0)
+    cfg = AdvisorConfig(reserved_for_allocate_memory=0, enable_reclaim=True)
     shared = MemoryUser(names.QOS_SHARED_CORES, 4 * GIB, 2 * GIB, 0, 0)
     exclusive = MemoryUser(names.QOS_DEDICATED_CORES, 8 * GIB, 2 * GIB, 0, 0, 64 * GIB)
     value, _, terms = memory_headroom(128 * GIB, [shared, exclusive], cfg)

@@ -60,6 +60,9 @@ def test_topology_zones_are_sockets_with_numa_children_and_allocations() -> None
     assert numa1["type"] == names.ZONE_NUMA and numa1["name"] == "1"
     assert numa1["resources"]["capacity"]["cpu"] == "8"
     assert numa1["resources"]["allocatable"][names.RECLAIMED_MILLICPU] == "6k"
+    # Reclaimed per NUMA is in capacity as well as allocatable, as Katalyst's agent writes it.
+    assert numa1["resources"]["capacity"][names.RECLAIMED_MILLICPU] == "6k"
+    assert numa1["resources"]["capacity"][names.RECLAIMED_MEMORY] == "10Gi"
     assert numa1["allocations"][0]["consumer"] == "default/db/uid-1"
     assert "allocations" not in zones[0]["children"][0]
 

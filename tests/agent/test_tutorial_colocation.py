@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from pykatalyst.agent.agent import Agent
-from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import Knob
 from pykatalyst.agent.plan import AgentPlan
@@ -26,7 +25,7 @@ from pykatalyst.api.quantity import Quantity
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.machine import CPUTopology
-from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json
+from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json, reclaiming
 
 _HERE = Path(__file__).resolve()
 EXAMPLES = [
@@ -55,7 +54,7 @@ class Tutorial:
             sockets=2, cores_per_socket=12, threads_per_core=2, memory_per_numa=96 * GIB
         )
         self.host = InMemoryHost(topo)
-        cfg = AgentConfig.model_validate({"advisor": {"reserved_for_allocate_cpu": 4}})
+        cfg = reclaiming({"advisor": {"reserved_for_allocate_cpu": 4}})
         self.agent = Agent(
             "node-1",
             self.cluster,

@@ -62,11 +62,8 @@ def test_katalyst_examples_are_accepted_and_non_pods_skipped() -> None:
     assert code == 0, report["problems"]
     assert report["problems"] == []
     assert len(report["pods"]) == 10
-    assert {s["kind"] for s in report["skipped"]} == {
-        "ConfigMap",
-        "KatalystCustomConfig",
-        "EvictionConfiguration",
-    }
+    assert {s["kind"] for s in report["skipped"]} == {"ConfigMap", "EvictionConfiguration"}
+    assert {c["kind"] for c in report["configs"]} == {"KatalystCustomConfig"}
 
 
 INVALID = {

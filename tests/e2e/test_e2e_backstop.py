@@ -60,7 +60,9 @@ def test_silent_agent_taints_then_evicts_within_the_pdb_and_clears_when_back(
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": {"name": "batch", "namespace": namespace},
-            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "batch"}}},
+            # An integer minAvailable: the disruption controller counts bare pods for it
+            # (maxUnavailable needs pods with a scalable controller).
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "batch"}}},
         }
     )
     wait_until(

@@ -108,16 +108,16 @@ def test_reclaimed_capacity_falls_while_a_shared_pod_burns_and_recovers(
         burner["spec"]["containers"][0]["resources"][part]["cpu"] = "1"
     kubectl.apply(burner)
     wait_until("the burner Running", lambda: running_pods(kubectl, namespace, ["burner"]), 120)
-    low = wait_until(
+    (low,) = wait_until(
         "reclaimed capacity to fall while the shared pod burns",
-        lambda: (v := reclaimed_millicpu(kubectl, node)) <= baseline - 300 and v,
+        lambda: (v := reclaimed_millicpu(kubectl, node)) <= baseline - 300 and (v,),
         60,
         interval=1,
     )
     kubectl.run("delete", "pod", "burner", "-n", namespace, "--grace-period=1")
-    back = wait_until(
+    (back,) = wait_until(
         "reclaimed capacity to recover",
-        lambda: (v := reclaimed_millicpu(kubectl, node)) >= baseline - 200 and v,
+        lambda: (v := reclaimed_millicpu(kubectl, node)) >= baseline - 200 and (v,),
         90,
         interval=1,
     )

@@ -7,6 +7,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.e2e.conftest import REPO, Kubectl, wait_until
 
 CRDS = REPO / "deploy" / "crds"
@@ -59,7 +61,11 @@ CNR: dict[str, Any] = {
             {"propertyName": "cpu", "propertyQuantity": "48"},
         ],
         "taints": [
-            {"key": "node.katalyst.kubewharf.io/reclaimed", "effect": "NoScheduleForReclaimedTasks"}
+            {
+                "key": "node.katalyst.kubewharf.io/reclaimed",
+                "effect": "NoScheduleForReclaimedTasks",
+                "qosLevel": "reclaimed_cores",  # required by Katalyst's schema
+            }
         ],
     },
     "status": {
@@ -142,6 +148,7 @@ KCC: dict[str, Any] = {
             "version": "v1alpha1",
         },
         "nodeLabelSelectorAllowedKeyList": [{"priority": 0, "keyList": ["pool"]}],
+        "disableRevisionHistory": True,  # Katalyst's schema default, filled in if left out
     },
 }
 
@@ -150,6 +157,7 @@ AQC: dict[str, Any] = {
     "kind": "AdminQoSConfiguration",
     "metadata": {"name": "default", "namespace": "default"},
     "spec": {
+        "revisionHistoryLimit": 3,  # Katalyst's schema default, filled in if left out
         "config": {
             "reclaimedResourceConfig": {
                 "enableReclaim": True,
@@ -173,7 +181,7 @@ AQC: dict[str, Any] = {
                     "gracePeriod": 60,
                 },
             },
-        }
+        },
     },
 }
 
@@ -199,18 +207,20 @@ CNC: dict[str, Any] = {
 }
 
 
-def test_the_crds_install_and_establish(kubectl: Kubectl) -> None:
-    kubectl.run("apply", "-f", str(CRDS))
-    names = [
-        p.name.split("_", 1)[1].removesuffix(".yaml") + "." + p.name.split("_", 1)[0]
-        for p in sorted(Path(CRDS).glob("*.yaml"))
-    ]
-    for name in names:
+def _wait_established(kubectl: Kubectl) -> None:
+    """Every CRD of deploy/crds (file `<group>_<plural>.yaml`) is Established."""
+    for p in sorted(Path(CRDS).glob("*.yaml")):
+        name = p.name.split("_", 1)[1].removesuffix(".yaml") + "." + p.name.split("_", 1)[0]
         wait_until(
             f"CRD {name} Established",
             lambda name=name: "True" in kubectl.run("get", "crd", name, "-o", ESTABLISHED).stdout,
             timeout=60,
         )
+
+
+def test_the_crds_install_and_establish(kubectl: Kubectl) -> None:
+    kubectl.run("apply", "-f", str(CRDS))
+    _wait_established(kubectl)
 
 
 def test_a_cnr_written_as_katalyst_writes_it_is_stored_unpruned(kubectl: Kubectl) -> None:
@@ -233,3 +243,19 @@ def test_kubectl_get_kcnr_lists_the_node_resources(kubectl: Kubectl) -> None:
         assert "e2e-kcnr" in out
     finally:
         kubectl.run("delete", "kcnr", "e2e-kcnr")
+
+
+def test_ours_install_over_katalysts_and_katalysts_over_ours(kubectl: Kubectl) -> None:
+    """A cluster migrating either way: each set of CRDs is accepted over the other (the API
+    server refuses a change of scope, names or storage that would strand stored objects)."""
+    theirs = REPO.parent / "shared" / "katalyst-api-crds"
+    if not theirs.is_dir():
+        pytest.skip(f"Katalyst's CRDs are not beside the checkout ({theirs} is missing)")
+    apply = ("apply", "--server-side", "--force-conflicts", "--field-manager=e2e-migrate", "-f")
+    try:
+        kubectl.run(*apply, str(theirs))
+        kubectl.run(*apply, str(CRDS))
+        kubectl.run(*apply, str(theirs))
+    finally:
+        kubectl.run(*apply, str(CRDS))
+    _wait_established(kubectl)

@@ -16,6 +16,7 @@ from pykatalyst.api import names
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 EXAMPLES = Path("/work/shared/katalyst-examples")
+KATALYST_CRDS = Path("/work/shared/katalyst-api-crds")
 
 # The value validations an apiextensions v1 structural schema may carry inside
 # allOf/anyOf/oneOf/not (no type, no properties, no descriptions there).
@@ -40,10 +41,14 @@ def _load() -> dict[str, dict[str, Any]]:
 CRDS = _load()
 
 
-def _schema(kind: str) -> dict[str, Any]:
+def _schema(kind: str, version: str | None = None) -> dict[str, Any]:
+    """The schema of `version`, by default the one the code speaks."""
+    if version is None:
+        version = next(k.version for k in names.KATALYST_KINDS if k.kind == kind)
     versions = CRDS[kind]["spec"]["versions"]
-    storage = [v for v in versions if v["storage"]]
-    schema: dict[str, Any] = storage[0]["schema"]["openAPIV3Schema"]
+    schema: dict[str, Any] = next(v for v in versions if v["name"] == version)["schema"][
+        "openAPIV3Schema"
+    ]
     return schema
 
 
@@ -114,11 +119,11 @@ def test_crd_matches_the_names_the_code_uses(kind: names.Kind) -> None:
     assert crd["metadata"]["name"] == f"{kind.plural}.{kind.group}"
     assert spec["group"] == kind.group
     assert spec["names"]["plural"] == kind.plural
-    assert spec["names"]["shortNames"] == list(kind.short_names)
+    assert spec["names"].get("shortNames", []) == list(kind.short_names)
     assert spec["scope"] == ("Namespaced" if kind.namespaced else "Cluster")
     served = [v["name"] for v in spec["versions"] if v["served"]]
     assert kind.version in served
-    assert [v["name"] for v in spec["versions"] if v["storage"]] == [kind.version]
+    assert len([v for v in spec["versions"] if v["storage"]]) == 1
 
 
 @pytest.mark.parametrize("kind", sorted(CRDS))
@@ -151,7 +156,7 @@ def test_crd_schema_is_structural(kind: str) -> None:
     assert set(schema["properties"]["metadata"]) == {"type"}, "metadata may not be constrained"
     assert _structural_errors(schema, "openAPIV3Schema") == []
     for version in CRDS[kind]["spec"]["versions"]:
-        assert version["subresources"] == {"status": {}}
+        assert "status" in version["subresources"]
         for column in version["additionalPrinterColumns"]:
             assert column["type"] in _PRINTER_TYPES
             assert column["jsonPath"].startswith(".")
@@ -276,7 +281,8 @@ def test_pruning_check_finds_undeclared_fields() -> None:
     schema = _schema("NodeOvercommitConfig")
     obj = {"spec": {"nodeOvercommitSelectorVal": "a", "selector": "b"}, "status": {"x": 1}}
     assert _pruned(obj, schema, "") == [".spec.selector", ".status.x"]
-    cnr = {"status": {"nodeMetricStatus": {"anything": {"goes": 1}}, "topologyZone": [{"y": 1}]}}
+    deep = {"children": [{"children": [{"children": [{"anything": {"goes": 1}}]}]}]}
+    cnr = {"status": {"topologyZone": [{"y": 1, **deep}]}}
     assert _pruned(cnr, _schema("CustomNodeResource"), "") == [".status.topologyZone[0].y"]
 
 
@@ -401,3 +407,177 @@ def test_the_crd_models_dump_what_the_schemas_keep() -> None:
     }
     for kind, model in objects.items():
         _check_survives(kind, model.model_dump(mode="json", by_alias=True))
+
+
+# --- Katalyst's own CRDs: ours store every object theirs accept -------------------------------
+
+
+def _katalyst_crds() -> dict[str, dict[str, Any]]:
+    docs: dict[str, dict[str, Any]] = {}
+    for path in sorted(KATALYST_CRDS.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        docs[doc["spec"]["names"]["kind"]] = doc
+    return docs
+
+
+needs_katalyst_crds = pytest.mark.skipif(
+    not KATALYST_CRDS.is_dir(), reason="Katalyst's CRDs (katalyst-api config/crd/bases) absent"
+)
+KATALYST = _katalyst_crds() if KATALYST_CRDS.is_dir() else {}
+
+
+def _open(node: dict[str, Any]) -> bool:
+    return node.get("x-kubernetes-preserve-unknown-fields") is True
+
+
+def _kind_of(node: dict[str, Any]) -> str | None:
+    if node.get("x-kubernetes-int-or-string") is True:
+        return "int-or-string"
+    kind = node.get("type")
+    return None if kind is None else str(kind)
+
+
+_ADMITS = {
+    "int-or-string": {"int-or-string"},
+    "integer": {"integer", "number", "int-or-string"},
+    "number": {"number"},
+    "string": {"string", "int-or-string"},
+}
+
+
+def _incompatible(theirs: dict[str, Any], ours: dict[str, Any], path: str) -> list[str]:
+    """Where a value Katalyst's schema admits at `path` is not admitted, or not stored, by ours.
+    A field under one of our open objects is kept whatever it is; Katalyst leaves a
+    recursive field (topology zones' children) unchecked and we may check it."""
+    theirs_kind, ours_kind = _kind_of(theirs), _kind_of(ours)
+    if ours_kind is None and _open(ours):
+        return []
+    if theirs_kind is None:
+        return [] if _open(theirs) else [f"{path}: untyped"]
+    if ours_kind != theirs_kind and ours_kind not in _ADMITS.get(theirs_kind, set()):
+        return [f"{path}: {theirs_kind} in Katalyst's, {ours_kind} in ours"]
+    errors: list[str] = []
+    if "enum" in ours and not set(theirs.get("enum", [None])) <= set(ours["enum"]):
+        errors.append(f"{path}: our enum {ours['enum']} is narrower than {theirs.get('enum')}")
+    if "pattern" in ours and ours.get("pattern") != theirs.get("pattern"):
+        errors.append(f"{path}: our pattern differs")
+    for bound, looser in (("minimum", min), ("maximum", max)):
+        if bound in ours and looser(ours[bound], theirs.get(bound, ours[bound])) != ours[bound]:
+            errors.append(f"{path}: our {bound} is stricter")
+    stricter = set(ours.get("required", [])) - set(theirs.get("required", []))
+    if stricter:
+        errors.append(f"{path}: we require {sorted(stricter)}")
+    for name, child in theirs.get("properties", {}).items():
+        mine = ours.get("properties", {}).get(name)
+        if mine is None and isinstance(ours.get("additionalProperties"), dict):
+            mine = ours["additionalProperties"]
+        if mine is None:
+            errors += [] if _open(ours) else [f"{path}.{name}: not in ours (pruned)"]
+        else:
+            errors += _incompatible(child, mine, f"{path}.{name}")
+    for key, suffix in (("additionalProperties", ".*"), ("items", "[]")):
+        if isinstance(theirs.get(key), dict):
+            if isinstance(ours.get(key), dict):
+                errors += _incompatible(theirs[key], ours[key], path + suffix)
+            elif not _open(ours):
+                errors.append(f"{path}{suffix}: not in ours")
+    return errors
+
+
+def test_the_compatibility_check_finds_what_ours_would_lose() -> None:
+    theirs = {
+        "type": "object",
+        "required": ["a"],
+        "properties": {
+            "a": {"type": "string"},
+            "b": {"type": "number"},
+            "c": {"type": "object", "additionalProperties": {"type": "string"}},
+            "d": {"type": "string", "enum": ["x", "y"]},
+        },
+    }
+    ours = {
+        "type": "object",
+        "required": ["a", "b"],
+        "properties": {
+            "a": {"type": "string"},
+            "b": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "d": {"type": "string", "enum": ["x"]},
+        },
+    }
+    errors = _incompatible(theirs, ours, "")
+    assert ": we require ['b']" in errors
+    assert ".b: number in Katalyst's, object in ours" in errors
+    assert ".c: not in ours (pruned)" in errors
+    assert any(e.startswith(".d: our enum") for e in errors)
+    assert _incompatible(theirs, {"type": "object", **_OPEN}, "") == []
+
+
+_OPEN = {"x-kubernetes-preserve-unknown-fields": True}
+
+
+@needs_katalyst_crds
+def test_we_install_every_katalyst_crd_under_katalysts_names() -> None:
+    assert sorted(KATALYST) == sorted(CRDS)
+    for kind, theirs in KATALYST.items():
+        mine = CRDS[kind]
+        assert mine["metadata"]["name"] == theirs["metadata"]["name"]
+        for key in ("group", "scope"):
+            assert mine["spec"][key] == theirs["spec"][key], (kind, key)
+        for key in ("kind", "plural", "singular", "listKind"):
+            assert mine["spec"]["names"][key] == theirs["spec"]["names"][key], (kind, key)
+        short = theirs["spec"]["names"].get("shortNames", [])
+        # Katalyst's short names first; ours only as additions.
+        assert mine["spec"]["names"].get("shortNames", [])[: len(short)] == short, kind
+
+        def versions(crd: dict[str, Any]) -> list[tuple[str, bool, bool, Any]]:
+            return [
+                (v["name"], v["served"], v["storage"], v.get("subresources"))
+                for v in crd["spec"]["versions"]
+            ]
+
+        assert versions(mine) == versions(theirs), kind
+
+
+@needs_katalyst_crds
+@pytest.mark.parametrize("kind", sorted(KATALYST))
+def test_every_field_katalysts_schema_admits_ours_admits_and_keeps(kind: str) -> None:
+    for version in KATALYST[kind]["spec"]["versions"]:
+        theirs = version["schema"]["openAPIV3Schema"]
+        ours = _schema(kind, version["name"])
+        assert _incompatible(theirs, ours, f"{kind}/{version['name']}") == []
+
+
+def test_katalyst_shaped_objects_survive_unpruned() -> None:
+    """What Katalyst's agent and controllers write, field for field."""
+    attrs = [{"name": "numa_distance", "value": "10,21"}]
+    pool = {"poolName": "p0", "attributes": attrs, "minAllocatable": {"cpu": "2"}}
+    package = {"packageName": "pk0", "allocatable": {"cpu": "4"}, "attributes": attrs}
+    resources = {
+        "allocatable": {"cpu": "24"},
+        "capacity": {"cpu": "24"},
+        "resourcePools": [pool],
+        "resourcePackages": [package],
+    }
+    numa = {
+        "type": names.ZONE_NUMA,
+        "name": "0",
+        "resources": resources,
+        "attributes": attrs,
+        "siblings": [{"type": names.ZONE_NUMA, "name": "1", "attributes": attrs}],
+    }
+    cnr = {
+        "spec": {},
+        "status": {
+            "topologyPolicy": "none",
+            "resources": resources,
+            "topologyZone": [
+                {"type": names.ZONE_SOCKET, "name": "0", "resources": resources, "children": [numa]}
+            ],
+        },
+    }
+    _check_survives("CustomNodeResource", cnr)
+    spd = {
+        "spec": {"targetRef": {"kind": "Deployment", "name": "web"}},
+        "status": {"businessStatus": [{"name": "latency", "current": 12.5}]},
+    }
+    _check_survives("ServiceProfileDescriptor", spd)

@@ -132,7 +132,7 @@ def test_watch_sees_a_new_pod(env: tuple[MemoryCluster, Path]) -> None:
 def test_crds_install_and_custom_resources_print(env: tuple[MemoryCluster, Path]) -> None:
     store, kc = env
     applied = kubectl(kc, "apply", "-f", str(ROOT / "deploy" / "crds"))
-    assert applied.count("created") == 7
+    assert applied.count("created") == len(list((ROOT / "deploy" / "crds").glob("*.yaml"))) == 20
     cnr = {
         "apiVersion": CUSTOM_NODE_RESOURCE.api_version,
         "kind": CUSTOM_NODE_RESOURCE.kind,
@@ -155,4 +155,6 @@ def test_crds_install_and_custom_resources_print(env: tuple[MemoryCluster, Path]
     assert row.split()[0] == "node-1" and "None" in row.split()
     by_short_name = kubectl(kc, "get", "kcnr", "-o", "name").split()
     assert by_short_name == [f"customnoderesource.{CUSTOM_NODE_RESOURCE.group}/node-1"]
+    # Katalyst's short names: `cnc` for CustomNodeConfigs, as kubectl users type it.
+    assert kubectl(kc, "get", "cnc", "-o", "name").split() == []
     assert store.get(CUSTOM_NODE_RESOURCE, "node-1")["status"]["topologyPolicy"] == "None"

@@ -6,6 +6,11 @@ from typing import Any
 
 import pytest
 
+# The agent config the shipped scenarios give the katalyst policy: reclaim on (off by
+# default, as in Katalyst).
+RECLAIM_ON: dict[str, Any] = {"reclaimed_cpu_idle": True, "advisor": {"enable_reclaim": True}}
+KATALYST: dict[str, Any] = {"name": "katalyst", "agent": {"config": RECLAIM_ON}}
+
 
 def tiny(**overrides: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
@@ -46,7 +51,7 @@ def tiny(**overrides: Any) -> dict[str, Any]:
         "policies": [
             {"name": "vanilla"},
             {"name": "static-overcommit", "cpu_overcommit_ratio": 2.0},
-            {"name": "katalyst"},
+            KATALYST,
         ],
     }
     data.update(overrides)

@@ -14,11 +14,11 @@ from pykatalyst.sim.runner import PolicySim
 from pykatalyst.sim.scenario import Scenario, parse_scenario
 from pykatalyst.sim.simulate import simulate
 from pykatalyst.sim.workload import build_workload
-from tests.sim.conftest import tiny
+from tests.sim.conftest import KATALYST, RECLAIM_ON, tiny
 
 
 def test_same_seed_gives_byte_identical_report(tmp_path: Path) -> None:
-    sc = parse_scenario(tiny(duration="40m", policies=[{"name": "vanilla"}, {"name": "katalyst"}]))
+    sc = parse_scenario(tiny(duration="40m", policies=[{"name": "vanilla"}, KATALYST]))
     write_report(simulate(sc), tmp_path / "a")
     write_report(simulate(sc), tmp_path / "b")
     a = (tmp_path / "a" / "report.json").read_bytes()
@@ -83,7 +83,7 @@ def _isolation(policy: str, batch: bool) -> tuple[float, float]:
     if not batch:
         del data["batch"]
     # whole physical cores per pool, so no service thread has a batch hyperthread sibling
-    agent = {"config": {"advisor": {"ht_align": True}}}
+    agent = {"config": {**RECLAIM_ON, "advisor": {"ht_align": True, "enable_reclaim": True}}}
     data["policies"] = [
         {"name": policy, "agent": agent} if policy == "katalyst" else {"name": policy}
     ]
@@ -157,7 +157,13 @@ def test_katalyst_policy_takes_katalysts_own_scheduler_policy_file() -> None:
     policy = KATALYST_EXAMPLES / "scheduler-policy-binpack.yaml"
     data = tiny(
         duration="1h",
-        policies=[{"name": "katalyst", "scheduler": {"config": str(policy)}}],
+        policies=[
+            {
+                "name": "katalyst",
+                "scheduler": {"config": str(policy)},
+                "agent": {"config": RECLAIM_ON},
+            }
+        ],
     )
     data["nodes"][0]["count"] = 3
     run = simulate(parse_scenario(data)).runs[0]
@@ -172,7 +178,7 @@ def test_dedicated_service_gets_cpus_no_batch_pod_shares_under_katalyst() -> Non
         {"qos": "dedicated_cores", "cpu_request": 4, "demand": {"kind": "constant", "level": 0.5}}
     )
     data["batch"]["arrival"]["rate_per_hour"] = 2000
-    data["policies"] = [{"name": "katalyst"}]
+    data["policies"] = [KATALYST]
     sc = parse_scenario(data)
     sim = PolicySim(sc, sc.policies[0], build_workload(sc))
     for step in range(sc.steps):
@@ -204,7 +210,9 @@ def test_load_spike_shrinks_the_reclaim_pool_then_evicts_with_a_tight_threshold(
         {"arrival": {"rate_per_hour": 600, "diurnal": "none"}, "minutes": {"median": 60}}
     )
     hard = {"reclaimed_resource": {"eviction_threshold": {names.RECLAIMED_MILLICPU: 1.0}}}
-    data["policies"] = [{"name": "katalyst", "agent": {"eviction_config": hard}}]
+    data["policies"] = [
+        {"name": "katalyst", "agent": {"config": RECLAIM_ON, "eviction_config": hard}}
+    ]
     sc = parse_scenario(data)
     sim = PolicySim(sc, sc.policies[0], build_workload(sc))
     run = sim.run()

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from pykatalyst.agent import cpu_policy, cpu_state, memory_policy
 from pykatalyst.agent.advisor import (
     HeadroomSmoother,
@@ -39,7 +41,7 @@ from pykatalyst.agent.advisor import (
     memory_headroom,
     regulate,
 )
-from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.config import AgentConfig, reclaim_setting
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest, Layout
 from pykatalyst.agent.host.base import CpuQuota, Host, HostSample, Knob, KnobValue, PodCgroup
 from pykatalyst.agent.metrics import MetricStore
@@ -54,7 +56,7 @@ from pykatalyst.agent.plan import (
 )
 from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportInput
 from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
-from pykatalyst.api import names
+from pykatalyst.api import config_fields, names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.informer import Informer
@@ -75,6 +77,8 @@ REDISCOVER_PERIOD_S = 30.0
 UNMANAGED = "(unmanaged)"
 SYSTEM_ALL_CPUS = "(all)"  # a system_cores pod without a cpuset_pool: every cpu but dedicated
 BESTEFFORT = "besteffort"  # the kubelet's QoS class whose cgroup holds reclaimed pods
+
+_log = logging.getLogger("pykatalyst.agent")
 
 
 class KnobEnforcer(Protocol):
@@ -129,6 +133,7 @@ class Agent:
         self.clock = clock
         self.base_config = config if config is not None else AgentConfig()
         self.config = self.base_config
+        _log.info("agent for %s: %s", node_name, reclaim_setting(self.base_config))
         self.enforcer = enforcer
         self.eviction_stages: list[EvictionStage] = list(eviction_stages)
         self.dry_run = dry_run
@@ -175,6 +180,8 @@ class Agent:
         self._last_desired: dict[str, dict[Knob, KnobValue]] | None = None
         self._last_enforce: float | None = None
         self._last_config_read: float | None = None
+        self.config_status: dict[str, Any] = {"source": None, "state": "agent config"}
+        self._config_events_sent: set[tuple[str, str, str]] = set()
         self._root_key: str | None = None  # reset by each discovery
         self._root: str | None = None
         self._container_ids: set[str] = set()
@@ -209,11 +216,13 @@ class Agent:
             self._objects[uid] = new
         self._objects_dirty = True
 
-    def _refresh_config(self, now: float, warnings: list[str]) -> None:
+    def _refresh_config(self, now: float, warnings: list[str], events: list[PlanEvent]) -> None:
         if (
             self._last_config_read is not None
             and now - self._last_config_read < self.base_config.config_ttl_s
         ):
+            if self.config_status["state"] == "invalid":
+                warnings.append(self.config_status["warning"])
             return
         self._last_config_read = now
         ref = self.base_config.admin_qos_config
@@ -222,15 +231,83 @@ class Agent:
                 ref = self._admin_qos_from_cnc()
             if ref is None:
                 self._set_config(self.base_config)
+                self.config_status = {"source": None, "state": "agent config"}
                 return
             ns, _, name = ref.partition("/")
             raw = self.cluster.get(names.ADMIN_QOS_CONFIGURATION, name, ns)
-            aqc = AdminQoSConfiguration.from_json(raw)
-            self._set_config(self.base_config.with_admin_qos(aqc))
         except ApiError as exc:
             warnings.append(f"dynamic config {ref}: {exc} (keeping the current configuration)")
+            return
+        self._apply_admin_qos(ref, raw, warnings, events)
+
+    def _apply_admin_qos(
+        self, ref: str, raw: JSON, warnings: list[str], events: list[PlanEvent]
+    ) -> None:
+        """Overlay one AdminQoSConfiguration. An invalid one keeps the configuration in
+        force, says which field is wrong and what is accepted (warning, Event, and the
+        plan's `config`); fields pykatalyst does not implement are listed once per version
+        of the object (log line and Event), never fatal."""
+        meta = raw.get("metadata") or {}
+        version = str(meta.get("resourceVersion", ""))
+        status: dict[str, Any] = {"source": ref, "resourceVersion": version}
+        try:
+            cfg = self.base_config.with_admin_qos(AdminQoSConfiguration.from_json(raw))
+        except ValidationError as exc:
+            problems = "; ".join(str(p) for p in config_fields.problems_of(exc))
+            warning = f"dynamic config {ref} is invalid: {problems} (keeping the current one)"
+            self.config_status = {**status, "state": "invalid", "error": problems}
+            self.config_status["warning"] = warning
+            warnings.append(warning)
+            self._config_event(events, raw, "InvalidConfig", f"{warning}.", version)
+            return
         except ValueError as exc:
-            warnings.append(f"dynamic config {ref} is invalid: {exc} (keeping the current one)")
+            warning = f"dynamic config {ref} is invalid: {exc} (keeping the current one)"
+            self.config_status = {**status, "state": "invalid", "error": str(exc)}
+            self.config_status["warning"] = warning
+            warnings.append(warning)
+            self._config_event(events, raw, "InvalidConfig", f"{warning}.", version)
+            return
+        self._set_config(cfg)
+        ignored = [u.path for u in config_fields.not_taking_effect(raw)]
+        self.config_status = {**status, "state": "in force", "not_implemented": ignored}
+        if ignored and self._config_event(
+            events,
+            raw,
+            "FieldsNotImplemented",
+            f"pykatalyst does not act on these fields of {ref}: {', '.join(ignored)}",
+            version,
+            "Normal",
+        ):
+            _log.info("dynamic config %s: not implemented, ignored: %s", ref, ", ".join(ignored))
+
+    def _config_event(
+        self,
+        events: list[PlanEvent],
+        raw: JSON,
+        reason: str,
+        message: str,
+        version: str,
+        type_: str = "Warning",
+    ) -> bool:
+        meta = raw.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        sent = (key, reason, version)
+        if sent in self._config_events_sent:
+            return False
+        self._config_events_sent.add(sent)
+        kind = names.ADMIN_QOS_CONFIGURATION
+        events.append(
+            PlanEvent(
+                kind.kind,
+                key,
+                reason,
+                message,
+                type_,
+                api_version=kind.api_version,
+                uid=str(meta.get("uid", "")),
+            )
+        )
+        return True
 
     def _admin_qos_from_cnc(self) -> str | None:
         try:
@@ -331,7 +408,7 @@ class Agent:
         now = self.clock.now() if now is None else now
         warnings: list[str] = []
         events: list[PlanEvent] = []
-        self._refresh_config(now, warnings)
+        self._refresh_config(now, warnings, events)
         cfg = self.config
         topo = self.topology
 
@@ -539,6 +616,7 @@ class Agent:
             warnings=tuple(warnings),
             events=tuple(events),
             dry_run=self.dry_run,
+            config=dict(self.config_status),
         )
 
         # eviction (extension point)
@@ -575,6 +653,7 @@ class Agent:
             enforce=enforce_terms,
             report=report_terms,
             dry_run=self.dry_run,
+            config=dict(self.config_status),
         )
 
     # --- steps --------------------------------------------------------------------------------
@@ -1157,8 +1236,8 @@ class Agent:
                     "kind": ev.object_kind,
                     "name": name,
                     "namespace": ns,
-                    "uid": spec.uid if spec else "",
-                    "apiVersion": "v1",
+                    "uid": ev.uid or (spec.uid if spec else ""),
+                    "apiVersion": ev.api_version,
                 },
                 "reason": ev.reason,
                 "message": ev.message,

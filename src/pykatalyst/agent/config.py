@@ -1,9 +1,10 @@
 """The node agent's configuration: every default from Katalyst, validated at start.
 
-Defaults follow Katalyst's agent flags and dynamic-config (AdminQoSConfiguration) defaults,
-with one deliberate difference: `advisor.enable_reclaim` defaults to true. Katalyst ships
-with reclaim off, which makes its agent report zero reclaimed capacity until an operator
-turns it on; an agent whose whole point is colocation should publish what it finds.
+Defaults follow Katalyst's agent flags and dynamic-config (AdminQoSConfiguration)
+defaults, reclaim included: `advisor.enable_reclaim` and `reclaimed_cpu_idle` are off unless
+the configuration turns them on, so a Katalyst user's config means what it meant. The
+configs pykatalyst ships (deploy/manifests, examples/, the simulator's scenarios) turn both
+on; the agent says at start which is in force (`reclaim_setting`).
 
 The configuration is read once at start (`load_config`) and refused with the field named
 when it is wrong. Part of it can be overlaid at run time by an AdminQoSConfiguration from
@@ -97,7 +98,7 @@ class CpuPolicyConfig(_Section):
 class AdvisorConfig(_Section):
     """Sys-advisor: canonical provisioning, regulator, headroom (Katalyst defaults)."""
 
-    enable_reclaim: bool = Field(True, description="publish reclaimed capacity (Katalyst: false)")
+    enable_reclaim: bool = Field(False, description="publish reclaimed capacity (as Katalyst)")
     reserved_for_allocate_cpu: Cores = Field(
         4.0, description="burst buffer added to the share pools' requirement"
     )
@@ -174,7 +175,11 @@ class AgentConfig(_Section):
         default_factory=EvictionConfig,
         description="the eviction manager: thresholds, dry-run plugins (docs/eviction.md)",
     )
-    reclaimed_cpu_idle: bool = Field(True, description="cpu.idle=1 (SCHED_IDLE) on reclaimed pods")
+    reclaimed_cpu_idle: bool = Field(
+        False,
+        description="cpu.idle=1 (SCHED_IDLE) on reclaimed pods (off, as Katalyst's "
+        "--enable-cpu-idle)",
+    )
     reclaimed_root_cpu_idle: bool = Field(
         False,
         description="cpu.idle=1 on the reclaimed root as well; only for a root the kubelet "
@@ -287,6 +292,18 @@ class AgentConfig(_Section):
         data["advisor"].update(adv)
         data["reporter"].update(rep)
         return AgentConfig.model_validate(data)
+
+
+def reclaim_setting(cfg: AgentConfig) -> str:
+    """The start line that says whether this agent reclaims, and how."""
+    reclaim = "on" if cfg.advisor.enable_reclaim else "off"
+    idle = "on" if cfg.reclaimed_cpu_idle else "off"
+    return (
+        f"reclaim {reclaim} (advisor.enable_reclaim={str(cfg.advisor.enable_reclaim).lower()}), "
+        f"cpu.idle on reclaimed pods {idle} "
+        f"(reclaimed_cpu_idle={str(cfg.reclaimed_cpu_idle).lower()}); "
+        "an AdminQoSConfiguration's enableReclaim overrides the first"
+    )
 
 
 class ConfigError(ValueError):

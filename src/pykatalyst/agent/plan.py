@@ -143,6 +143,8 @@ class PlanEvent:
     reason: str
     message: str
     type: str = "Warning"
+    api_version: str = "v1"
+    uid: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -169,6 +171,7 @@ class AgentPlan:
     enforce: Terms = field(default_factory=dict)
     report: Terms = field(default_factory=dict)
     dry_run: bool = False
+    config: Terms = field(default_factory=dict)
 
     def pool(self, name: str) -> PoolPlan | None:
         for p in self.pools:
@@ -200,6 +203,7 @@ class AgentPlan:
             "eviction_actions": [_action_json(a) for a in self.eviction_actions],
             "enforce": dict(self.enforce),
             "report": dict(self.report),
+            "config": dict(self.config),
         }
 
 

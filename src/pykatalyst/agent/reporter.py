@@ -124,19 +124,22 @@ def build_status(inp: ReportInput, topology_policy: str) -> dict[str, Any]:
                 names.RESOURCE_CPU: str(len(cpus - inp.reserve)),
                 names.RESOURCE_MEMORY: _mem_q(mem),
             }
+            capacity: dict[str, str] = {
+                names.RESOURCE_CPU: str(len(cpus)),
+                names.RESOURCE_MEMORY: _mem_q(mem),
+            }
             if inp.cpu_cores is not None and inp.memory_bytes is not None:
-                alloc[names.RECLAIMED_MILLICPU] = _cpu_q(inp.cpu_per_numa.get(numa, 0.0))
-                alloc[names.RECLAIMED_MEMORY] = _mem_q(inp.memory_per_numa.get(numa, 0.0))
+                # As Katalyst's agent: the NUMA's reclaimed figures in both lists.
+                reclaimed_numa = {
+                    names.RECLAIMED_MILLICPU: _cpu_q(inp.cpu_per_numa.get(numa, 0.0)),
+                    names.RECLAIMED_MEMORY: _mem_q(inp.memory_per_numa.get(numa, 0.0)),
+                }
+                alloc.update(reclaimed_numa)
+                capacity.update(reclaimed_numa)
             zone: dict[str, Any] = {
                 "type": names.ZONE_NUMA,
                 "name": str(numa),
-                "resources": {
-                    "allocatable": alloc,
-                    "capacity": {
-                        names.RESOURCE_CPU: str(len(cpus)),
-                        names.RESOURCE_MEMORY: _mem_q(mem),
-                    },
-                },
+                "resources": {"allocatable": alloc, "capacity": capacity},
             }
             allocs = sorted(by_numa.get(numa, []), key=lambda a: a.consumer)
             if allocs:

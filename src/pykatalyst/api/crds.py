@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from pykatalyst.api import names
+from pykatalyst.api.duration import Duration
 from pykatalyst.api.quantity import Quantity
 
 ResourceMap = dict[str, Quantity]
@@ -66,13 +67,19 @@ class KubeResource(KubeModel):
 
 
 class CNRTaint(KubeModel):
-    """A CNR taint: like a node taint, scoped to one QoS level."""
+    """A CNR taint: like a node taint, scoped to one QoS level (always written: the CRD
+    requires it)."""
 
     key: str
     effect: str
     value: str | None = None
     qos_level: str = names.QOS_RECLAIMED_CORES
     time_added: str | None = None
+
+    @model_validator(mode="after")
+    def _always_scoped(self) -> Self:
+        self.__pydantic_fields_set__.add("qos_level")
+        return self
 
 
 class Property(KubeModel):
@@ -274,10 +281,11 @@ class CPUPressureEvictionConfig(KubeModel):
     load_lower_bound_ratio: float = 1.0
     load_threshold_met_percentage: float = 0.8
     load_metric_ring_size: int = 10
-    load_eviction_cool_down_time: int = 300
+    load_eviction_cool_down_time: Duration = 300.0
     enable_suppression_eviction: bool = False
     max_suppression_tolerance_rate: float = 5.0
-    min_suppression_tolerance_duration: int = 300
+    min_suppression_tolerance_duration: Duration = 300.0
+    grace_period: int | None = Field(None, ge=0)
 
 
 class MemoryPressureEvictionConfig(KubeModel):
@@ -287,9 +295,11 @@ class MemoryPressureEvictionConfig(KubeModel):
     numa_free_below_watermark_times_threshold: int = 12
     numa_free_below_watermark_times_reclaimed_threshold: int = 6
     system_kswapd_rate_threshold: int = 2000
-    system_kswapd_rate_exceed_duration: int = 120
-    enable_rss_overuse: bool = False
+    system_kswapd_rate_exceed_duration_threshold: int = 120
+    enable_rss_overuse_eviction: bool = Field(False, alias="enableRSSOveruseEviction")
     rss_overuse_rate_threshold: float = 1.05
+    system_free_memory_threshold_minimum: Quantity | None = None
+    grace_period: int | None = Field(None, ge=0)
 
 
 class ReclaimedResourcesEvictionConfig(KubeModel):
@@ -328,7 +338,8 @@ class EvictionConfig(KubeModel):
 
 class CPUAdvisorConfig(KubeModel):
     allow_shared_cores_overlap_reclaimed_cores: bool = False
-    cpu_provision_config: dict[str, Any] | None = None
+    # Katalyst requires it whenever cpuAdvisorConfig is written.
+    cpu_provision_config: dict[str, Any] = Field(default_factory=dict)
 
 
 class MemoryGuardConfig(KubeModel):
@@ -464,8 +475,9 @@ class ContainerResourcePolicy(KubeModel):
     min_allowed: ResourceMap | None = None
     max_allowed: ResourceMap | None = None
     controlled_resources: list[str] = Field(default_factory=list)
-    controlled_values: str | None = None
-    resource_resize_policy: str | None = None
+    # Katalyst's defaults, which its API server fills in when they are left out.
+    controlled_values: str = "RequestsAndLimits"
+    resource_resize_policy: str = "None"
 
 
 class ResourcePolicy(KubeModel):

@@ -187,12 +187,14 @@ CONFIG_GROUP: Final = "config.katalyst.kubewharf.io"
 OVERCOMMIT_GROUP: Final = "overcommit.katalyst.kubewharf.io"
 WORKLOAD_GROUP: Final = "workload.katalyst.kubewharf.io"
 AUTOSCALING_GROUP: Final = "autoscaling.katalyst.kubewharf.io"
+RECOMMENDATION_GROUP: Final = "recommendation.katalyst.kubewharf.io"
+TIDE_GROUP: Final = "tide.katalyst.kubewharf.io"
 
 CUSTOM_NODE_RESOURCE: Final = Kind(
     NODE_GROUP, "v1alpha1", "CustomNodeResource", "customnoderesources", False, ("kcnr",)
 )
 CUSTOM_NODE_CONFIG: Final = Kind(
-    CONFIG_GROUP, "v1alpha1", "CustomNodeConfig", "customnodeconfigs", False, ("kcnc",)
+    CONFIG_GROUP, "v1alpha1", "CustomNodeConfig", "customnodeconfigs", False, ("cnc", "kcnc")
 )
 KATALYST_CUSTOM_CONFIG: Final = Kind(
     CONFIG_GROUP, "v1alpha1", "KatalystCustomConfig", "katalystcustomconfigs", True, ("kcc",)
@@ -219,6 +221,77 @@ KATALYST_VERTICAL_POD_AUTOSCALER: Final = Kind(
     True,
     ("kvpa",),
 )
+# Katalyst's other kinds: served and stored (their CRDs are installed) so that a Katalyst
+# cluster's objects survive, though no pykatalyst component acts on them.
+INTELLIGENT_HPA: Final = Kind(
+    AUTOSCALING_GROUP,
+    "v1alpha2",
+    "IntelligentHorizontalPodAutoscaler",
+    "intelligenthorizontalpodautoscalers",
+    True,
+    ("ihpa",),
+)
+VPA_RECOMMENDATION: Final = Kind(
+    AUTOSCALING_GROUP,
+    "v1alpha1",
+    "VerticalPodAutoscalerRecommendation",
+    "verticalpodautoscalerrecommendations",
+    True,
+    ("vparec",),
+)
+VIRTUAL_WORKLOAD: Final = Kind(
+    AUTOSCALING_GROUP, "v1alpha2", "VirtualWorkload", "virtualworkloads", True
+)
+AUTH_CONFIGURATION: Final = Kind(
+    CONFIG_GROUP, "v1alpha1", "AuthConfiguration", "authconfigurations", True, ("ac",)
+)
+IRQ_TUNING_CONFIGURATION: Final = Kind(
+    CONFIG_GROUP, "v1alpha1", "IRQTuningConfiguration", "irqtuningconfigurations", True, ("irqtc",)
+)
+MEMORY_BANDWIDTH_CONFIGURATION: Final = Kind(
+    CONFIG_GROUP,
+    "v1alpha1",
+    "MemoryBandwidthConfiguration",
+    "memorybandwidthconfigurations",
+    True,
+    ("mbc",),
+)
+POWER_MANAGEMENT_CONFIGURATION: Final = Kind(
+    CONFIG_GROUP,
+    "v1alpha1",
+    "PowerManagementConfiguration",
+    "powermanagementconfigurations",
+    True,
+    ("pmc",),
+)
+STRATEGY_GROUP_CONFIGURATION: Final = Kind(
+    CONFIG_GROUP,
+    "v1alpha1",
+    "StrategyGroupConfiguration",
+    "strategygroupconfigurations",
+    False,
+    ("sgc",),
+)
+STRATEGY_GROUP: Final = Kind(
+    CONFIG_GROUP, "v1alpha1", "StrategyGroup", "strategygroups", False, ("sg",)
+)
+TMO_CONFIGURATION: Final = Kind(
+    CONFIG_GROUP,
+    "v1alpha1",
+    "TransparentMemoryOffloadingConfiguration",
+    "transparentmemoryoffloadingconfigurations",
+    True,
+    ("tmo",),
+)
+NODE_PROFILE_DESCRIPTOR: Final = Kind(
+    NODE_GROUP, "v1alpha1", "NodeProfileDescriptor", "nodeprofiledescriptors", False, ("npd",)
+)
+RESOURCE_RECOMMEND: Final = Kind(
+    RECOMMENDATION_GROUP, "v1alpha1", "ResourceRecommend", "resourcerecommends", True, ("rec",)
+)
+TIDE_NODE_POOL: Final = Kind(
+    TIDE_GROUP, "v1alpha1", "TideNodePool", "tidenodepools", False, ("tnp",)
+)
 KATALYST_KINDS: Final = (
     CUSTOM_NODE_RESOURCE,
     CUSTOM_NODE_CONFIG,
@@ -227,6 +300,19 @@ KATALYST_KINDS: Final = (
     NODE_OVERCOMMIT_CONFIG,
     SERVICE_PROFILE_DESCRIPTOR,
     KATALYST_VERTICAL_POD_AUTOSCALER,
+    INTELLIGENT_HPA,
+    VPA_RECOMMENDATION,
+    VIRTUAL_WORKLOAD,
+    AUTH_CONFIGURATION,
+    IRQ_TUNING_CONFIGURATION,
+    MEMORY_BANDWIDTH_CONFIGURATION,
+    POWER_MANAGEMENT_CONFIGURATION,
+    STRATEGY_GROUP_CONFIGURATION,
+    STRATEGY_GROUP,
+    TMO_CONFIGURATION,
+    NODE_PROFILE_DESCRIPTOR,
+    RESOURCE_RECOMMEND,
+    TIDE_NODE_POOL,
 )
 
 # Core Kubernetes kinds the system reads and writes.

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from pykatalyst.agent.config import AgentConfig, ConfigError, load_config
+from pykatalyst.agent.config import AgentConfig, ConfigError, load_config, reclaim_setting
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
@@ -172,7 +172,7 @@ def agent(
     except (OSError, ValueError) as exc:
         raise _fail(f"cannot read this machine: {exc}") from None
     cluster: Cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
-    notes: list[str] = []
+    notes: list[str] = [reclaim_setting(cfg)]
     try:
         ensure_node(cluster, node, topo)
         if pods is not None:

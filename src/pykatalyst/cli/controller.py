@@ -7,7 +7,6 @@ health endpoints, shutdown) is `runtime.controller`.
 
 from __future__ import annotations
 
-import re
 import socket
 import sys
 import uuid
@@ -16,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from pykatalyst.api import names
+from pykatalyst.api import duration, names
 from pykatalyst.cli.kubeopts import ContextArg, InClusterArg, KubeconfigArg, cluster_from_options
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import Clock, RealClock
@@ -33,8 +32,6 @@ from pykatalyst.runtime.controller import (
 from pykatalyst.runtime.host import Endpoint, ServeError
 from pykatalyst.runtime.leader import LeaderConfig, LeaderElector
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _LEASE_FLAGS = {
     "lease_duration_s": "--lease-duration",
     "renew_deadline_s": "--renew-deadline",
@@ -45,27 +42,10 @@ _LEASE_FLAGS = {
 def parse_duration(text: str, option: str) -> float:
     """Seconds of a Go-style duration ("30s", "10m", "1h30m", "1.5h") or a bare number of
     seconds; a bad one ends the command naming the option."""
-    raw = text.strip()
     try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-        pos = 0
-        total = 0.0
-        for m in _DURATION_PART.finditer(raw):
-            if m.start() != pos:
-                break
-            total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-            pos = m.end()
-        if raw and pos == len(raw):
-            value = total
-    if value < 0 or value != value:
-        raise typer.BadParameter(
-            f"{text!r} is not a duration (accepted: a number of seconds, or numbers with "
-            "units ms, s, m, h such as 30s, 10m, 1h30m)",
-            param_hint=option,
-        )
-    return value
+        return duration.parse_duration(text)
+    except duration.DurationError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 class _Printer:

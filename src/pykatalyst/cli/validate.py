@@ -19,6 +19,7 @@ from pykatalyst.api.manifests import (
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, container_resources, inspect_pod_qos
 from pykatalyst.api.quantity import Quantity
+from pykatalyst.cli import config_report
 from pykatalyst.cli.output import OutputFormat, print_json, print_message, print_table
 
 
@@ -65,6 +66,7 @@ class Report:
     pods: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    configs: list[dict[str, Any]] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
 
     def errors(self, strict: bool) -> list[Finding]:
@@ -76,6 +78,7 @@ class Report:
             "files": self.files,
             "pods": self.pods,
             "skipped": self.skipped,
+            "configs": self.configs,
             "problems": [f.to_json() for f in self.findings],
         }
 
@@ -129,6 +132,14 @@ def _field(prefix: str, path: str) -> str:
 
 
 def _check_document(doc: Document, report: Report) -> None:
+    if config_report.handles(doc):
+        entry, found = config_report.inspect(doc)
+        report.configs.append(entry)
+        report.findings += [
+            Finding(p.severity, str(doc.path), doc.label, p.field, p.value, p.accepted, p.message)
+            for p in found
+        ]
+        return
     template = pod_template(doc)
     if template is None:
         report.skipped.append(
@@ -249,6 +260,7 @@ def print_report(report: Report, strict: bool) -> None:
             ("object", "file", "QoS level", "enhancements", "k8s QoS", "requests", "limits"),
             rows,
         )
+    config_report.print_configs(report.configs)
     for skipped in report.skipped:
         print_message(
             f"note: skipped {skipped['kind'] or '<no kind>'} {skipped['name']} in "

@@ -218,7 +218,11 @@ class EvictionConfig(_Section):
             pairs: list[tuple[str, dict[str, Any], str]] = [
                 ("enable_system_level_eviction", sysm, "enabled"),
                 ("system_kswapd_rate_threshold", sysm, "kswapd_rate_threshold"),
-                ("system_kswapd_rate_exceed_duration", sysm, "kswapd_rate_exceed_duration_s"),
+                (
+                    "system_kswapd_rate_exceed_duration_threshold",
+                    sysm,
+                    "kswapd_rate_exceed_duration_s",
+                ),
                 ("enable_numa_level_eviction", numa, "enabled"),
                 ("numa_free_below_watermark_times_threshold", numa, "any_times_threshold"),
                 (
@@ -231,6 +235,11 @@ class EvictionConfig(_Section):
             for crd_field, into, ours in pairs:
                 if crd_field in mset:
                     into[ours] = getattr(mc, crd_field)
+            if "grace_period" in mset:
+                sysm["deletion_grace_s"] = numa["deletion_grace_s"] = mc.grace_period
+            floor = mc.system_free_memory_threshold_minimum
+            if "system_free_memory_threshold_minimum" in mset and floor is not None:
+                sysm["free_threshold_minimum"] = int(floor.value())
         if "cpu_pressure_eviction_config" in given:
             cc = ec.cpu_pressure_eviction_config
             cset = cc.model_fields_set
@@ -242,6 +251,7 @@ class EvictionConfig(_Section):
                 ("load_threshold_met_percentage", "met_percentage"),
                 ("load_metric_ring_size", "ring_size"),
                 ("load_eviction_cool_down_time", "cool_down_s"),
+                ("grace_period", "deletion_grace_s"),
             ):
                 if crd_field in cset:
                     load[ours] = getattr(cc, crd_field)
