@@ -247,3 +247,24 @@ def test_a_kcc_for_a_type_outside_the_config_group_is_invalid() -> None:
     KCCController(cluster).run(1000)
     cond = cluster.get(names.KATALYST_CUSTOM_CONFIG, "bad", NS)["status"]["conditions"][0]
     assert cond["status"] == "False" and names.CONFIG_GROUP in cond["message"]
+
+
+def test_a_per_node_config_applies_until_its_last_duration_runs_out() -> None:
+    cluster = _cluster()
+    _kcc(cluster)
+    _cnc(cluster, "n1", {})
+    _aqc(cluster, "global", {"config": {}})
+    _aqc(
+        cluster,
+        "pinned",
+        {"ephemeralSelector": {"nodeNames": ["n1"], "lastDuration": "1m"}, "config": {}},
+    )
+    ctl = KCCController(cluster)
+    ctl.run(1000)
+    assert _picked(cluster, "n1")[0] == "pinned"  # type: ignore[index]
+    ctl.run(1000 + 61)
+    assert _picked(cluster, "n1")[0] == "global"  # type: ignore[index]
+    _aqc(cluster, "bad", {"ephemeralSelector": {"nodeNames": ["n1"]}, "config": {}})
+    ctl.run(1100)
+    cond = cluster.get(AQC, "bad", NS)["status"]["conditions"][0]
+    assert cond["status"] == "False" and "lastDuration" in cond["message"]

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pykatalyst.api import names
+from pykatalyst.api.duration import DurationError, parse_duration
 from pykatalyst.api.names import Kind
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
@@ -49,8 +50,6 @@ _GENERIC_STATUS_KEYS = frozenset(
         "conditions",
     }
 )
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 _CANARY = re.compile(r"\d+%?")
 
@@ -88,16 +87,6 @@ def _go_numbers(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_go_numbers(v) for v in value]
     return value
-
-
-def parse_go_duration(text: str) -> float | None:
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            return None
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    return total if text and pos == len(text) else None
 
 
 def canary_cutoff(canary: int | str | None, targets: int) -> int:
@@ -273,12 +262,12 @@ def _validated(
         raise ValueError("spec.ephemeralSelector.lastDuration: only with nodeNames")
     expired = False
     if node_names:
-        seconds = parse_go_duration(str(last or ""))
-        if seconds is None:
-            raise ValueError(
-                "spec.ephemeralSelector.lastDuration: accepted: a duration such as 1h or 30m "
-                "(required with nodeNames)"
-            )
+        if not last:
+            raise ValueError("spec.ephemeralSelector.lastDuration: required with nodeNames")
+        try:
+            seconds = parse_duration(str(last))
+        except DurationError as exc:
+            raise ValueError(f"spec.ephemeralSelector.lastDuration: {exc}") from None
         expired = base.created + seconds < now
     selector: LabelSelector | None = None
     if selector_text:
