@@ -47,6 +47,8 @@ KNOWN_KINDS = {
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
     ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
     ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration"),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
 }
 
 
@@ -55,7 +57,12 @@ def _docs(path: Path) -> list[JSON]:
 
 
 def _yaml_files() -> list[Path]:
-    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
+    """The kustomize tree's files (the chart's templates are not YAML until rendered; its
+    CRDs are copies of deploy/crds/, tests/deploy/test_helm_chart.py)."""
+    chart = DEPLOY / "charts"
+    return sorted(
+        p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml") and chart not in p.parents
+    )
 
 
 def _objects() -> list[JSON]:
@@ -184,7 +191,7 @@ def test_every_container_runs_a_katalyst_command_the_cli_accepts(container: JSON
     # make_context parses the options the way the command line does: an unknown option, a
     # missing value or one of the wrong type (a port that is not a number) fails here.
     command, _ = _parsed(container)
-    assert command in {"agent", "scheduler", "controller"}
+    assert command in {"agent", "scheduler", "controller", "webhook"}
 
 
 def _served_port(command: str, params: dict[str, Any]) -> int | None:
@@ -249,6 +256,7 @@ def test_the_workloads_cover_every_component() -> None:
         ("scheduler", "Deployment", False),
         ("scheduler", "Deployment", True),
         ("controller", "Deployment", False),
+        ("webhook", "Deployment", False),
     }
 
 
@@ -431,6 +439,10 @@ HAND_KEPT: dict[str, list[Need]] = {
         _need(names.LEASE, "get", namespace=names.SYSTEM_NAMESPACE),
         _need(names.LEASE, "create", namespace=names.SYSTEM_NAMESPACE),
         _need(names.LEASE, "update", namespace=names.SYSTEM_NAMESPACE),
+    ],
+    "webhook": [
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "list"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "watch"),
     ],
 }
 
@@ -742,7 +754,36 @@ def _run_controller(cluster: RecordingCluster) -> None:
     assert status["katalystCustomConfigList"][0]["configName"] == "default"
 
 
-RUNS = {"agent": _run_agent, "scheduler": _run_scheduler, "controller": _run_controller}
+def _run_webhook(cluster: RecordingCluster) -> None:
+    """The webhook's handlers in the cluster's admission chain, its SPD cache synced by
+    the host's ticker, a pod of a workload with an SPD created."""
+    from pykatalyst.webhook.service import WebhookService, install
+
+    inner = cluster.inner
+    service = WebhookService(cluster)
+    install(inner, service)
+    spd = {
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web"}},
+    }
+    inner.create(names.SERVICE_PROFILE_DESCRIPTOR, spd, "default")
+    for _ in range(2):
+        service.sync(cluster.clock.now())
+    owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "u"}
+    pod = {
+        "metadata": {"name": "web-0", "namespace": "default", "ownerReferences": [owner]},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
+    created = inner.create(names.POD, pod, "default")
+    assert created["metadata"]["annotations"][names.SPD_NAME_ANNOTATION] == "web"
+
+
+RUNS = {
+    "agent": _run_agent,
+    "scheduler": _run_scheduler,
+    "controller": _run_controller,
+    "webhook": _run_webhook,
+}
 
 
 @pytest.mark.parametrize("command", sorted(RUNS))
@@ -787,6 +828,10 @@ SHOWN_BY_RUN = {
         _need(names.POD, "create", "eviction", "default"),
         _need(names.LEASE, "update", namespace=names.SYSTEM_NAMESPACE),
     },
+    "webhook": {
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "list"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "watch"),
+    },
 }
 
 
@@ -823,7 +868,7 @@ def test_the_agent_sees_the_node_where_its_host_root_says() -> None:
     assert {"operator": "Exists"} in spec["tolerations"]
 
 
-@pytest.mark.parametrize("command", ["scheduler", "controller"])
+@pytest.mark.parametrize("command", ["scheduler", "controller", "webhook"])
 def test_the_other_components_run_unprivileged(command: str) -> None:
     for workload, container in _containers():
         if _parsed(container)[0] != command:
@@ -958,3 +1003,49 @@ def test_the_daemonsets_agent_command_runs_against_a_node_tree_and_a_cluster(
     cnr = store.get(names.CUSTOM_NODE_RESOURCE, "node-7")
     conditions = {c["type"]: c for c in cnr.get("status", {}).get("conditions", [])}
     assert names.CNR_CONDITION_AGENT_READY in conditions
+
+
+# --- admission webhooks -----------------------------------------------------------------------
+
+
+def _webhooks() -> list[JSON]:
+    out: list[JSON] = []
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        for cfg in _of_kind(kind):
+            out.extend(cfg["webhooks"])
+    return out
+
+
+def test_the_webhooks_reach_the_routes_the_webhook_serves() -> None:
+    from pykatalyst.webhook.service import WebhookService
+
+    routes = {r.path for r in WebhookService(None).routes}
+    service = next(s for s in _of_kind("Service") if s["metadata"]["name"] == "katalyst-webhook")
+    (port,) = service["spec"]["ports"]
+    _, container, params = _workload_running("webhook")
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert named[port["targetPort"]] == int(str(params["listen"]).rsplit(":", 1)[1])
+    hooks = _webhooks()
+    assert {h["clientConfig"]["service"]["path"] for h in hooks} == routes
+    for hook in hooks:
+        ref = hook["clientConfig"]["service"]
+        assert (ref["name"], ref["namespace"], ref["port"]) == (
+            "katalyst-webhook",
+            names.SYSTEM_NAMESPACE,
+            port["port"],
+        )
+
+
+def test_a_webhook_outage_never_blocks_the_cluster() -> None:
+    for hook in _webhooks():
+        assert hook["failurePolicy"] == "Ignore", hook["name"]
+        assert hook["sideEffects"] == "None"
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert 1 <= hook["timeoutSeconds"] <= 10
+        (rule,) = hook["rules"]
+        if rule["resources"] == ["nodes/status"]:
+            assert rule["operations"] == ["UPDATE"]
+            continue
+        (expr,) = hook["namespaceSelector"]["matchExpressions"]
+        assert expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn"
+        assert set(expr["values"]) >= {names.KUBE_SYSTEM_NAMESPACE, names.SYSTEM_NAMESPACE}

@@ -32,9 +32,18 @@ def main(
 
 def _register_commands() -> None:
     # Each command module adds its commands to `app`; keep this list sorted.
-    from pykatalyst.cli import agent, apiserver, controller, explain, scheduler, sim, validate
+    from pykatalyst.cli import (
+        agent,
+        apiserver,
+        controller,
+        explain,
+        scheduler,
+        sim,
+        validate,
+        webhook,
+    )
 
-    for module in (agent, apiserver, controller, explain, scheduler, sim, validate):
+    for module in (agent, apiserver, controller, explain, scheduler, sim, validate, webhook):
         module.register(app)
 
 

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -104,13 +105,15 @@ class _StepTime:
 class Endpoint:
     """A server the host runs. Without an `app` it serves only health and metrics; with
     one, the host adds `/healthz`, `/readyz` and `/metrics` to it unless `health` is off
-    (the app then routes them itself, e.g. before a catch-all route)."""
+    (the app then routes them itself, e.g. before a catch-all route). With `ssl_context`
+    it serves HTTPS (the webhook)."""
 
     name: str
     host: str
     port: int
     app: web.Application | None = None
     health: bool = True
+    ssl_context: ssl.SSLContext | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -485,7 +488,7 @@ class ComponentHost:
                 )
                 await runner.setup()
                 runners.append(runner)
-                site = web.TCPSite(runner, ep.host, ep.port)
+                site = web.TCPSite(runner, ep.host, ep.port, ssl_context=ep.ssl_context)
                 try:
                     await site.start()
                 except OSError as exc:

@@ -1,0 +1,66 @@
+{{/* The image every component runs: repository:tag, or repository@digest. */}}
+{{- define "pykatalyst.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels on every object; `component` is the app.kubernetes.io/name of the component. */}}
+{{- define "pykatalyst.labels" -}}
+app.kubernetes.io/name: {{ .component }}
+app.kubernetes.io/part-of: pykatalyst
+{{- if .root.Values.commonLabels }}
+{{ toYaml .root.Values.commonLabels }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod security context of the unprivileged components. */}}
+{{- define "pykatalyst.podSecurityContext" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: {{ .Values.runAsUser }}
+  runAsGroup: {{ .Values.runAsUser }}
+  seccompProfile:
+    type: RuntimeDefault
+{{- end -}}
+
+{{/* The container security context of the unprivileged components. */}}
+{{- define "pykatalyst.containerSecurityContext" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: [ALL]
+{{- end -}}
+
+
+{{/* One entry of a webhook configuration's `webhooks:`. */}}
+{{- define "pykatalyst.webhook" -}}
+- name: {{ .name }}
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: {{ .values.failurePolicy }}
+  timeoutSeconds: {{ .values.timeoutSeconds }}
+  clientConfig:
+    service:
+      name: {{ .svc }}
+      namespace: {{ .ns }}
+      path: {{ .path }}
+    {{- if .ca }}
+    caBundle: {{ .ca }}
+    {{- end }}
+  namespaceSelector:
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values:
+          {{- toYaml .excluded | nindent 10 }}
+  rules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: {{ toJson .operations }}
+      resources: [{{ .resource }}]
+      scope: "*"
+{{- end -}}

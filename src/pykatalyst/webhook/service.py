@@ -1,0 +1,110 @@
+"""The webhook's handlers and the caches they read, wired once for every way they run:
+behind `katalyst webhook`'s HTTPS server and inside a MemoryCluster's admission chain.
+
+The SPD-reference mutator reads ServiceProfileDescriptors from an informer's cache (indexed
+by `spec.targetRef`), refreshed by the host's ticker: the admission path makes no API call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from pykatalyst.api import names
+from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.memory import AdmissionRequest, AdmissionResponse, MemoryCluster
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
+from pykatalyst.webhook.nodes import admit_node
+from pykatalyst.webhook.pods import PodMutator, Recommender, SPDReferenceMutator, validate_pod
+
+Handler = Callable[[AdmissionRequest], AdmissionResponse]
+
+VALIDATE_PODS = "/validate/pods"
+MUTATE_PODS = "/mutate/pods"
+MUTATE_NODES = "/mutate/nodes"
+BY_TARGET = "targetRef"
+
+
+def index_by_target(spd: JSON) -> Iterable[str]:
+    ref = (spd.get("spec") or {}).get("targetRef") or {}
+    ns = spd["metadata"].get("namespace", "")
+    if isinstance(ref, dict) and ref.get("kind") and ref.get("name"):
+        return (f"{ns}/{ref['kind']}/{ref['name']}",)
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    path: str
+    kind: str  # the kind the route admits: "Pod" or "Node"
+    mutating: bool
+    handler: Handler
+
+
+class WebhookService:
+    """The routes and their SPD cache. `cluster` None: no SPD is ever found (the webhook
+    validates and mutates nodes only)."""
+
+    def __init__(self, cluster: Cluster | None, recommender: Recommender | None = None) -> None:
+        self.spds = (
+            Informer(
+                cluster, names.SERVICE_PROFILE_DESCRIPTOR, indexers={BY_TARGET: index_by_target}
+            )
+            if cluster is not None
+            else None
+        )
+        self.synced = cluster is None
+        self.sync_error: str | None = None
+        spd = SPDReferenceMutator(self._spd_by_name, self._spd_by_target)
+        self.routes = (
+            Route(VALIDATE_PODS, "Pod", False, validate_pod),
+            Route(MUTATE_PODS, "Pod", True, PodMutator(spd, recommender)),
+            Route(MUTATE_NODES, "Node", True, admit_node),
+        )
+
+    def _spd_by_name(self, namespace: str, name: str) -> JSON | None:
+        return self.spds.get(name, namespace) if self.spds is not None else None
+
+    def _spd_by_target(self, namespace: str, kind: str, name: str) -> JSON | None:
+        if self.spds is None:
+            return None
+        found = self.spds.by_index(BY_TARGET, f"{namespace}/{kind}/{name}")
+        return found[0] if found else None
+
+    def sync(self, now: float) -> int:
+        """Refresh the caches (the host's ticker); raises what the cluster raises."""
+        if self.spds is None:
+            return 0
+        try:
+            changed = self.spds.sync()
+        except ApiError as exc:
+            self.sync_error = str(exc)
+            raise
+        self.synced, self.sync_error = True, None
+        return changed
+
+    def not_ready(self) -> str | None:
+        if self.synced:
+            return None
+        return self.sync_error or "the ServiceProfileDescriptor cache has not synced"
+
+
+def install(cluster: MemoryCluster, service: WebhookService) -> None:
+    """Run the webhook's handlers in `cluster`'s admission chain, in process: mutating
+    routes first, each only for the kind it admits (as the webhook configurations scope
+    them)."""
+    for route in service.routes:
+        plugin = _scoped(route)
+        if route.mutating:
+            cluster.add_mutating_admission(plugin, name=f"katalyst-webhook{route.path}")
+        else:
+            cluster.add_validating_admission(plugin, name=f"katalyst-webhook{route.path}")
+
+
+def _scoped(route: Route) -> Handler:
+    def plugin(request: AdmissionRequest) -> AdmissionResponse:
+        if request.kind.kind != route.kind or request.kind.group != "":
+            return AdmissionResponse()
+        return route.handler(request)
+
+    return plugin

@@ -1,0 +1,145 @@
+"""The admission webhook on a real kube-apiserver: `katalyst webhook` as a host process on
+127.0.0.1 with a self-signed pair, registered for this test's namespace only. A pod with a
+QoS level no node can run is refused with the webhook's message; one with an enhancement
+Katalyst ignores is admitted and kubectl prints the webhook's warning."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pykatalyst.api import names
+from tests.e2e.conftest import WORKLOAD_IMAGE, Component, Kubectl, wait_until
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pod(name: str, namespace: str, annotations: dict[str, str]) -> dict[str, Any]:
+    res = {"cpu": "100m", "memory": "64Mi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": WORKLOAD_IMAGE,
+                    "command": ["sleep", "3600"],
+                    "resources": {"requests": res, "limits": res},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+@pytest.fixture
+def webhook(
+    kubectl: Kubectl, namespace: str, components: Callable[..., Component], tmp_path: Path
+) -> Iterator[str]:
+    """The webhook serving, and a ValidatingWebhookConfiguration scoped to `namespace`,
+    deleted at the end whatever happens."""
+    port = _free_port()
+    certs = tmp_path / "certs"
+    comp = components(
+        "webhook", "webhook", "--self-signed", str(certs), "--listen", f"127.0.0.1:{port}"
+    )
+    ca = certs / "ca.crt"
+
+    def ready() -> bool:
+        assert comp.alive(), comp.log()
+        if not ca.exists():
+            return False
+        trust = ssl.create_default_context(cafile=str(ca))
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/readyz", context=trust, timeout=2
+            ) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    wait_until("the webhook's /readyz", ready, 60)
+    name = f"katalyst-e2e-{namespace}"
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "pod-qos.katalyst.kubewharf.io",
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{port}/validate/pods",
+                    "caBundle": base64.b64encode(ca.read_bytes()).decode(),
+                },
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "timeoutSeconds": 5,
+                "admissionReviewVersions": ["v1"],
+            }
+        ],
+    }
+    try:
+        kubectl.apply(config)
+        yield namespace
+    finally:
+        kubectl.run(
+            "delete", "validatingwebhookconfiguration", name, "--ignore-not-found", check=False
+        )
+
+
+def test_bad_qos_is_refused_and_ignored_qos_is_admitted_with_a_warning(
+    kubectl: Kubectl, webhook: str
+) -> None:
+    ns = webhook
+    bad = _pod("bad", ns, {names.QOS_LEVEL_ANNOTATION: "gold_cores"})
+
+    # The configuration takes effect within a moment: retry until the webhook answers.
+    def refused() -> str | None:
+        done = kubectl.run("create", "-f", "-", input=json.dumps(bad), check=False)
+        if done.returncode == 0:
+            kubectl.run("delete", "pod", "bad", "-n", ns, "--wait=false", check=False)
+            return None
+        return done.stderr
+
+    stderr = wait_until("the webhook to refuse the pod", refused, 30, interval=1)
+    assert 'admission webhook "pod-qos.katalyst.kubewharf.io" denied the request' in stderr
+    assert "gold_cores" in stderr and names.QOS_LEVEL_ANNOTATION in stderr
+
+    ignored = _pod(
+        "ignored",
+        ns,
+        {
+            names.QOS_LEVEL_ANNOTATION: names.QOS_SHARED_CORES,
+            names.MEMORY_ENHANCEMENT_ANNOTATION: json.dumps(
+                {"numa_binding": "true", "numa_exclusive": "true"}
+            ),
+        },
+    )
+    done = kubectl.run("create", "-f", "-", input=json.dumps(ignored))
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("Warning:")]
+    assert warnings and "numa_exclusive" in warnings[0], done.stderr
+    assert kubectl.json("get", "pod", "ignored", "-n", ns)["metadata"]["name"] == "ignored"
