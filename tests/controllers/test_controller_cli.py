@@ -335,6 +335,10 @@ def test_two_running_replicas_hand_over_when_the_leader_is_stopped(
                 str(kubeconfig),
                 "--period",
                 "1s",
+                # The backstop alone: each controller's first reconcile opens its watches,
+                # and this test's lease (2s renew deadline) is shorter than all of them.
+                "--controllers",
+                "backstop",
                 "--identity",
                 identity,
                 "--metrics-port",

@@ -415,7 +415,28 @@ HAND_KEPT: dict[str, list[Need]] = {
         _need(CNR, "list"),
         _need(CNR, "watch"),
         _need(CNR, "get"),
+        _need(CNR, "create"),
         _need(CNR, "patch"),
+        _need(CNR, "delete"),
+        _need(names.NODE, "get"),
+        _need(names.NODE, "list"),
+        _need(names.NODE, "watch"),
+        _need(names.NODE, "patch"),
+        _need(names.CUSTOM_NODE_CONFIG, "list"),
+        _need(names.CUSTOM_NODE_CONFIG, "watch"),
+        _need(names.CUSTOM_NODE_CONFIG, "create"),
+        _need(names.CUSTOM_NODE_CONFIG, "patch"),
+        _need(names.CUSTOM_NODE_CONFIG, "delete"),
+        _need(names.CUSTOM_NODE_CONFIG, "patch", "status"),
+        _need(names.KATALYST_CUSTOM_CONFIG, "list"),
+        _need(names.KATALYST_CUSTOM_CONFIG, "watch"),
+        _need(names.KATALYST_CUSTOM_CONFIG, "patch", "status"),
+        _need(names.ADMIN_QOS_CONFIGURATION, "list"),
+        _need(names.ADMIN_QOS_CONFIGURATION, "watch"),
+        _need(names.ADMIN_QOS_CONFIGURATION, "patch", "status"),
+        _need(names.NODE_OVERCOMMIT_CONFIG, "list"),
+        _need(names.NODE_OVERCOMMIT_CONFIG, "watch"),
+        _need(names.NODE_OVERCOMMIT_CONFIG, "patch", "status"),
         _need(names.POD, "list"),
         _need(names.POD, "watch"),
         _need(names.POD, "create", "eviction"),
@@ -513,6 +534,32 @@ def test_rbac_covers_the_hand_kept_list(command: str) -> None:
     rules = _rules_for(_service_account(command))
     missing = [n for n in HAND_KEPT[command] if not _allowed(rules, n)]
     assert not missing, f"katalyst {command} lacks {missing}"
+
+
+# The controller's role grants on these exactly what its hand-kept list says it uses.
+EXACT_FOR_CONTROLLER = (
+    CNR,
+    names.NODE,
+    names.CUSTOM_NODE_CONFIG,
+    names.KATALYST_CUSTOM_CONFIG,
+    names.ADMIN_QOS_CONFIGURATION,
+    names.NODE_OVERCOMMIT_CONFIG,
+)
+
+
+def test_the_controller_role_grants_no_more_than_its_controllers_use() -> None:
+    used = {(n.group, n.resource, n.verb) for n in HAND_KEPT["controller"]}
+    watched = {(k.group, k.plural) for k in EXACT_FOR_CONTROLLER}
+    extra = []
+    for rule, _ in _rules_for(_service_account("controller")):
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                if (group, resource.split("/")[0]) not in watched:
+                    continue
+                extra += [
+                    (group, resource, v) for v in rule["verbs"] if (group, resource, v) not in used
+                ]
+    assert not extra, f"katalyst controller is granted what it never uses: {extra}"
 
 
 class RecordingCluster:
@@ -674,13 +721,37 @@ def _run_scheduler(cluster: RecordingCluster) -> None:
 
 
 def _run_controller(cluster: RecordingCluster) -> None:
+    """Every controller at work: a silent agent's node (backstop), an overcommit pool, a
+    dynamic config, and the CNR and CNC of a Node that is gone (lifecycle)."""
     from pykatalyst.cli.controller import ControllerRunner
     from pykatalyst.controllers import BackstopConfig
+    from pykatalyst.runtime.controller import CONTROLLERS
     from pykatalyst.runtime.leader import LeaderElector
 
     inner = cluster.inner
-    inner.create(names.NODE, {"metadata": {"name": "node-1"}})
+    pool = {names.OVERCOMMIT_NODE_POOL_LABEL: "pool-a"}
+    inner.create(names.NODE, {"metadata": {"name": "node-1", "labels": pool}})
     inner.create(CNR, {"metadata": {"name": "node-1"}})  # an agent that never reported
+    inner.create(CNR, {"metadata": {"name": "gone"}})
+    inner.create(names.CUSTOM_NODE_CONFIG, {"metadata": {"name": "gone"}})
+    inner.create(
+        names.NODE_OVERCOMMIT_CONFIG,
+        {
+            "metadata": {"name": "pool-a"},
+            "spec": {
+                "nodeOvercommitSelectorVal": "pool-a",
+                "resourceOvercommitRatio": {"cpu": "2"},
+            },
+        },
+    )
+    aqc = names.ADMIN_QOS_CONFIGURATION
+    gvr = {"group": aqc.group, "version": aqc.version, "resource": aqc.plural}
+    inner.create(
+        names.KATALYST_CUSTOM_CONFIG,
+        {"metadata": {"name": "aqc", "namespace": "default"}, "spec": {"targetType": gvr}},
+        "default",
+    )
+    inner.create(aqc, {"metadata": {"name": "default", "namespace": "default"}}, "default")
     inner.create(
         names.POD,
         {
@@ -698,11 +769,16 @@ def _run_controller(cluster: RecordingCluster) -> None:
         BackstopConfig(),
         period_s=30,
         elector=LeaderElector(cluster, "replica-a"),
+        controllers=CONTROLLERS,
     )
     for _ in range(1500):
         runner.step(cluster.clock.now())
         cluster.clock.advance(1)
     assert inner.get(names.POD, "batch", "default")["metadata"].get("deletionTimestamp")
+    annotations = inner.get(names.NODE, "node-1")["metadata"]["annotations"]
+    assert annotations[names.CPU_OVERCOMMIT_RATIO_ANNOTATION] == "2"
+    status = inner.get(names.CUSTOM_NODE_CONFIG, "node-1")["status"]
+    assert status["katalystCustomConfigList"][0]["configName"] == "default"
 
 
 def _run_webhook(cluster: RecordingCluster) -> None:
@@ -768,6 +844,14 @@ SHOWN_BY_RUN = {
     "controller": {
         _need(CNR, "watch"),
         _need(CNR, "patch"),
+        _need(CNR, "delete"),
+        _need(names.CUSTOM_NODE_CONFIG, "create"),
+        _need(names.CUSTOM_NODE_CONFIG, "delete"),
+        _need(names.CUSTOM_NODE_CONFIG, "patch", "status"),
+        _need(names.NODE, "patch"),
+        _need(names.NODE_OVERCOMMIT_CONFIG, "patch", "status"),
+        _need(names.KATALYST_CUSTOM_CONFIG, "patch", "status", "default"),
+        _need(names.ADMIN_QOS_CONFIGURATION, "patch", "status", "default"),
         _need(names.POD, "create", "eviction", "default"),
         _need(names.LEASE, "update", namespace=names.SYSTEM_NAMESPACE),
     },

@@ -364,3 +364,35 @@ SCHEDULER_LEASE_NAME: Final = "katalyst-scheduler"
 RECLAIMED_TERMS_ANNOTATION: Final = "katalyst.kubewharf.io/reclaimed_terms"
 # The agent's cpu pools and where each pod runs (JSON): what `katalyst explain` reads back.
 CPU_POOLS_ANNOTATION: Final = "katalyst.kubewharf.io/cpu_pools"
+
+# --- controllers ------------------------------------------------------------------------
+
+# The controllers `katalyst controller --controllers` switches by name (Katalyst's names
+# where Katalyst has the controller).
+CONTROLLER_OVERCOMMIT: Final = "overcommit"
+CONTROLLER_KCC: Final = "kcc"
+CONTROLLER_LIFECYCLE: Final = "lifecycle"
+CONTROLLER_BACKSTOP: Final = "backstop"
+# The condition types and reasons the dynamic-config controller writes on KCCs and targets.
+KCC_CONDITION_VALID: Final = "Valid"
+KCC_CONDITION_CONFLICT: Final = "Conflict"
+KCC_REASON_NORMAL: Final = "Normal"
+KCC_REASON_VALIDATE_FAILED: Final = "ValidateFailed"
+KCC_REASON_MATCH_MORE_OR_LESS: Final = "MatchMoreOrLessThanOneKCC"
+KCC_REASON_CANARY_FAILED: Final = "CalculateCanaryCutoffFailed"
+KCC_REASON_SAME_PRIORITY: Final = "SamePriorityConfigMatched"
+# Where a KCC's target config types may live (Katalyst's --kcc-valid-api-group-set default).
+KCC_VALID_API_GROUPS: Final = (CONFIG_GROUP,)
+# The managed node annotations of the overcommit controller, all removed when no
+# NodeOvercommitConfig selects the node.
+OVERCOMMIT_MANAGED_ANNOTATIONS: Final = (
+    CPU_OVERCOMMIT_RATIO_ANNOTATION,
+    MEMORY_OVERCOMMIT_RATIO_ANNOTATION,
+    REALTIME_CPU_OVERCOMMIT_RATIO_ANNOTATION,
+    REALTIME_MEMORY_OVERCOMMIT_RATIO_ANNOTATION,
+    OVERCOMMIT_ALLOCATABLE_CPU_ANNOTATION,
+    OVERCOMMIT_CAPACITY_CPU_ANNOTATION,
+    OVERCOMMIT_ALLOCATABLE_MEMORY_ANNOTATION,
+    OVERCOMMIT_CAPACITY_MEMORY_ANNOTATION,
+)
+CPU_MANAGER_POLICY_STATIC: Final = "static"

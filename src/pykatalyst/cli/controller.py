@@ -1,4 +1,5 @@
-"""`katalyst controller`: the cluster-wide backstop for nodes whose agent went silent.
+"""`katalyst controller`: the cluster-wide controllers (lifecycle, node overcommit, dynamic
+config, and the backstop for nodes whose agent went silent).
 
 Option parsing and printing; the runner (leader election, the backstop ticker, metrics and
 health endpoints, shutdown) is `runtime.controller`.
@@ -18,8 +19,16 @@ from pykatalyst.api import duration, names
 from pykatalyst.cli.kubeopts import ContextArg, InClusterArg, KubeconfigArg, cluster_from_options
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import Clock, RealClock
+from pykatalyst.cluster.protocol import BadRequest
+from pykatalyst.cluster.selectors import parse_label_selector
 from pykatalyst.controllers.backstop import BackstopConfig
-from pykatalyst.runtime.controller import ControllerRunner, StepReport
+from pykatalyst.runtime.controller import (
+    CONTROLLERS,
+    ControllerRunner,
+    ControllersError,
+    StepReport,
+    parse_controllers,
+)
 from pykatalyst.runtime.host import Endpoint, ServeError
 from pykatalyst.runtime.leader import LeaderConfig, LeaderElector
 
@@ -47,6 +56,7 @@ class _Printer:
         self.output = output
         self.cfg = cfg
         self._summary = ""
+        self._summaries: dict[str, str] = {}
         self._holder: str | None = None
 
     def __call__(self, report: StepReport) -> None:
@@ -61,7 +71,7 @@ class _Printer:
     def _json(self, report: StepReport) -> None:
         st = report.leader
         changed = st is not None and st.holder != self._holder
-        if report.plan is not None or report.error is not None or changed:
+        if report.plan is not None or report.outcomes or report.error is not None or changed:
             print_json(report.to_json())
         if st is not None:
             self._holder = st.holder
@@ -78,6 +88,7 @@ class _Printer:
             elif not st.leading and st.holder != self._holder:
                 print_message(f"leader election: following; {st.message}")
             self._holder = st.holder
+        self._others(report)
         plan, result = report.plan, report.result
         if plan is None:
             return
@@ -102,6 +113,17 @@ class _Printer:
             print_message(f"  note: {note}")
         for failure in result.failed if result is not None else ():
             print_message(f"  failed: {failure}", stderr=True)
+
+    def _others(self, report: StepReport) -> None:
+        for name, (plan, result) in report.outcomes.items():
+            summary = plan.summary()
+            if summary != self._summaries.get(name) or result.done:
+                print_message(summary)
+                self._summaries[name] = summary
+            for note in getattr(plan, "notes", ()):
+                print_message(f"  note: {note}")
+            for failure in result.failed:
+                print_message(f"  failed: {failure}", stderr=True)
 
 
 def default_identity() -> str:
@@ -129,6 +151,34 @@ def controller(
     kubeconfig: KubeconfigArg = None,
     in_cluster: InClusterArg = False,
     context: ContextArg = None,
+    controllers: Annotated[
+        str,
+        typer.Option(
+            "--controllers",
+            metavar="LIST",
+            help=(
+                "The controllers to run, comma-separated: '*' for all, 'name' adds one, "
+                f"'-name' drops one (names: {', '.join(CONTROLLERS)}), e.g. '*,-backstop'."
+            ),
+        ),
+    ] = "*",
+    node_selector: Annotated[
+        str | None,
+        typer.Option(
+            "--node-selector",
+            metavar="SELECTOR",
+            help="Only the Nodes this label selector matches (and their CNCs) are "
+            "overcommitted, given CNRs/CNCs and dynamic config (default: all Nodes).",
+        ),
+    ] = None,
+    orphan_grace: Annotated[
+        str,
+        typer.Option(
+            "--orphan-grace",
+            metavar="DURATION",
+            help="Age after which a CNR or CNC without its Node is deleted (lifecycle).",
+        ),
+    ] = "1m",
     taint_after: Annotated[
         str,
         typer.Option(
@@ -225,9 +275,21 @@ def controller(
         typer.Option("--output", "-o", help="table (a line per reconcile) or json (the plans)."),
     ] = OutputFormat.TABLE,
 ) -> None:
-    """Run the centralized backstop for nodes whose agent went silent.
+    """Run the cluster-wide controllers on one elected replica.
 
-    Taints the CNRs of such nodes and evicts their reclaimed pods, on one elected replica."""
+    lifecycle: a CNR and a CNC per Node; overcommit: NodeOvercommitConfig ratios as Node
+    annotations; kcc: dynamic config resolved per node into CNC status; backstop: taints the
+    CNRs of nodes whose agent went silent and evicts their reclaimed pods."""
+    try:
+        enabled = parse_controllers(controllers)
+    except ControllersError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--controllers") from None
+    orphan_grace_s = parse_duration(orphan_grace, "--orphan-grace")
+    if node_selector is not None:
+        try:
+            parse_label_selector(node_selector)
+        except BadRequest as exc:
+            raise typer.BadParameter(str(exc), param_hint="--node-selector") from None
     taint_s = parse_duration(taint_after, "--taint-after")
     evict_s = parse_duration(evict_after, "--evict-after")
     period_s = parse_duration(period, "--period")
@@ -265,12 +327,25 @@ def controller(
     elif leader_cfg is not None and dry_run:
         print_message("note: --dry-run changes nothing, so it acts without the lease", stderr=True)
     runner = ControllerRunner(
-        cluster, cfg, period_s=period_s, elector=elector, records_path=records, clock=clock
+        cluster,
+        cfg,
+        period_s=period_s,
+        elector=elector,
+        records_path=records,
+        clock=clock,
+        controllers=enabled,
+        node_selector=node_selector,
+        orphan_grace_s=orphan_grace_s,
     )
     metrics = None if metrics_port is None else Endpoint("metrics", metrics_address, metrics_port)
+    backstop = (
+        f"; backstop: taint after {taint_s:g}s, evict after {evict_s:g}s of agent silence"
+        if "backstop" in enabled
+        else ""
+    )
     print_message(
-        f"katalyst controller: taint after {taint_s:g}s, evict after {evict_s:g}s of agent "
-        f"silence, every {period_s:g}s{' (dry run)' if dry_run else ''}",
+        f"katalyst controller: {', '.join(enabled) or 'no controllers'}, every "
+        f"{period_s:g}s{backstop}{' (dry run)' if dry_run else ''}",
         stderr=output is OutputFormat.JSON,
     )
 

@@ -1,4 +1,7 @@
-"""The controller's runner: the backstop as a leader-only ticker of a ComponentHost.
+"""The controller's runner: each enabled controller as a leader-only ticker of a ComponentHost.
+
+The backstop, node overcommit, dynamic config (KCC -> CNC) and lifecycle controllers are
+switched by name (`parse_controllers`, Katalyst's `--controllers` syntax).
 
 Several replicas may run; the host's Lease election picks the one that acts. A replica that
 loses the lease exits (like kube-controller-manager) so that it comes back as a clean
@@ -7,13 +10,14 @@ follower instead of acting on caches built while it led.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from pykatalyst.api import names
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.protocol import Cluster
 from pykatalyst.controllers.backstop import (
@@ -22,10 +26,76 @@ from pykatalyst.controllers.backstop import (
     BackstopPlan,
     BackstopResult,
 )
+from pykatalyst.controllers.kcc import KCCController
+from pykatalyst.controllers.lifecycle import DEFAULT_ORPHAN_GRACE_S, LifecycleController
+from pykatalyst.controllers.overcommit import OvercommitController
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
 from pykatalyst.runtime.leader import LeaderElector, LeaderState
 
-BACKSTOP = "backstop"
+BACKSTOP = names.CONTROLLER_BACKSTOP
+# Every controller `--controllers` may name, in the order they run; `*` stands for all of
+# them (Katalyst's syntax: `*,-name` drops one, `name` adds one).
+CONTROLLERS = (
+    names.CONTROLLER_LIFECYCLE,
+    names.CONTROLLER_OVERCOMMIT,
+    names.CONTROLLER_KCC,
+    BACKSTOP,
+)
+DEFAULT_CONTROLLERS = CONTROLLERS
+
+
+class ControllersError(ValueError):
+    """A `--controllers` value that names what is not a controller."""
+
+
+def parse_controllers(text: str) -> tuple[str, ...]:
+    """The controllers a `--controllers` value switches on, in run order. Items are
+    `*` (all the defaults), `name` (add) and `-name` (remove), comma-separated; a later
+    item overrides an earlier one. Unknown names are refused, naming the accepted ones."""
+    items = [i.strip() for i in text.split(",") if i.strip()]
+    if not items:
+        raise ControllersError(
+            f"{text!r}: empty (accepted: *, {', '.join(CONTROLLERS)}, each optionally as -name)"
+        )
+    bad = [i for i in items if i != "*" and i.removeprefix("-") not in CONTROLLERS]
+    if bad:
+        raise ControllersError(
+            f"unknown controller{'s' if len(bad) > 1 else ''} {', '.join(map(repr, bad))} "
+            f"(accepted: *, {', '.join(CONTROLLERS)}, each optionally as -name)"
+        )
+    on: set[str] = set()
+    for item in items:
+        if item == "*":
+            on |= set(DEFAULT_CONTROLLERS)
+        elif item.startswith("-"):
+            on.discard(item[1:])
+        else:
+            on.add(item)
+    return tuple(c for c in CONTROLLERS if c in on)
+
+
+class Reconciler(Protocol):
+    """A controller other than the backstop: `reconcile(now)` decides a plan (with
+    `to_json()` and `summary()`), `apply(plan)` carries it out (a result with `done`,
+    `failed` and `to_json()`)."""
+
+    name: str
+
+    def reconcile(self, now: float) -> Any: ...
+
+    def apply(self, plan: Any) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """What applying a plan did under --dry-run: nothing."""
+
+    done: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"done": [], "failed": [], "dryRun": True}
+
 
 Notify = Callable[[str, bool], None]
 """A message for the operator, and whether it reports a failure."""
@@ -44,6 +114,8 @@ class StepReport:
     result: BackstopResult | None
     next_wake: float
     error: str | None = None
+    # The other controllers that ran this time: name -> (plan, result).
+    outcomes: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
 
     @property
     def lost_leadership(self) -> bool:
@@ -57,15 +129,17 @@ class StepReport:
             out["plan"] = self.plan.to_json()
         if self.result is not None:
             out["result"] = self.result.to_json()
+        for name, (plan, result) in self.outcomes.items():
+            out[name] = {"plan": plan.to_json(), "result": result.to_json()}
         if self.error is not None:
             out["error"] = self.error
         return out
 
 
 class ControllerRunner:
-    """The backstop every `period_s` while this replica leads; the lease is renewed every
-    retry period in between, so a failing reconcile costs no leadership. `step(now)` drives
-    it on the caller's time; `run()` on the clock's."""
+    """The enabled controllers, each every `period_s` while this replica leads; the lease
+    is renewed every retry period in between, so a failing reconcile costs no leadership.
+    `step(now)` drives it on the caller's time; `run()` on the clock's."""
 
     def __init__(
         self,
@@ -77,18 +151,28 @@ class ControllerRunner:
         registry: CollectorRegistry | None = None,
         records_path: Path | None = None,
         clock: Clock | None = None,
+        controllers: Sequence[str] = (BACKSTOP,),
+        node_selector: str | None = None,
+        orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
     ) -> None:
         if period_s <= 0:
             raise ValueError(f"period_s: must be positive, got {period_s}")
+        unknown = [c for c in controllers if c not in CONTROLLERS]
+        if unknown:
+            raise ValueError(f"controllers: unknown {unknown} (accepted: {', '.join(CONTROLLERS)})")
         self.cluster = cluster
         self.config = config
         self.period_s = period_s
         self.elector = elector
+        self.controllers = tuple(c for c in CONTROLLERS if c in controllers)
+        self.node_selector = node_selector
+        self.orphan_grace_s = orphan_grace_s
         self.registry = registry if registry is not None else CollectorRegistry()
         self.records_path = records_path
         self.backstop: BackstopController | None = None
-        # Lease rounds and the backstop block on API calls: they run in a worker thread, one
-        # step at a time, so /healthz and /metrics answer meanwhile. Nothing the servers
+        self.reconcilers: dict[str, Reconciler] = {}
+        # Lease rounds and the controllers block on API calls: they run in a worker thread,
+        # one step at a time, so /healthz and /metrics answer meanwhile. Nothing the servers
         # touch is shared with them but the registry, which is thread-safe.
         self.host = ComponentHost(
             "controller",
@@ -97,12 +181,60 @@ class ControllerRunner:
             elector=elector,
             reconcile_in_thread=True,
         )
-        self.host.every(BACKSTOP, period_s, self._reconcile, leader_only=True)
+        for name in self.controllers:
+            fn = self._reconcile if name == BACKSTOP else self._ticker(name)
+            self.host.every(name, period_s, fn, leader_only=True)
         self._last_reconcile = Gauge(
             "katalyst_controller_last_reconcile_timestamp_seconds",
             "When the backstop last reconciled (seconds since the epoch).",
             registry=self.registry,
         )
+        self._reconciled = Gauge(
+            "katalyst_controller_reconcile_timestamp_seconds",
+            "When each controller last reconciled (seconds since the epoch).",
+            ["controller"],
+            registry=self.registry,
+        )
+        self._reconciles = Counter(
+            "katalyst_controller_reconciles",
+            "Reconciles per controller, by result (ok: applied cleanly; failed: some writes "
+            "failed; error: the reconcile stopped).",
+            ["controller", "result"],
+            registry=self.registry,
+        )
+        for name in self.controllers:
+            for result in ("ok", "failed", "error"):
+                self._reconciles.labels(name, result)
+
+    def _build(self, name: str) -> Reconciler:
+        if name == names.CONTROLLER_OVERCOMMIT:
+            return OvercommitController(self.cluster, node_selector=self.node_selector)
+        if name == names.CONTROLLER_KCC:
+            return KCCController(self.cluster, node_selector=self.node_selector)
+        return LifecycleController(
+            self.cluster, node_selector=self.node_selector, orphan_grace_s=self.orphan_grace_s
+        )
+
+    def _ticker(self, name: str) -> Callable[[float], tuple[Any, Any]]:
+        def tick(now: float) -> tuple[Any, Any]:
+            if name not in self.reconcilers:
+                # Built on first leadership only: a follower keeps no caches.
+                self.reconcilers[name] = self._build(name)
+            reconciler = self.reconcilers[name]
+            try:
+                plan = reconciler.reconcile(now)
+                result = DryRun() if self.config.dry_run else reconciler.apply(plan)
+            except Exception:
+                self._reconciles.labels(name, "error").inc()
+                raise
+            self._done(name, now, bool(result.failed))
+            return plan, result
+
+        return tick
+
+    def _done(self, name: str, now: float, failed: bool) -> None:
+        self._reconciled.labels(name).set(now)
+        self._reconciles.labels(name, "failed" if failed else "ok").inc()
 
     def _reconcile(self, now: float) -> tuple[BackstopPlan, BackstopResult]:
         if self.backstop is None:
@@ -110,16 +242,26 @@ class ControllerRunner:
             self.backstop = BackstopController(
                 self.cluster, self.config, registry=self.registry, records_path=self.records_path
             )
-        plan, result = self.backstop.run(now)
+        try:
+            plan, result = self.backstop.run(now)
+        except Exception:
+            self._reconciles.labels(BACKSTOP, "error").inc()
+            raise
         self._last_reconcile.set(now)
+        self._done(BACKSTOP, now, bool(result.failed))
         return plan, result
 
     def report(self, step: HostStep) -> StepReport:
         done = step.results.get(BACKSTOP)
         plan, result = done if isinstance(done, tuple) else (None, None)
-        exc = step.errors.get(BACKSTOP)
-        error = f"backstop: {exc}" if exc is not None else None
-        return StepReport(step.now, step.leader, plan, result, step.next_wake, error)
+        errors = [f"{name}: {exc}" for name, exc in step.errors.items()]
+        outcomes = {
+            name: out
+            for name, out in step.results.items()
+            if name != BACKSTOP and isinstance(out, tuple)
+        }
+        error = "; ".join(errors) if errors else None
+        return StepReport(step.now, step.leader, plan, result, step.next_wake, error, outcomes)
 
     def step(self, now: float) -> StepReport:
         return self.report(self.host.step(now))
@@ -159,7 +301,7 @@ def _verdict(report: StepReport, *, once: bool, elected: bool, notify: Notify) -
     if report.lost_leadership:
         notify("lost the controller lease: exiting so that a fresh start follows", True)
         return 1
-    if once and report.plan is not None:
+    if once and (report.plan is not None or report.outcomes):
         return 0
     st = report.leader
     if once and elected and st is not None and not st.leading:

@@ -1,0 +1,322 @@
+"""Node overcommit: which NodeOvercommitConfig applies to each Node, written as annotations.
+
+A Node labelled `katalyst.kubewharf.io/overcommit_node_pool=<val>` is selected by the
+NodeOvercommitConfigs whose `spec.nodeOvercommitSelectorVal` is `<val>`; when several
+select it the newest (creationTimestamp, then name) wins. A config with an empty selector
+value is the default: it applies to the nodes that carry no pool label. For a selected
+node the controller writes, like Katalyst:
+
+- `cpu_overcommit_ratio` / `memory_overcommit_ratio`: the config's ratios ("1" when unset);
+- `realtime_{cpu,memory}_overcommit_ratio`: copied from the node's CNR, where the agent
+  publishes them;
+- `overcommit_{allocatable,capacity}_{cpu,memory}`:
+  `(original - guaranteedCPUs) * ratio + guaranteedCPUs`, with `ratio = min(set,
+  realtime) >= 1`, the originals read from the `original_*` annotations the node webhook
+  keeps, and guaranteedCPUs from the CNR (only under a static cpu manager; 0 for memory).
+
+A node no config selects loses all these annotations, so deleting a config restores its
+nodes. Each config's status lists the nodes it selects (`matchedNodeList`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from pykatalyst.api import names
+from pykatalyst.api.crds import NodeOvercommitConfig
+from pykatalyst.api.quantity import Quantity, QuantityError
+from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.memory import parse_rfc3339
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
+
+DEFAULT_RATIO = "1"
+_RATIO_KEYS = {
+    names.RESOURCE_CPU: names.CPU_OVERCOMMIT_RATIO_ANNOTATION,
+    names.RESOURCE_MEMORY: names.MEMORY_OVERCOMMIT_RATIO_ANNOTATION,
+}
+_REALTIME_KEYS = {
+    names.RESOURCE_CPU: names.REALTIME_CPU_OVERCOMMIT_RATIO_ANNOTATION,
+    names.RESOURCE_MEMORY: names.REALTIME_MEMORY_OVERCOMMIT_RATIO_ANNOTATION,
+}
+# resource -> (original allocatable, original capacity, overcommit allocatable, capacity)
+_CAPACITY_KEYS = {
+    names.RESOURCE_CPU: (
+        names.ORIGINAL_ALLOCATABLE_CPU_ANNOTATION,
+        names.ORIGINAL_CAPACITY_CPU_ANNOTATION,
+        names.OVERCOMMIT_ALLOCATABLE_CPU_ANNOTATION,
+        names.OVERCOMMIT_CAPACITY_CPU_ANNOTATION,
+    ),
+    names.RESOURCE_MEMORY: (
+        names.ORIGINAL_ALLOCATABLE_MEMORY_ANNOTATION,
+        names.ORIGINAL_CAPACITY_MEMORY_ANNOTATION,
+        names.OVERCOMMIT_ALLOCATABLE_MEMORY_ANNOTATION,
+        names.OVERCOMMIT_CAPACITY_MEMORY_ANNOTATION,
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What the decision reads of a Node and of its CNR (None: no CNR)."""
+
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    cnr_annotations: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OvercommitConfigFacts:
+    name: str
+    selector_val: str
+    ratios: Mapping[str, str]
+    created: float
+    matched: tuple[str, ...] = ()
+    error: str = ""  # why the config is refused; "" when it is valid
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAnnotationPatch:
+    node: str
+    config: str  # the config that selects the node; "" when none does
+    changes: Mapping[str, str | None]  # None: remove the annotation
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "config": self.config, "changes": dict(self.changes)}
+
+
+@dataclass(frozen=True, slots=True)
+class OvercommitPlan:
+    time: float
+    selection: Mapping[str, str]  # node -> config ("" when none)
+    patches: tuple[NodeAnnotationPatch, ...]
+    statuses: Mapping[str, tuple[str, ...]]  # config -> its new matchedNodeList
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "selection": dict(self.selection),
+            "patches": [p.to_json() for p in self.patches],
+            "statuses": {k: list(v) for k, v in dict(self.statuses).items()},
+            "notes": list(self.notes),
+        }
+
+    def summary(self) -> str:
+        selected = sum(1 for c in self.selection.values() if c)
+        return (
+            f"overcommit: {len(self.selection)} nodes, {selected} selected by a config; "
+            f"{len(self.patches)} node updates, {len(self.statuses)} status updates"
+        )
+
+
+def read_config(obj: JSON) -> OvercommitConfigFacts:
+    """A NodeOvercommitConfig as the decision sees it; a bad one is kept with its error."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    created = _created(meta)
+    matched = tuple(str(n) for n in ((obj.get("status") or {}).get("matchedNodeList") or []))
+    try:
+        noc = NodeOvercommitConfig.model_validate(obj)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return OvercommitConfigFacts(name, "", {}, created, matched, f"{where}: {first['msg']}")
+    spec = noc.spec
+    return OvercommitConfigFacts(
+        name,
+        spec.node_overcommit_selector_val,
+        dict(spec.resource_overcommit_ratio),
+        created,
+        matched,
+    )
+
+
+def _created(meta: Mapping[str, Any]) -> float:
+    text = meta.get("creationTimestamp")
+    try:
+        return parse_rfc3339(text) if isinstance(text, str) and text else 0.0
+    except ValueError:
+        return 0.0
+
+
+def select_config(
+    node: NodeFacts, configs: Sequence[OvercommitConfigFacts]
+) -> OvercommitConfigFacts | None:
+    """The config that applies to the node: the newest with the node's pool value, the
+    newest default (empty value) for a node without the pool label, else None."""
+    val = node.labels.get(names.OVERCOMMIT_NODE_POOL_LABEL)
+    want = "" if val is None else val
+    if val == "":
+        return None  # an empty label value selects nothing (Katalyst matches it to no pool)
+    found = [c for c in configs if not c.error and c.selector_val == want]
+    if not found:
+        return None
+    return max(found, key=lambda c: (c.created, c.name))
+
+
+def desired_annotations(node: NodeFacts, config: OvercommitConfigFacts | None) -> dict[str, str]:
+    """The managed annotations the node should carry (absent keys: removed)."""
+    if config is None:
+        return {}
+    out: dict[str, str] = {}
+    cnr = node.cnr_annotations or {}
+    for resource, key in _RATIO_KEYS.items():
+        out[key] = config.ratios.get(resource, DEFAULT_RATIO)
+        # The agent publishes its realtime ratio on the CNR under the node annotation's key.
+        realtime = cnr.get(key)
+        if realtime is not None:
+            out[_REALTIME_KEYS[resource]] = realtime
+    guaranteed = _guaranteed_cpus(cnr)
+    for resource, (orig_alloc, orig_cap, oc_alloc, oc_cap) in _CAPACITY_KEYS.items():
+        ratio = _effective_ratio(out.get(_RATIO_KEYS[resource]), out.get(_REALTIME_KEYS[resource]))
+        extra = guaranteed if resource == names.RESOURCE_CPU else 0
+        alloc = _scaled(node.annotations.get(orig_alloc), ratio, extra, resource)
+        cap = _scaled(node.annotations.get(orig_cap), ratio, extra, resource)
+        if alloc is not None and cap is not None:
+            out[oc_alloc] = alloc
+            out[oc_cap] = cap
+    return out
+
+
+def _ratio(text: str | None) -> float | None:
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and value == value else None
+
+
+def _effective_ratio(configured: str | None, realtime: str | None) -> float:
+    values = [v for v in (_ratio(configured), _ratio(realtime)) if v is not None]
+    return max(min(values), 1.0) if values else 1.0
+
+
+def _guaranteed_cpus(cnr: Mapping[str, str]) -> int:
+    if cnr.get(names.CNR_OVERCOMMIT_CPU_MANAGER_ANNOTATION) != names.CPU_MANAGER_POLICY_STATIC:
+        return 0
+    try:
+        return max(int(cnr.get(names.CNR_GUARANTEED_CPUS_ANNOTATION, "0")), 0)
+    except ValueError:
+        return 0
+
+
+def _scaled(text: str | None, ratio: float, guaranteed: int, resource: str) -> str | None:
+    """`(original - guaranteed) * ratio + guaranteed` in Katalyst's units: millicpu for
+    cpu, whole bytes for memory; None when the original is missing or unreadable."""
+    if text is None:
+        return None
+    try:
+        original = Quantity.parse(text)
+    except QuantityError:
+        return None
+    g = Quantity.from_int(guaranteed, original.format)
+    rest = original - g
+    if resource == names.RESOURCE_CPU:
+        scaled = Quantity.from_milli(int(rest.milli_value() * ratio), original.format)
+    else:
+        scaled = Quantity.from_int(int(rest.value() * ratio), original.format)
+    return str(scaled + g)
+
+
+def decide(
+    nodes: Sequence[NodeFacts], configs: Sequence[OvercommitConfigFacts], now: float
+) -> OvercommitPlan:
+    """Pure: the annotation changes per node and the configs whose node list changed."""
+    selection: dict[str, str] = {}
+    patches: list[NodeAnnotationPatch] = []
+    matched: dict[str, list[str]] = {c.name: [] for c in configs}
+    for node in sorted(nodes, key=lambda n: n.name):
+        config = select_config(node, configs)
+        selection[node.name] = config.name if config else ""
+        if config is not None:
+            matched[config.name].append(node.name)
+        want = desired_annotations(node, config)
+        changes: dict[str, str | None] = {}
+        for key in names.OVERCOMMIT_MANAGED_ANNOTATIONS:
+            have = node.annotations.get(key)
+            if want.get(key) != have:
+                changes[key] = want.get(key)
+        if changes:
+            patches.append(NodeAnnotationPatch(node.name, selection[node.name], changes))
+    statuses = {
+        c.name: tuple(matched[c.name]) for c in configs if tuple(matched[c.name]) != c.matched
+    }
+    notes = tuple(f"NodeOvercommitConfig {c.name} ignored: {c.error}" for c in configs if c.error)
+    return OvercommitPlan(now, selection, tuple(patches), statuses, notes)
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    done: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"done": list(self.done), "failed": list(self.failed)}
+
+
+def node_facts(node: JSON, cnr: JSON | None) -> NodeFacts:
+    meta = node.get("metadata") or {}
+    cnr_meta = (cnr or {}).get("metadata") or {}
+    return NodeFacts(
+        str(meta.get("name", "")),
+        {str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        None
+        if cnr is None
+        else {str(k): str(v) for k, v in (cnr_meta.get("annotations") or {}).items()},
+    )
+
+
+class OvercommitController:
+    """`reconcile(now)` decides from informer caches; `apply(plan)` patches Node
+    annotations and NodeOvercommitConfig statuses; `run(now)` does both."""
+
+    name = names.CONTROLLER_OVERCOMMIT
+
+    def __init__(self, cluster: Cluster, *, node_selector: str | None = None) -> None:
+        self.cluster = cluster
+        self._nodes = Informer(cluster, names.NODE, label_selector=node_selector)
+        self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
+        self._configs = Informer(cluster, names.NODE_OVERCOMMIT_CONFIG)
+
+    def reconcile(self, now: float) -> OvercommitPlan:
+        for informer in (self._nodes, self._cnrs, self._configs):
+            informer.sync()
+        nodes = []
+        for obj in self._nodes.list():
+            name = str((obj.get("metadata") or {}).get("name", ""))
+            nodes.append(node_facts(obj, self._cnrs.get(name)))
+        configs = [read_config(o) for o in self._configs.list()]
+        return decide(nodes, configs, now)
+
+    def apply(self, plan: OvercommitPlan) -> ApplyResult:
+        done: list[str] = []
+        failed: list[str] = []
+        for p in plan.patches:
+            body: JSON = {"metadata": {"annotations": dict(p.changes)}}
+            try:
+                self.cluster.patch(names.NODE, p.node, body)
+                done.append(f"node {p.node}")
+            except NotFound:
+                continue
+            except ApiError as exc:
+                failed.append(f"node {p.node}: {exc}")
+        for config, nodes in dict(plan.statuses).items():
+            body = {"status": {"matchedNodeList": list(nodes)}}
+            try:
+                self.cluster.patch(names.NODE_OVERCOMMIT_CONFIG, config, body, subresource="status")
+                done.append(f"status {config}")
+            except NotFound:
+                continue
+            except ApiError as exc:
+                failed.append(f"status {config}: {exc}")
+        return ApplyResult(tuple(done), tuple(failed))
+
+    def run(self, now: float) -> tuple[OvercommitPlan, ApplyResult]:
+        plan = self.reconcile(now)
+        return plan, self.apply(plan)
