@@ -34,9 +34,11 @@ DENIED: dict[str, list[tuple[str, str, str | None, str | None]]] = {
         ("events", "patch", None, "default"),
         ("secrets", "get", None, names.SYSTEM_NAMESPACE),
     ],
+    # (the lifecycle controller deletes orphaned CNRs; overcommit patches Node annotations)
     "controller": [
-        (CNR, "delete", None, None),
-        ("nodes", "patch", None, None),
+        (CNR, "update", None, None),
+        ("nodes", "delete", None, None),
+        ("nodes", "update", None, None),
         ("pods", "delete", None, "default"),
         ("events", "patch", None, "default"),
         ("leases.coordination.k8s.io", "get", None, "default"),
