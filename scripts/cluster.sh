@@ -151,7 +151,9 @@ make_pki() {
     fi
 }
 
-kubeconfig_cert() {  # file user cert
+# A kubeconfig for one user of the test cluster: `credentials` is the YAML of its `user:`
+# entry, `extra` more keys of its context.
+kubeconfig() {  # file user credentials [extra]
     cat > "$1" <<EOF
 apiVersion: v1
 kind: Config
@@ -162,36 +164,21 @@ clusters:
     certificate-authority: $PKI/ca.crt
 users:
 - name: $2
-  user:
-    client-certificate: $PKI/$3.crt
-    client-key: $PKI/$3.key
+  user: {$3}
 contexts:
 - name: $2@pykatalyst-test
-  context: {cluster: pykatalyst-test, user: $2}
+  context: {cluster: pykatalyst-test, user: $2${4:+, $4}}
 current-context: $2@pykatalyst-test
 EOF
     chmod 600 "$1"
 }
 
+kubeconfig_cert() {  # file user cert
+    kubeconfig "$1" "$2" "client-certificate: $PKI/$3.crt, client-key: $PKI/$3.key"
+}
+
 kubeconfig_token() {  # file user token
-    cat > "$1" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: pykatalyst-test
-  cluster:
-    server: $APISERVER
-    certificate-authority: $PKI/ca.crt
-users:
-- name: $2
-  user:
-    token: $3
-contexts:
-- name: $2@pykatalyst-test
-  context: {cluster: pykatalyst-test, user: $2, namespace: $NAMESPACE}
-current-context: $2@pykatalyst-test
-EOF
-    chmod 600 "$1"
+    kubeconfig "$1" "$2" "token: $3" "namespace: $NAMESPACE"
 }
 
 # --- the node's runtime -----------------------------------------------------------------
