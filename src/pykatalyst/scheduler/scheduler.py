@@ -58,6 +58,7 @@ class ScheduleOutcome:
     numa: NUMAReservation | None = None
     # weighted score per plugin of the chosen node (empty when only one node was feasible)
     scores: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    profile: str = ""  # the pod's schedulerName
 
 
 def _same_except_binding(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -223,6 +224,10 @@ class Scheduler:
         entry = self.queue.pop(now)
         if entry is None:
             return None
+        outcome = self._attempt(entry, now)
+        return dataclasses.replace(outcome, profile=entry.info.scheduler_name)
+
+    def _attempt(self, entry: QueuedPod, now: float) -> ScheduleOutcome:
         info = entry.info
         fw = self.frameworks.get(info.scheduler_name)
         if fw is None:
