@@ -181,10 +181,11 @@ class Release:
             text=True,
             timeout=timeout,
         )
-        assert done.returncode == 0, f"helm {args[0]} failed: {done.stderr.strip()}\n{self.state()}"
+        if done.returncode != 0:
+            raise AssertionError(f"helm {args[0]} failed: {done.stderr.strip()}\n{self.describe()}")
         return done.stdout
 
-    def state(self) -> str:
+    def describe(self) -> str:
         """The release's pods and the last log lines of those not ready, for a failure."""
         ns = ["-n", self.namespace]
         out = [self.kubectl.run("get", "pods", "-o", "wide", *ns, check=False).stdout]
