@@ -46,7 +46,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.topology.cpuset import CPUSet
-from tests.e2e.conftest import REPO, Kubectl, LocalNode, wait_until
+from tests.e2e.conftest import RBAC_DENIED, REPO, Kubectl, LocalNode, wait_until
 from tests.e2e.pykatalyst_e2e import AGENT_CONFIG, container_cpus, running_pods
 
 CHART = REPO / "deploy" / "charts" / "pykatalyst"
@@ -351,6 +351,16 @@ def test_every_component_runs_and_is_ready_through_its_probes(release: Release) 
     agent = release.pods("katalyst-agent")[0]
     assert agent["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet"
     assert agent["spec"]["nodeName"] == release.node.name
+    # Each component's ServiceAccount, bound by the chart's RBAC, is allowed what it calls.
+    denied = [
+        f"{c}: {line.strip()}"
+        for c in COMPONENTS
+        for line in release.kubectl.run(
+            "logs", "-n", release.namespace, "-l", f"app.kubernetes.io/name={c}", "--tail=-1"
+        ).stdout.splitlines()
+        if RBAC_DENIED.search(line)
+    ]
+    assert not denied, "\n".join(denied[:10])
 
 
 COLOCATION = REPO / "examples" / "pods" / "colocation-small-node.yaml"
