@@ -29,6 +29,7 @@ from pykatalyst.api.objects import CustomNodeResource, Pod, Taint
 from pykatalyst.api.qos import QoSError, parse_pod_qos, qos_level
 from pykatalyst.api.records import DecisionLog, DecisionRecord
 from pykatalyst.api.timefmt import parse_rfc3339
+from pykatalyst.api.units import Seconds
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
@@ -47,8 +48,8 @@ class BackstopConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    taint_after_s: float = Field(600.0, ge=0, description="silence before the CNR taint")
-    evict_after_s: float = Field(1200.0, ge=0, description="silence before evictions")
+    taint_after_s: Seconds = Field(600.0, description="silence before the CNR taint")
+    evict_after_s: Seconds = Field(1200.0, description="silence before evictions")
     taint_qps: float = Field(0.2, gt=0, description="taints (and untaints) per second")
     evict_qps: float = Field(0.1, gt=0, description="evictions per second")
     burst: int = Field(1, ge=1, description="actions that may go at once after a quiet spell")
