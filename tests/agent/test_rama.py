@@ -336,6 +336,32 @@ def test_the_admin_qos_configuration_selects_rama_and_its_targets() -> None:
     assert step["indicators"]["cpu_sched_wait"]["target"] == 300.0
 
 
+def test_a_bad_policy_annotation_changes_nothing_and_names_itself() -> None:
+    cfg = {**RAMA, "advisor": {**RAMA["advisor"], "provision_policy": "canonical"}}
+    node = Node({**cfg, "admin_qos_config": "default/aqc"})
+    node.cluster.create(
+        names.ADMIN_QOS_CONFIGURATION,
+        {
+            "apiVersion": names.ADMIN_QOS_CONFIGURATION.api_version,
+            "kind": names.ADMIN_QOS_CONFIGURATION.kind,
+            "metadata": {
+                "name": "aqc",
+                "namespace": "default",
+                "annotations": {names.CPU_PROVISION_POLICY_ANNOTATION: "pid"},
+            },
+            "spec": {"config": {}},
+        },
+        "default",
+    )
+    node.cluster.create(names.POD, pod_json("web", cpu="2"), "default")
+    node.tick()
+    plan = node.tick()
+    assert plan.config["state"] == "invalid"
+    assert names.CPU_PROVISION_POLICY_ANNOTATION in plan.config["error"]
+    assert "accepted: canonical, rama" in plan.config["error"]
+    assert node.share(plan).terms["provision"] == {"policy": "canonical"}
+
+
 def test_an_spd_lowers_the_pools_wait_target() -> None:
     node = Node(RAMA)
     node.cluster.create(
