@@ -34,7 +34,7 @@ from pykatalyst.cli.explain_pod import explain_pod
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.http import kubeconfig_for
-from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.cluster.memory import MemoryCluster, rfc3339
 from pykatalyst.runtime.apiserver import ApiServer
 from pykatalyst.scheduler.scheduler import Scheduler
 from pykatalyst.topology.cpuset import CPUSet
@@ -219,6 +219,10 @@ def test_node_shows_the_config_in_force(world: World) -> None:
     aqc = config["admin_qos"]
     assert aqc["name"] == "default/colocation" and aqc["error"] is None
     assert aqc["spec"]["config"]["reclaimedResourceConfig"]["enableReclaim"] is True
+    # Since the agent's first tick, when it put the config in force.
+    assert aqc["in_force_since"] == rfc3339(50_000)
+    table = world.invoke("node", NODE)
+    assert f"in force since {rfc3339(50_000)}" in " ".join(table.stdout.split())
 
 
 def test_node_table_names_every_section(world: World) -> None:
