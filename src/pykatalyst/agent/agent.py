@@ -59,9 +59,9 @@ from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportI
 from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
 from pykatalyst.api import config_fields, names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
+from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.memory import rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology

@@ -13,7 +13,7 @@ from typing import Any
 
 from pykatalyst.api import names
 from pykatalyst.api.records import DecisionRecord
-from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
+from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
 
 # Event reasons written by the eviction manager and the backstop.
 EXPLAINED_REASONS = {

@@ -28,8 +28,8 @@ from pykatalyst.api.limits import PodShapeError
 from pykatalyst.api.objects import CustomNodeResource, Pod, Taint
 from pykatalyst.api.qos import QoSError, parse_pod_qos, qos_level
 from pykatalyst.api.records import DecisionLog, DecisionRecord
+from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
 
 # Kubernetes' markers of pods nobody may evict (the same rule the agent applies).

@@ -11,12 +11,12 @@ import copy
 import dataclasses
 import itertools
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from pykatalyst.api import names
+from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import (
     JSON,
@@ -39,10 +39,6 @@ REASON_UNSCHEDULABLE: Final = "Unschedulable"
 EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
 EVENT_SCHEDULED: Final = "Scheduled"
 CONDITION_POD_SCHEDULED: Final = "PodScheduled"
-
-
-def rfc3339(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from pykatalyst.agent.eviction.types import EvictionPlan, EvictionRecord
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
 from pykatalyst.api.objects import Taint
-from pykatalyst.cluster.memory import rfc3339
+from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
 
 TAINT_RESYNC_S = 30.0
