@@ -204,7 +204,7 @@ def test_zero_weights_default_to_one() -> None:
         (
             "profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: "
             "{type: Packed}}}]}]",
-            "scoringStrategy.type: Input should be 'LeastAllocated'",
+            "scoringStrategy.type: must be 'LeastAllocated'",
         ),
         ("profiles: [{schedulerName: x}, {schedulerName: x}]", "duplicate scheduler name"),
         ("percentageOfNodesToScore: 120", "percentageOfNodesToScore: 120 is not in the valid"),
@@ -212,7 +212,7 @@ def test_zero_weights_default_to_one() -> None:
             "profiles: [{pluginConfig: [{name: NodeResourcesFit}, {name: NodeResourcesFit}]}]",
             "repeated config for plugin 'NodeResourcesFit'",
         ),
-        ("profile: []", "profile: Extra inputs are not permitted"),
+        ("profile: []", "profile: unknown field"),
     ],
 )
 def test_invalid_configs_are_refused_naming_the_problem(body: str, expected: str) -> None:

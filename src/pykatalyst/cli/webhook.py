@@ -14,8 +14,8 @@ from pykatalyst.cli.kubeopts import (
     KUBECONFIG_OPTION,
     cluster_from_options,
 )
+from pykatalyst.cli.listen import listen_address
 from pykatalyst.cli.output import print_message
-from pykatalyst.cli.scheduler import _parse_listen
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.runtime.host import ServeError
 from pykatalyst.runtime.webhook import run_webhook
@@ -119,7 +119,7 @@ def webhook(
     """Admission webhooks with Katalyst's semantics: refuse pods with QoS declarations no node
     can run (warn of what Katalyst ignores), set the SPD reference, and apply the node
     overcommit ratios to nodes/status."""
-    address = _parse_listen(listen)
+    address = listen_address(listen)
     hosts = list(dict.fromkeys([*cert_hosts, address[0], "localhost", "127.0.0.1"]))
     for flag, given in (("--certs-only", certs_only), ("--client-cert", client_cert is not None)):
         if given and self_signed is None:

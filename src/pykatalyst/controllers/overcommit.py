@@ -32,8 +32,10 @@ from pydantic import ValidationError
 
 from pykatalyst.api import names
 from pykatalyst.api.crds import NodeOvercommitConfig
+from pykatalyst.api.problems import field_problems
 from pykatalyst.api.quantity import Quantity, QuantityError
-from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
+from pykatalyst.api.timefmt import parse_rfc3339
+from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 
@@ -135,9 +137,8 @@ def read_config(obj: JSON) -> OvercommitConfigFacts:
         noc = NodeOvercommitConfig.model_validate(obj)
     except ValidationError as exc:
         raw = (obj.get("spec") or {}).get("nodeOvercommitSelectorVal", "")
-        return OvercommitConfigFacts(
-            name, str(raw), {}, created, matched, _first_error(exc), generation, uid
-        )
+        first = field_problems(exc)[0].show()
+        return OvercommitConfigFacts(name, str(raw), {}, created, matched, first, generation, uid)
     spec = noc.spec
     return OvercommitConfigFacts(
         name,
@@ -148,12 +149,6 @@ def read_config(obj: JSON) -> OvercommitConfigFacts:
         generation=generation,
         uid=uid,
     )
-
-
-def _first_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
-    return f"{where}: {str(first['msg']).removeprefix('Value error, ')}"
 
 
 def _created(meta: Mapping[str, Any]) -> float:
@@ -321,32 +316,6 @@ def node_facts(node: JSON, cnr: JSON | None) -> NodeFacts:
     )
 
 
-# NodeOvercommitConfigs are cluster-scoped: their Events go to `default`, as a Node's do.
-EVENT_NS = names.DEFAULT_NAMESPACE
-
-
-def _refusal_event(config: OvercommitConfigFacts, now: float) -> JSON:
-    ts = rfc3339(now)
-    involved: JSON = {
-        "apiVersion": names.NODE_OVERCOMMIT_CONFIG.api_version,
-        "kind": names.NODE_OVERCOMMIT_CONFIG.kind,
-        "name": config.name,
-    }
-    if config.uid:
-        involved["uid"] = config.uid
-    return {
-        "metadata": {"generateName": f"{config.name}.", "namespace": EVENT_NS},
-        "involvedObject": involved,
-        "reason": names.EVENT_REASON_INVALID_OVERCOMMIT_CONFIG,
-        "message": refusal_message(config),
-        "type": "Warning",
-        "source": {"component": names.CONTROLLER_COMPONENT},
-        "firstTimestamp": ts,
-        "lastTimestamp": ts,
-        "count": 1,
-    }
-
-
 class OvercommitController:
     """`reconcile(now)` decides from informer caches; `apply(plan)` patches Node
     annotations and NodeOvercommitConfig statuses; `run(now)` does both."""
@@ -359,6 +328,7 @@ class OvercommitController:
         self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self._configs = Informer(cluster, names.NODE_OVERCOMMIT_CONFIG)
         self._reported: set[tuple[str, str, int]] = set()
+        self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
 
     def reconcile(self, now: float) -> OvercommitPlan:
         for informer in (self._nodes, self._cnrs, self._configs):
@@ -392,12 +362,16 @@ class OvercommitController:
             except ApiError as exc:
                 failed.append(f"status {config}: {exc}")
         for refused in plan.refused:
-            try:
-                self.cluster.create(names.EVENT, _refusal_event(refused, plan.time), EVENT_NS)
-                done.append(f"event {refused.name}")
-            except ApiError as exc:
-                failed.append(f"event {refused.name}: {exc}")
+            kind = names.NODE_OVERCOMMIT_CONFIG
+            ref = ObjectRef(kind.kind, refused.name, uid=refused.uid, api_version=kind.api_version)
+            reason = names.EVENT_REASON_INVALID_OVERCOMMIT_CONFIG
+            outcome = self.events.record(
+                ref, "Warning", reason, refusal_message(refused), plan.time
+            )
+            if outcome in ("failed", "throttled"):
+                failed.append(f"event {refused.name}: {outcome}")
                 continue
+            done.append(f"event {refused.name}")
             self._reported.add(refusal_key(refused))
         return ApplyResult(tuple(done), tuple(failed))
 

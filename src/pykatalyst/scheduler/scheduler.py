@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,10 +16,10 @@ from typing import Any, Final
 
 from pykatalyst.api import names
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import (
     JSON,
-    AlreadyExists,
     ApiError,
     Cluster,
     Conflict,
@@ -54,6 +53,7 @@ class ScheduleOutcome:
     numa: NUMAReservation | None = None
     # weighted score per plugin of the chosen node (empty when only one node was feasible)
     scores: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    profile: str = ""  # the pod's schedulerName
 
 
 def _same_except_binding(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -95,8 +95,7 @@ class Scheduler:
         self.record_scheduled_events = record_scheduled_events
         self._now = 0.0
         self._infos: dict[str, PodInfo] = {}
-        self._event_seq = itertools.count(1)
-        self._last_event: dict[tuple[str, str, str], tuple[str, int]] = {}
+        self._recorders: dict[str, EventRecorder] = {}
         self.nodes = Informer(cluster, names.NODE)
         self.cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self.pods = Informer(cluster, names.POD)
@@ -219,6 +218,10 @@ class Scheduler:
         entry = self.queue.pop(now)
         if entry is None:
             return None
+        outcome = self._attempt(entry, now)
+        return dataclasses.replace(outcome, profile=entry.info.scheduler_name)
+
+    def _attempt(self, entry: QueuedPod, now: float) -> ScheduleOutcome:
         info = entry.info
         fw = self.frameworks.get(info.scheduler_name)
         if fw is None:
@@ -364,57 +367,9 @@ class Scheduler:
         self, info: PodInfo, fw: Framework, etype: str, reason: str, message: str, now: float
     ) -> None:
         source = fw.profile.scheduler_name
-        key = (info.uid, reason, message)
-        ts = rfc3339(now)
-        last = self._last_event.get(key)
-        try:
-            if last is not None:
-                name, count = last
-                self.cluster.patch(
-                    names.EVENT,
-                    name,
-                    {"count": count + 1, "lastTimestamp": ts},
-                    info.namespace,
-                )
-                self._last_event[key] = (name, count + 1)
-                return
-        except NotFound:
-            pass
-        except ApiError as exc:
-            log.warning("cannot update Event for %s: %s", info.key, exc)
-            return
-        name = f"{info.name}.{next(self._event_seq):x}{int(now * 1000) & 0xFFFFFFFF:08x}"
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": name, "namespace": info.namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": info.name,
-                "namespace": info.namespace,
-                "uid": info.uid,
-                "resourceVersion": info.resource_version,
-            },
-            "reason": reason,
-            "message": message,
-            "type": etype,
-            "action": "Scheduling" if reason == EVENT_FAILED_SCHEDULING else "Binding",
-            "source": {"component": source},
-            "reportingComponent": source,
-            "reportingInstance": source,
-            "firstTimestamp": ts,
-            "lastTimestamp": ts,
-            "count": 1,
-        }
-        try:
-            self.cluster.create(names.EVENT, event, info.namespace)
-        except AlreadyExists:
-            return
-        except ApiError as exc:
-            log.warning("cannot record Event for %s: %s", info.key, exc)
-            return
-        if reason == EVENT_FAILED_SCHEDULING:
-            if len(self._last_event) > 100_000:
-                self._last_event.clear()
-            self._last_event[key] = (name, 1)
+        recorder = self._recorders.get(source)
+        if recorder is None:
+            recorder = self._recorders[source] = EventRecorder(self.cluster, source)
+        ref = ObjectRef.pod(info.key, info.uid, info.resource_version)
+        action = "Scheduling" if reason == EVENT_FAILED_SCHEDULING else "Binding"
+        recorder.record(ref, etype, reason, message, now, action=action)
