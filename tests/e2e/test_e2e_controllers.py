@@ -499,17 +499,6 @@ def _explain(kubeconfig: str, node: str) -> dict[str, Any]:
     return data
 
 
-def _reclaim_state(kubeconfig: str, node: str) -> str:
-    """ "off" when both figures' terms carry the agent's reclaim-disabled note, "on" when
-    both have terms without it, else "" (not published yet, or half way)."""
-    data = _explain(kubeconfig, node)["reclaimed"]
-    notes = [str((data[r]["terms"] or {}).get("reclaim", "")) for r in ("cpu", "memory")]
-    if not all(data[r]["terms"] for r in ("cpu", "memory")):
-        return ""
-    off = ["reclaim disabled" in n for n in notes]
-    return "off" if all(off) else "on" if not any(off) else ""
-
-
 def _reclaimed(kubectl: Kubectl, node: str) -> tuple[int, int]:
     """The CNR's reclaimed (millicpu, memory bytes); ValueError until it has them."""
     cnr = kubectl.json("get", "kcnr", node)
@@ -582,23 +571,14 @@ def test_the_running_agent_takes_a_changed_config_from_its_cnc(
             return found.get("in_force_since")
 
         first = wait_until("explain to show it in force", since, 60, interval=2)
-        # The reclaimed figures' terms say whether reclaim is on (the figures themselves
-        # depend on how idle this small shared node is).
-        wait_until(
-            "reclaim on in the CNR's terms", lambda: _reclaim_state(kubeconfig, node) == "on", 60
-        )
+        wait_until("reclaimed figures on the CNR", lambda: _reclaimed(kubectl, node), 60)
         pid = agent.proc.pid if agent.proc else None
 
         kubectl.apply(this_node(False))
-        wait_until(
-            "reclaim off and 0 published",
-            lambda: (
-                _reclaim_state(kubeconfig, node) == "off" and _reclaimed(kubectl, node) == (0, 0)
-            ),
-            90,
-            interval=1,
-        )
         second = wait_until("the new version in force", lambda: (since() or "") > first, 60, 2)
+        # On this small shared node the figures may already be 0 (a busy cpu zeroes them
+        # all); with reclaim off they must be, whatever the load.
+        wait_until("0 reclaimed with reclaim off", lambda: _reclaimed(kubectl, node) == (0, 0), 60)
         assert second and agent.alive() and agent.proc and agent.proc.pid == pid
         for comp in (agent, controller):
             assert "Traceback" not in comp.log(), comp.log()[-3000:]
