@@ -260,6 +260,15 @@ def overcommit_pool(kubectl: Kubectl, node_name: str) -> Iterator[str]:
         keys = [*names.OVERCOMMIT_MANAGED_ANNOTATIONS, *_ORIGINALS]
         kubectl.run("annotate", "node", node_name, *(f"{k}-" for k in keys), check=False)
         kubectl.run("annotate", "kcnr", node_name, f"{CPU}-", check=False)
+        kubectl.run(
+            "delete",
+            "lease",
+            f"katalyst-controller-{pool}",
+            "-n",
+            names.SYSTEM_NAMESPACE,
+            "--ignore-not-found",
+            check=False,
+        )
 
 
 _ORIGINALS = (
@@ -586,6 +595,7 @@ def test_the_running_agent_takes_a_changed_config_from_its_cnc(
         kubectl.run("delete", aqc.plural, "this-node", "-n", namespace, check=False)
         wait_until("the CNC entry gone", lambda: not _picks(kubectl, [node])[node], 60)
         kubectl.run("delete", "kcc", "admin-qos", "-n", namespace, check=False)
+        controller.stop()  # else it takes its lease again
         kubectl.run(
             "delete",
             "lease",
