@@ -143,3 +143,18 @@ def test_the_agent_says_at_start_whether_it_reclaims(caplog: Any) -> None:
     (line,) = [r.getMessage() for r in caplog.records if "reclaim" in r.getMessage()]
     assert "reclaim on (advisor.enable_reclaim=true)" in line
     assert "cpu.idle on reclaimed pods off (reclaimed_cpu_idle=false)" in line
+
+
+def test_each_version_put_in_force_is_told_once_with_a_config_applied_event() -> None:
+    node = Node({"reclaimedResourceConfig": {"enableReclaim": False}})
+    node.agent.reconcile()
+    (event,) = node.events(names.EVENT_REASON_CONFIG_APPLIED)
+    assert event["type"] == "Normal" and event["source"]["host"] == "node-1"
+    assert event["involvedObject"]["name"] == "default" and REF in event["message"]
+    node.clock.advance(60)
+    node.agent.reconcile()
+    assert len(node.events(names.EVENT_REASON_CONFIG_APPLIED)) == 1  # nothing new
+    node.update({"reclaimedResourceConfig": {"enableReclaim": True}})
+    node.agent.reconcile()
+    assert node.agent.config.advisor.enable_reclaim is True
+    assert len(node.events(names.EVENT_REASON_CONFIG_APPLIED)) == 2  # a new version

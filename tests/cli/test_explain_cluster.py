@@ -28,6 +28,7 @@ from pykatalyst.agent.eviction import (
 from pykatalyst.agent.host.base import Knob
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
+from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cli.explain import ExplainSource
 from pykatalyst.cli.explain_cluster import SILENT_AFTER_S, explain_node
 from pykatalyst.cli.explain_pod import explain_pod
@@ -219,6 +220,10 @@ def test_node_shows_the_config_in_force(world: World) -> None:
     aqc = config["admin_qos"]
     assert aqc["name"] == "default/colocation" and aqc["error"] is None
     assert aqc["spec"]["config"]["reclaimedResourceConfig"]["enableReclaim"] is True
+    # Since the agent's first tick, when it put the config in force.
+    assert aqc["in_force_since"] == rfc3339(50_000)
+    table = world.invoke("node", NODE)
+    assert f"in force since {rfc3339(50_000)}" in " ".join(table.stdout.split())
 
 
 def test_node_table_names_every_section(world: World) -> None:

@@ -227,11 +227,22 @@ def test_two_configs_of_one_priority_on_a_node_are_marked_and_leave_it_alone() -
     _cnc(cluster, "n1", {"pool": "a"})
     _aqc(cluster, "one", {"nodeLabelSelector": "pool=a", "priority": 1, "config": {}})
     _aqc(cluster, "two", {"nodeLabelSelector": "pool in (a)", "priority": 1, "config": {}})
-    KCCController(cluster).run(1000)
+    ctl = KCCController(cluster)
+    ctl.run(1000)
     assert _picked(cluster, "n1") is None
     for name, other in (("one", "two"), ("two", "one")):
         conds = {c["type"]: c for c in cluster.get(AQC, name, NS)["status"]["conditions"]}
         assert conds["Conflict"]["status"] == "True" and other in conds["Conflict"]["message"]
+    # The KCC says so too, naming both, until the tie is gone.
+    kcc = cluster.get(names.KATALYST_CUSTOM_CONFIG, "admin-qos", NS)["status"]["conditions"]
+    conflict = next(c for c in kcc if c["type"] == "Conflict")
+    assert conflict["reason"] == names.KCC_REASON_SAME_PRIORITY
+    assert f"{NS}/one" in conflict["message"] and f"{NS}/two" in conflict["message"]
+    cluster.delete(AQC, "two", NS)
+    ctl.run(1030)
+    kcc = cluster.get(names.KATALYST_CUSTOM_CONFIG, "admin-qos", NS)["status"]["conditions"]
+    assert [c["type"] for c in kcc] == ["Valid"]
+    assert _picked(cluster, "n1")[0] == "one"  # type: ignore[index]
 
 
 def test_a_kcc_for_a_type_outside_the_config_group_is_invalid() -> None:

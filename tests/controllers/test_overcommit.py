@@ -173,3 +173,64 @@ def test_the_controller_annotates_the_node_and_deleting_the_config_restores_it()
     cluster.delete(names.NODE_OVERCOMMIT_CONFIG, "pool-a")
     ctl.run(1002)
     assert CPU not in (cluster.get(names.NODE, "n1")["metadata"].get("annotations") or {})
+
+
+def _noc(name: str, val: str, ratio: str) -> dict[str, object]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"nodeOvercommitSelectorVal": val, "resourceOvercommitRatio": {"cpu": ratio}},
+    }
+
+
+def _events(cluster: MemoryCluster, name: str) -> list[dict[str, object]]:
+    return [
+        e
+        for e in cluster.list(names.EVENT, names.DEFAULT_NAMESPACE).items
+        if e["involvedObject"]["name"] == name
+    ]
+
+
+@given(st.sampled_from(["0.5", "0", "-2", "abc", "", "nan", "1,5"]))
+@settings(max_examples=20, deadline=None)
+def test_a_ratio_below_one_or_not_a_number_is_refused_naming_the_field(ratio: str) -> None:
+    bad = read_config(_noc("bad", "p", ratio))
+    assert bad.error.startswith("spec.resourceOvercommitRatio")
+    assert repr(ratio) in bad.error and "a number >= 1" in bad.error
+    assert bad.selector_val == "p"
+
+
+def test_a_refused_config_gets_one_warning_event_and_changes_no_node() -> None:
+    clock = VirtualClock(1000)
+    cluster = MemoryCluster(clock=clock)
+    cluster.create(names.NODE, {"metadata": {"name": "n1", "labels": {POOL: "p"}}})
+    cluster.create(names.NODE, {"metadata": {"name": "n2", "labels": {POOL: "q"}}})
+    cluster.create(names.NODE_OVERCOMMIT_CONFIG, _noc("good", "p", "1.5"))
+    ctl = OvercommitController(cluster)
+    ctl.run(1000)
+    n1_before = cluster.get(names.NODE, "n1")["metadata"]["annotations"]
+    assert n1_before[CPU] == "1.5"
+    # A newer config for the same pool with a bad ratio: refused, the good one stays in force.
+    clock.advance(5)
+    cluster.create(names.NODE_OVERCOMMIT_CONFIG, _noc("newer-bad", "p", "0.5"))
+    # The only config of pool q is bad: its node is left alone.
+    cluster.create(names.NODE_OVERCOMMIT_CONFIG, _noc("only-bad", "q", "abc"))
+    plan, result = ctl.run(1005)
+    assert not result.failed
+    assert plan.selection == {"n1": "good", "n2": ""}
+    assert cluster.get(names.NODE, "n1")["metadata"]["annotations"] == n1_before
+    assert CPU not in (cluster.get(names.NODE, "n2")["metadata"].get("annotations") or {})
+    for name, shown in (("newer-bad", "'0.5'"), ("only-bad", "'abc'")):
+        (event,) = _events(cluster, name)
+        assert event["type"] == "Warning"
+        assert event["reason"] == names.EVENT_REASON_INVALID_OVERCOMMIT_CONFIG
+        assert shown in str(event["message"]) and "resourceOvercommitRatio" in str(event["message"])
+    # Told once per generation, not every period.
+    ctl.run(1010)
+    assert len(_events(cluster, "newer-bad")) == 1
+    # Fixing the config (a new generation) puts it in force; no further Event.
+    fixed = cluster.get(names.NODE_OVERCOMMIT_CONFIG, "only-bad")
+    fixed["spec"]["resourceOvercommitRatio"] = {"cpu": "2"}
+    cluster.update(names.NODE_OVERCOMMIT_CONFIG, fixed)
+    ctl.run(1015)
+    assert cluster.get(names.NODE, "n2")["metadata"]["annotations"][CPU] == "2"
+    assert len(_events(cluster, "only-bad")) == 1

@@ -203,3 +203,37 @@ def reclaimed_millicpu(kubectl: Kubectl, node: str) -> int:
     if value is None:
         raise ValueError("the CNR has no reclaimed_millicpu yet")
     return Quantity.parse(str(value)).value()
+
+
+def start_webhook(
+    components: Callable[..., Component], certs: Path, *args: str
+) -> tuple[Component, str, Path]:
+    """`katalyst webhook` on a free loopback port with a self-signed pair written into
+    `certs`, once its /readyz answers over TLS: (the process, its https URL, the CA file
+    that is the caBundle). `args` are more options (e.g. `--client-ca-file`)."""
+    import ssl
+    import urllib.request
+
+    from tests.e2e.conftest import wait_until
+    from tests.e2e.fake_nodes import free_port
+
+    port = free_port()
+    comp = components(
+        "webhook", "webhook", "--self-signed", str(certs), "--listen", f"127.0.0.1:{port}", *args
+    )
+    ca = certs / "ca.crt"
+    url = f"https://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        assert comp.alive(), comp.log()
+        if not ca.exists():
+            return False
+        trust = ssl.create_default_context(cafile=str(ca))
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", context=trust, timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    wait_until("the webhook's /readyz", ready, 60)
+    return comp, url, ca

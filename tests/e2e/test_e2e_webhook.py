@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
-import ssl
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +15,7 @@ import pytest
 
 from pykatalyst.api import names
 from tests.e2e.conftest import WORKLOAD_IMAGE, Component, Kubectl, wait_until
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.e2e.pykatalyst_e2e import start_webhook
 
 
 def _pod(name: str, namespace: str, annotations: dict[str, str]) -> dict[str, Any]:
@@ -52,27 +44,7 @@ def webhook(
 ) -> Iterator[str]:
     """The webhook serving, and a ValidatingWebhookConfiguration scoped to `namespace`,
     deleted at the end whatever happens."""
-    port = _free_port()
-    certs = tmp_path / "certs"
-    comp = components(
-        "webhook", "webhook", "--self-signed", str(certs), "--listen", f"127.0.0.1:{port}"
-    )
-    ca = certs / "ca.crt"
-
-    def ready() -> bool:
-        assert comp.alive(), comp.log()
-        if not ca.exists():
-            return False
-        trust = ssl.create_default_context(cafile=str(ca))
-        try:
-            with urllib.request.urlopen(
-                f"https://127.0.0.1:{port}/readyz", context=trust, timeout=2
-            ) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    wait_until("the webhook's /readyz", ready, 60)
+    _, url, ca = start_webhook(components, tmp_path / "certs")
     name = f"katalyst-e2e-{namespace}"
     config = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -82,7 +54,7 @@ def webhook(
             {
                 "name": "pod-qos.katalyst.kubewharf.io",
                 "clientConfig": {
-                    "url": f"https://127.0.0.1:{port}/validate/pods",
+                    "url": f"{url}/validate/pods",
                     "caBundle": base64.b64encode(ca.read_bytes()).decode(),
                 },
                 "rules": [
@@ -143,3 +115,62 @@ def test_bad_qos_is_refused_and_ignored_qos_is_admitted_with_a_warning(
     warnings = [line for line in done.stderr.splitlines() if line.startswith("Warning:")]
     assert warnings and "numa_exclusive" in warnings[0], done.stderr
     assert kubectl.json("get", "pod", "ignored", "-n", ns)["metadata"]["name"] == "ignored"
+
+
+def _post_review(url: str, context: Any) -> tuple[int, dict[str, Any]]:
+    import urllib.error
+    import urllib.request
+
+    from tests.webhook.helpers import pod, pod_request, review_body
+
+    req = urllib.request.Request(
+        f"{url}/validate/pods",
+        data=review_body(pod_request(pod())),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, context=context, timeout=5) as r:
+            return int(r.status), json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), json.loads(exc.read())
+
+
+def test_with_a_client_ca_only_callers_with_its_certificate_are_answered(
+    components: Callable[..., Component], tmp_path: Path
+) -> None:
+    """`katalyst webhook --client-ca-file` as a process, over real TLS sockets: the pair
+    kube-apiserver would present (its AdmissionConfiguration's kubeConfigFile) is answered;
+    no certificate gets 401; a certificate from another CA fails the handshake; the probes
+    stay open."""
+    import ssl
+    import urllib.error
+
+    from pykatalyst.webhook.certs import generate, generate_client
+
+    certs = tmp_path / "certs"
+    comp, url, ca = start_webhook(
+        components,
+        certs,
+        "--client-cert",
+        "kube-apiserver",
+        "--client-ca-file",
+        str(certs / "ca.crt"),
+    )
+    apiserver = ssl.create_default_context(cafile=str(ca))
+    apiserver.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))
+    code, answer = _post_review(url, apiserver)
+    assert code == 200 and answer["response"]["allowed"] is True, answer
+
+    code, answer = _post_review(url, ssl.create_default_context(cafile=str(ca)))
+    assert code == 401 and "client certificate" in answer["message"], answer
+
+    other = tmp_path / "other"
+    generate(other, ["127.0.0.1"])
+    stranger = ssl.create_default_context(cafile=str(ca))
+    stranger.load_cert_chain(*(str(p) for p in generate_client(other, "kube-apiserver")))
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        _post_review(url, stranger)
+    assert comp.alive(), comp.log()  # the refusals end nothing
+    code, answer = _post_review(url, apiserver)
+    assert code == 200

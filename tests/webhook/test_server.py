@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.runtime.webhook import webhook_host
-from pykatalyst.webhook.certs import generate
+from pykatalyst.webhook.certs import generate, generate_client
 from pykatalyst.webhook.server import TLSFiles, make_app
 from pykatalyst.webhook.service import MUTATE_NODES, VALIDATE_PODS, WebhookService
 from tests.webhook.helpers import node, node_request, pod, pod_request, review_body
@@ -149,5 +149,16 @@ def test_with_a_client_ca_admission_needs_a_client_cert_but_probes_do_not(
                 assert r.status == 401
             async with s.get(url + "/healthz", ssl=_trust(files.ca_cert)) as r:
                 assert r.status == 200
+            # The CA's client pair is let in; a pair from another CA fails the handshake.
+            good = _trust(files.ca_cert)
+            good.load_cert_chain(*generate_client(tmp_path, "kube-apiserver"))
+            async with s.post(url + VALIDATE_PODS, data=body, ssl=good) as r:
+                assert r.status == 200 and (await r.json())["response"]["allowed"] is True
+            other = tmp_path / "other"
+            generate(other, ["127.0.0.1"])
+            stranger = _trust(files.ca_cert)
+            stranger.load_cert_chain(*generate_client(other, "kube-apiserver"))
+            with pytest.raises(aiohttp.ClientError):
+                await s.post(url + VALIDATE_PODS, data=body, ssl=stranger)
 
     _serve_and(tls, check)

@@ -296,7 +296,19 @@ class Agent:
             return
         self._set_config(cfg)
         ignored = [u.path for u in config_fields.not_taking_effect(raw)]
+        if self.config_status.get("source") != ref:
+            # Coming back to a config told about before is news again.
+            applied = names.EVENT_REASON_CONFIG_APPLIED
+            self._config_events_sent = {k for k in self._config_events_sent if k[1] != applied}
         self.config_status = {**status, "state": "in force", "not_implemented": ignored}
+        self._config_event(
+            events,
+            raw,
+            names.EVENT_REASON_CONFIG_APPLIED,
+            f"{ref} (resourceVersion {version}) is in force on node {self.node_name}",
+            version,
+            "Normal",
+        )
         if ignored and self._config_event(
             events,
             raw,

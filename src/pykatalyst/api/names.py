@@ -125,6 +125,9 @@ EVICTION_DRY_RUN_ALL: Final = "*"
 EVENT_REASON_EVICT_CREATED: Final = "EvictCreated"
 EVENT_REASON_EVICT_SUCCEEDED: Final = "EvictSucceeded"
 EVENT_REASON_EVICT_FAILED: Final = "EvictFailed"
+EVENT_REASON_INVALID_OVERCOMMIT_CONFIG: Final = "InvalidOvercommitConfig"
+# The agent put a dynamic config (an AdminQoSConfiguration) in force.
+EVENT_REASON_CONFIG_APPLIED: Final = "ConfigApplied"
 
 CNR_CONDITION_AGENT_READY: Final = "AgentReady"
 CNR_CONDITION_AGENT_NOT_FOUND: Final = "AgentNotFound"

@@ -266,23 +266,51 @@ def config_json(cluster: Cluster, node: str, problems: list[str]) -> JSON:
     out["cnc"] = {"name": node, "targets": targets}
     aqc = next((t for t in targets if t["resource"] == names.ADMIN_QOS_CONFIGURATION.plural), None)
     if aqc is not None:
-        out["admin_qos"] = _admin_qos(cluster, aqc["namespace"], aqc["name"])
+        out["admin_qos"] = _admin_qos(cluster, aqc["namespace"], aqc["name"], node)
     return out
 
 
-def _admin_qos(cluster: Cluster, namespace: str, name: str) -> JSON:
-    out: JSON = {"name": f"{namespace}/{name}", "spec": None, "error": None}
+def _admin_qos(cluster: Cluster, namespace: str, name: str, node: str) -> JSON:
+    out: JSON = {
+        "name": f"{namespace}/{name}",
+        "spec": None,
+        "error": None,
+        "in_force_since": None,
+    }
     try:
         raw = cluster.get(names.ADMIN_QOS_CONFIGURATION, name, namespace)
     except ApiError as exc:
         out["error"] = f"cannot read it: {exc} (the agent keeps its current configuration)"
         return out
     out["spec"] = raw.get("spec")
+    out["in_force_since"] = _applied_since(cluster, raw, node)
     try:
         AdminQoSConfiguration.from_json(raw)
     except ValidationError as exc:
         out["error"] = f"invalid: {one_line(exc)} (the agent keeps its current configuration)"
     return out
+
+
+def _applied_since(cluster: Cluster, aqc: JSON, node: str) -> str | None:
+    """When the node's agent put this version of the config in force: the time of its
+    ConfigApplied Event for the object's resourceVersion (None: not reported yet)."""
+    meta = field_map(aqc, "metadata")
+    version = f"(resourceVersion {meta.get('resourceVersion', '')})"
+    try:
+        events = _list_events(cluster, None, f"source={names.AGENT_COMPONENT}")
+    except ApiError:
+        return None
+    times = [
+        t
+        for ev in events
+        if ev.get("reason") == names.EVENT_REASON_CONFIG_APPLIED
+        and field_map(ev, "source").get("host") == node
+        and field_map(ev, "involvedObject").get("name") == meta.get("name")
+        and field_map(ev, "involvedObject").get("namespace") == meta.get("namespace")
+        and version in str(ev.get("message", ""))
+        and (t := event_time(ev)) is not None
+    ]
+    return rfc3339(max(times)) if times else None
 
 
 def _list_events(cluster: Cluster, namespace: str | None, selector: str) -> list[JSON]:

@@ -191,6 +191,10 @@ def _print_config(cfg: JSON) -> None:
     aqc = cfg["admin_qos"]
     if aqc is not None:
         state = aqc["error"] or "\n".join(flatten(aqc["spec"] or {})) or "empty spec: defaults"
+        since = aqc.get("in_force_since")
+        if not aqc["error"]:
+            told = f"in force since {since}" if since else "not yet reported in force by the agent"
+            state = f"{told}\n{state}"
         rows.append([names.ADMIN_QOS_CONFIGURATION.kind, aqc["name"], state])
     print_table("Configuration in force", ["kind", "name", "content"], rows)
 

@@ -19,7 +19,7 @@ from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.runtime.host import ServeError
 from pykatalyst.runtime.webhook import run_webhook
-from pykatalyst.webhook.certs import CertError, generate
+from pykatalyst.webhook.certs import CertError, generate, generate_client
 from pykatalyst.webhook.server import TLSError, TLSFiles
 from pykatalyst.webhook.service import MUTATE_NODES, MUTATE_PODS, VALIDATE_PODS, WebhookService
 
@@ -28,23 +28,30 @@ from pykatalyst.webhook.service import MUTATE_NODES, MUTATE_PODS, VALIDATE_PODS,
 DEFAULT_LISTEN = "127.0.0.1:9443"
 
 
+def _self_signed(directory: Path, hosts: list[str], client_cert: str | None) -> None:
+    """Make (once) the CA and serving pair, and the client pair when asked for."""
+    try:
+        if not (directory / "tls.crt").exists() or not (directory / "tls.key").exists():
+            files = generate(directory, hosts)
+            print_message(f"wrote a CA and serving pair to {directory} (caBundle: {files.ca_cert})")
+        if client_cert is not None and not (directory / "client.crt").exists():
+            crt, _ = generate_client(directory, client_cert)
+            print_message(f"wrote a client pair for {client_cert!r} signed by the CA: {crt}")
+    except CertError as exc:
+        print_message(f"error: --self-signed {directory}: {exc}", stderr=True)
+        raise typer.Exit(code=1) from None
+
+
 def _tls(
     cert: Path | None,
     key: Path | None,
     client_ca: Path | None,
     self_signed: Path | None,
     hosts: list[str],
+    client_cert: str | None = None,
 ) -> TLSFiles:
     if self_signed is not None and cert is None and key is None:
-        if not (self_signed / "tls.crt").exists() or not (self_signed / "tls.key").exists():
-            try:
-                files = generate(self_signed, hosts)
-            except CertError as exc:
-                print_message(f"error: --self-signed {self_signed}: {exc}", stderr=True)
-                raise typer.Exit(code=1) from None
-            print_message(
-                f"wrote a CA and serving pair to {self_signed} (caBundle: {files.ca_cert})"
-            )
+        _self_signed(self_signed, hosts, client_cert)
         cert, key = self_signed / "tls.crt", self_signed / "tls.key"
     if cert is None or key is None:
         print_message(
@@ -95,6 +102,13 @@ def webhook(
     certs_only: bool = typer.Option(
         False, "--certs-only", help="With --self-signed: write the pair and exit."
     ),
+    client_cert: str | None = typer.Option(
+        None,
+        "--client-cert",
+        metavar="NAME",
+        help="With --self-signed: also write client.crt/client.key for NAME, signed by the "
+        "CA, for kube-apiserver to present (pair with --client-ca-file DIR/ca.crt).",
+    ),
     max_seconds: float | None = typer.Option(
         None, "--max-seconds", help="Stop after this many seconds (default: run until stopped)."
     ),
@@ -107,10 +121,11 @@ def webhook(
     overcommit ratios to nodes/status."""
     address = listen_address(listen)
     hosts = list(dict.fromkeys([*cert_hosts, address[0], "localhost", "127.0.0.1"]))
-    if certs_only and self_signed is None:
-        print_message("error: --certs-only needs --self-signed DIR", stderr=True)
-        raise typer.Exit(code=2)
-    tls = _tls(tls_cert_file, tls_private_key_file, client_ca_file, self_signed, hosts)
+    for flag, given in (("--certs-only", certs_only), ("--client-cert", client_cert is not None)):
+        if given and self_signed is None:
+            print_message(f"error: {flag} needs --self-signed DIR", stderr=True)
+            raise typer.Exit(code=2)
+    tls = _tls(tls_cert_file, tls_private_key_file, client_ca_file, self_signed, hosts, client_cert)
     if certs_only:
         return
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

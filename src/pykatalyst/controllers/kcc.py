@@ -562,7 +562,13 @@ def _target_status(
     }
 
 
-def _kcc_status(k: KCCFacts, targets: Sequence[TargetFacts], now: float) -> dict[str, Any]:
+def _kcc_status(
+    k: KCCFacts,
+    targets: Sequence[TargetFacts],
+    now: float,
+    ties: Mapping[Key, set[Key]] | None = None,
+) -> dict[str, Any]:
+    """Valid, and while some of its configs tie on a node, Conflict naming them."""
     old = list(k.status.get("conditions") or [])
     if k.error:
         cond = _condition(
@@ -570,10 +576,24 @@ def _kcc_status(k: KCCFacts, targets: Sequence[TargetFacts], now: float) -> dict
         )
     else:
         cond = _condition(old, names.KCC_CONDITION_VALID, "True", names.KCC_REASON_NORMAL, "", now)
+    conds = [cond]
+    if ties:
+        tied = ", ".join(f"{ns}/{n}" for ns, n in sorted(ties))
+        conds.append(
+            _condition(
+                old,
+                names.KCC_CONDITION_CONFLICT,
+                "True",
+                names.KCC_REASON_SAME_PRIORITY,
+                f"{tied} match the same nodes at the same priority: "
+                "those nodes keep their current config",
+                now,
+            )
+        )
     return {
         "observedGeneration": k.generation,
         "invalidTargetConfigList": sorted(f"{t.namespace}/{t.name}" for t in targets if t.error),
-        "conditions": [cond],
+        "conditions": conds,
     }
 
 
@@ -593,18 +613,19 @@ def decide(
     assignments: dict[str, Mapping[str, str]] = {}
     for k in _exclusive(kccs):
         mine = _one_global(targets.get(k.key, ())) if not k.error else []
-        new = _kcc_status(k, mine, now)
+        kind = None if k.error else k.kind
+        res = _resolve_type(k.gvr, mine, cncs, entries) if kind else _TypeResult()
+        new = _kcc_status(k, mine, now, res.ties)
         if _status_changed(k.status, new):
             statuses.append(StatusUpdate(names.KATALYST_CUSTOM_CONFIG, k.namespace, k.name, new))
-        if k.error or k.kind is None:
+        if kind is None:
             continue
         tstr = type_string(k.gvr)
-        res = _resolve_type(k.gvr, mine, cncs, entries)
         assignments[tstr] = res.assignment
         for t in mine:
             st = _target_status(t, res, entries, tstr, now)
             if _status_changed(t.status, st):
-                statuses.append(StatusUpdate(k.kind, t.namespace, t.name, st))
+                statuses.append(StatusUpdate(kind, t.namespace, t.name, st))
     cnc_updates: dict[str, tuple[Mapping[str, Any], ...]] = {}
     for c in cncs:
         new_list = tuple(entries[c.name][t] for t in sorted(entries[c.name]))

@@ -16,6 +16,10 @@ node the controller writes, like Katalyst:
 
 A node no config selects loses all these annotations, so deleting a config restores its
 nodes. Each config's status lists the nodes it selects (`matchedNodeList`).
+
+A config whose ratio is not a number >= 1 is refused: it selects nothing, a Warning Event
+(`InvalidOvercommitConfig`) on it says why, once per generation, and it changes nothing:
+a node whose only configs are refused ones keeps the annotations it has.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pykatalyst.api.crds import NodeOvercommitConfig
 from pykatalyst.api.problems import field_problems
 from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.api.timefmt import parse_rfc3339
+from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 
@@ -78,6 +83,8 @@ class OvercommitConfigFacts:
     created: float
     matched: tuple[str, ...] = ()
     error: str = ""  # why the config is refused; "" when it is valid
+    generation: int = 0
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +104,7 @@ class OvercommitPlan:
     patches: tuple[NodeAnnotationPatch, ...]
     statuses: Mapping[str, tuple[str, ...]]  # config -> its new matchedNodeList
     notes: tuple[str, ...] = ()
+    refused: tuple[OvercommitConfigFacts, ...] = ()  # configs to report with an Event
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -105,6 +113,7 @@ class OvercommitPlan:
             "patches": [p.to_json() for p in self.patches],
             "statuses": {k: list(v) for k, v in dict(self.statuses).items()},
             "notes": list(self.notes),
+            "refused": {c.name: c.error for c in self.refused},
         }
 
     def summary(self) -> str:
@@ -123,11 +132,16 @@ def read_config(obj: JSON) -> OvercommitConfigFacts:
     status = obj.get("status")
     listed = status.get("matchedNodeList") if isinstance(status, dict) else None
     matched = tuple(str(n) for n in listed) if isinstance(listed, list) else ()
+    gen = meta.get("generation")
+    generation = gen if isinstance(gen, int) else 0
+    uid = str(meta.get("uid", ""))
     try:
         noc = NodeOvercommitConfig.model_validate(obj)
     except ValidationError as exc:
+        spec_raw = obj.get("spec")
+        raw = spec_raw.get("nodeOvercommitSelectorVal", "") if isinstance(spec_raw, dict) else ""
         first = field_problems(exc)[0].show()
-        return OvercommitConfigFacts(name, "", {}, created, matched, first)
+        return OvercommitConfigFacts(name, str(raw), {}, created, matched, first, generation, uid)
     spec = noc.spec
     return OvercommitConfigFacts(
         name,
@@ -135,6 +149,8 @@ def read_config(obj: JSON) -> OvercommitConfigFacts:
         dict(spec.resource_overcommit_ratio),
         created,
         matched,
+        generation=generation,
+        uid=uid,
     )
 
 
@@ -146,16 +162,23 @@ def _created(meta: Mapping[str, Any]) -> float:
         return 0.0
 
 
+def _candidates(
+    node: NodeFacts, configs: Sequence[OvercommitConfigFacts]
+) -> list[OvercommitConfigFacts]:
+    """The configs (valid or refused) whose selector value is the node's pool."""
+    val = node.labels.get(names.OVERCOMMIT_NODE_POOL_LABEL)
+    if val == "":
+        return []  # an empty label value selects nothing (Katalyst matches it to no pool)
+    want = "" if val is None else val
+    return [c for c in configs if c.selector_val == want]
+
+
 def select_config(
     node: NodeFacts, configs: Sequence[OvercommitConfigFacts]
 ) -> OvercommitConfigFacts | None:
     """The config that applies to the node: the newest with the node's pool value, the
     newest default (empty value) for a node without the pool label, else None."""
-    val = node.labels.get(names.OVERCOMMIT_NODE_POOL_LABEL)
-    want = "" if val is None else val
-    if val == "":
-        return None  # an empty label value selects nothing (Katalyst matches it to no pool)
-    found = [c for c in configs if not c.error and c.selector_val == want]
+    found = [c for c in _candidates(node, configs) if not c.error]
     if not found:
         return None
     return max(found, key=lambda c: (c.created, c.name))
@@ -226,17 +249,25 @@ def _scaled(text: str | None, ratio: float, guaranteed: int, resource: str) -> s
 
 
 def decide(
-    nodes: Sequence[NodeFacts], configs: Sequence[OvercommitConfigFacts], now: float
+    nodes: Sequence[NodeFacts],
+    configs: Sequence[OvercommitConfigFacts],
+    now: float,
+    reported: frozenset[tuple[str, str, int]] = frozenset(),
 ) -> OvercommitPlan:
-    """Pure: the annotation changes per node and the configs whose node list changed."""
+    """Pure: the annotation changes per node and the configs whose node list changed.
+    `reported` holds the (name, uid, generation) of refused configs already told about."""
     selection: dict[str, str] = {}
     patches: list[NodeAnnotationPatch] = []
     matched: dict[str, list[str]] = {c.name: [] for c in configs}
+    held: list[str] = []
     for node in sorted(nodes, key=lambda n: n.name):
         config = select_config(node, configs)
         selection[node.name] = config.name if config else ""
         if config is not None:
             matched[config.name].append(node.name)
+        elif any(c.error for c in _candidates(node, configs)):
+            held.append(node.name)  # a refused config changes nothing on its nodes
+            continue
         want = desired_annotations(node, config)
         changes: dict[str, str | None] = {}
         for key in names.OVERCOMMIT_MANAGED_ANNOTATIONS:
@@ -248,8 +279,22 @@ def decide(
     statuses = {
         c.name: tuple(matched[c.name]) for c in configs if tuple(matched[c.name]) != c.matched
     }
-    notes = tuple(f"NodeOvercommitConfig {c.name} ignored: {c.error}" for c in configs if c.error)
-    return OvercommitPlan(now, selection, tuple(patches), statuses, notes)
+    notes = [f"NodeOvercommitConfig {c.name} ignored: {c.error}" for c in configs if c.error]
+    if held:
+        notes.append(f"kept as they are (only refused configs select them): {', '.join(held)}")
+    refused = tuple(c for c in configs if c.error and refusal_key(c) not in reported)
+    return OvercommitPlan(now, selection, tuple(patches), statuses, tuple(notes), refused)
+
+
+def refusal_key(config: OvercommitConfigFacts) -> tuple[str, str, int]:
+    return (config.name, config.uid, config.generation)
+
+
+def refusal_message(config: OvercommitConfigFacts) -> str:
+    return (
+        f"NodeOvercommitConfig {config.name} is refused and selects no node "
+        f"(its nodes keep what they have): {config.error}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +330,8 @@ class OvercommitController:
         self._nodes = Informer(cluster, names.NODE, label_selector=node_selector)
         self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self._configs = Informer(cluster, names.NODE_OVERCOMMIT_CONFIG)
+        self._reported: set[tuple[str, str, int]] = set()
+        self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
 
     def reconcile(self, now: float) -> OvercommitPlan:
         for informer in (self._nodes, self._cnrs, self._configs):
@@ -294,7 +341,7 @@ class OvercommitController:
             name = str((obj.get("metadata") or {}).get("name", ""))
             nodes.append(node_facts(obj, self._cnrs.get(name)))
         configs = [read_config(o) for o in self._configs.list()]
-        return decide(nodes, configs, now)
+        return decide(nodes, configs, now, frozenset(self._reported))
 
     def apply(self, plan: OvercommitPlan) -> ApplyResult:
         done: list[str] = []
@@ -317,6 +364,18 @@ class OvercommitController:
                 continue
             except ApiError as exc:
                 failed.append(f"status {config}: {exc}")
+        for refused in plan.refused:
+            kind = names.NODE_OVERCOMMIT_CONFIG
+            ref = ObjectRef(kind.kind, refused.name, uid=refused.uid, api_version=kind.api_version)
+            reason = names.EVENT_REASON_INVALID_OVERCOMMIT_CONFIG
+            outcome = self.events.record(
+                ref, "Warning", reason, refusal_message(refused), plan.time
+            )
+            if outcome in ("failed", "throttled"):
+                failed.append(f"event {refused.name}: {outcome}")
+                continue
+            done.append(f"event {refused.name}")
+            self._reported.add(refusal_key(refused))
         return ApplyResult(tuple(done), tuple(failed))
 
     def run(self, now: float) -> tuple[OvercommitPlan, ApplyResult]:

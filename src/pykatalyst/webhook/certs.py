@@ -124,3 +124,30 @@ def generate(directory: Path, hosts: list[str], days: int = 365) -> CertFiles:
     for key in (files.ca_key, files.key):
         key.chmod(0o600)
     return files
+
+
+def generate_client(directory: Path, common_name: str, days: int = 365) -> tuple[Path, Path]:
+    """Write client.crt/client.key for `common_name`, signed by the CA in `directory` (from
+    `generate`), for kube-apiserver to present to a webhook run with `--client-ca-file`."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise CertError("openssl is not on PATH; install it to make a client certificate")
+    if not common_name:
+        raise CertError("the client certificate needs a name (its CN), e.g. kube-apiserver")
+    if not (directory / "ca.crt").exists() or not (directory / "ca.key").exists():
+        raise CertError(f"no CA in {directory}: ca.crt and ca.key are written by generate")
+    ext = directory / "client.ext"
+    ext.write_text(
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=clientAuth\n"
+    )
+    request = ["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+    request += ["-nodes", "-keyout", "client.key", "-out", "client.csr"]
+    _run([openssl, *request, "-subj", f"/CN={common_name}"], directory)
+    sign = ["x509", "-req", "-in", "client.csr", "-CA", "ca.crt", "-CAkey", "ca.key"]
+    sign += ["-CAcreateserial", "-out", "client.crt", "-days", str(days)]
+    _run([openssl, *sign, "-extfile", "client.ext"], directory)
+    for leftover in ("client.csr", "client.ext", "ca.srl"):
+        (directory / leftover).unlink(missing_ok=True)
+    (directory / "client.key").chmod(0o600)
+    return directory / "client.crt", directory / "client.key"
