@@ -49,11 +49,13 @@ def _load(config: Path | None) -> SchedulerConfig:
 
 
 def _report(outcome: ScheduleOutcome) -> None:
+    # One plain line per pod, like a log: a rich Console per line would cost more than
+    # the pod's scheduling cycle.
     if outcome.node is not None:
         numa = f" numa {list(outcome.numa.numa_ids)}" if outcome.numa is not None else ""
-        print_message(f"bound {outcome.pod} -> {outcome.node}{numa}")
+        print(f"bound {outcome.pod} -> {outcome.node}{numa}", flush=True)
     else:
-        print_message(f"pending {outcome.pod}: {outcome.message or outcome.reason}")
+        print(f"pending {outcome.pod}: {outcome.message or outcome.reason}", flush=True)
 
 
 def _parse_listen(listen: str) -> tuple[str, int]:

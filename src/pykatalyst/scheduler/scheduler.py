@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import itertools
 import logging
+import queue
 import time
 from collections.abc import Mapping
 from concurrent import futures
@@ -122,6 +123,7 @@ class Scheduler:
             else None
         )
         self._in_flight: dict[str, _Binding] = {}
+        self._completed: queue.SimpleQueue[str] = queue.SimpleQueue()  # uids, as binds end
         self._now = 0.0
         self._infos: dict[str, PodInfo] = {}
         self._event_seq = itertools.count(1)
@@ -292,6 +294,8 @@ class Scheduler:
         # request is in flight, and the next pod's cycle starts at once
         future = self._binder.submit(self._bind_call, info, node, fw, now)
         self._in_flight[info.uid] = _Binding(entry, fw, result, future)
+        uid = info.uid
+        future.add_done_callback(lambda _: self._completed.put(uid))
         return ScheduleOutcome(
             info.key, info.uid, node, REASON_BINDING, feasible=result.feasible, numa=result.numa
         )
@@ -344,16 +348,19 @@ class Scheduler:
         if wait > 0:
             futures.wait([b.future for b in self._in_flight.values()], timeout=wait)
         out: list[ScheduleOutcome] = []
-        for uid, b in list(self._in_flight.items()):
-            if not b.future.done():
+        while True:
+            try:
+                uid = self._completed.get_nowait()
+            except queue.Empty:
+                return out
+            b = self._in_flight.pop(uid, None)
+            if b is None:
                 continue
-            del self._in_flight[uid]
             error = b.future.exception()
             if error is not None and not isinstance(error, ApiError):
                 log.error("pod %s: binding failed: %r", b.entry.info.key, error)
                 error = ApiError(f"internal error: {error}")
             out.append(self._bind_done(b.entry, b.fw, b.result, error, now))
-        return out
 
     @property
     def bindings_in_flight(self) -> int:
