@@ -450,6 +450,9 @@ def schedulers(case: Case, kubeconfig: str, qps: float, tmp: Path) -> Iterator[l
     finally:
         for p in procs:
             p.stop()
+            said = [x for x in p.tail(5).splitlines() if "informer relists" in x]
+            if said:
+                print(f"  {p.log.stem}: {said[-1].split(': ', 1)[-1]}")
 
 
 # --- measuring --------------------------------------------------------------------------------

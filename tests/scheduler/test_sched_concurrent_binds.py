@@ -172,3 +172,9 @@ def test_concurrent_binds_never_overcommit_and_bind_each_pod_once(
         if not placed[f"p{i}"]:
             assert all(6 - v < cpu for v in used.values())
     assert gated.calls == sum(1 for v in placed.values() if v) + fail
+
+
+def test_informers_count_their_relists() -> None:
+    sched = Scheduler(_cluster())
+    sched.sync(0.0)
+    assert sched.relists == {"nodes": 0, "customnoderesources": 0, "pods": 0}

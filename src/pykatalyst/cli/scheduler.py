@@ -261,6 +261,8 @@ def scheduler(
     finally:
         for outcome in sched.close():
             _report(outcome)
+        relists = ", ".join(f"{k} {v}" for k, v in sched.relists.items())
+        log.info("informer relists since the start: %s", relists)
     if code != 0:
         print_message(
             "lost the scheduler lease: exiting so that a fresh start follows", stderr=True

@@ -363,6 +363,11 @@ class Scheduler:
             out.append(self._bind_done(b.entry, b.fw, b.result, error, now))
 
     @property
+    def relists(self) -> dict[str, int]:
+        """How often each informer had to list again (its watch fell too far behind)."""
+        return {i.kind.plural: i.relists for i in (self.nodes, self.cnrs, self.pods)}
+
+    @property
     def bindings_in_flight(self) -> int:
         return len(self._in_flight)
 
