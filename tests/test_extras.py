@@ -70,3 +70,21 @@ def test_test_fixtures_are_not_modules_of_the_package() -> None:
     assert not [m for m in modules if m.rsplit(".", 1)[-1] in ("fake", "testbed")]
     for path in (ROOT / "src").rglob("*.py"):
         assert "from tests" not in path.read_text(), path
+
+
+def test_the_daemons_do_not_load_the_in_memory_api_server() -> None:
+    # A node agent, scheduler, controller or webhook image carries only what it runs: the
+    # in-memory API server is for tests, the simulator and `katalyst apiserver`.
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "import pykatalyst.runtime.agent, pykatalyst.runtime.scheduler\n"
+        "import pykatalyst.runtime.controller, pykatalyst.runtime.webhook\n"
+        "print(sorted(m for m in sys.modules if m == 'pykatalyst.cluster.memory'\n"
+        "             or m.startswith('pykatalyst.sim')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

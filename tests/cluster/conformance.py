@@ -36,8 +36,10 @@ from pykatalyst.api.names import (
     POD_DISRUPTION_BUDGET,
     Kind,
 )
+from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import AdmissionRequest, AdmissionResponse, MemoryCluster, rfc3339
+from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import (
     JSON,
     AlreadyExists,

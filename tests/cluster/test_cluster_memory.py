@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api.names import CONFIG_MAP, CRD, CUSTOM_NODE_RESOURCE, NAMESPACE, NODE, POD, Kind
+from pykatalyst.cluster.admission import AdmissionResponse
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.memory import AdmissionResponse, MemoryCluster
+from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import AlreadyExists, BadRequest, Conflict, Gone, Invalid, NotFound
 from tests.cluster.conformance import cnr, config_map, node, pod
 

@@ -31,7 +31,8 @@ DENIED: dict[str, list[tuple[str, str, str | None, str | None]]] = {
         ("customnodeconfigs.config.katalyst.kubewharf.io", "list", None, None),
         ("pods", "delete", None, "default"),
         ("pods", "create", None, "default"),
-        ("events", "patch", None, "default"),
+        ("events", "update", None, "default"),
+        ("events", "delete", None, "default"),
         ("secrets", "get", None, names.SYSTEM_NAMESPACE),
     ],
     # (the lifecycle controller deletes orphaned CNRs; overcommit patches Node annotations)
@@ -40,7 +41,7 @@ DENIED: dict[str, list[tuple[str, str, str | None, str | None]]] = {
         ("nodes", "delete", None, None),
         ("nodes", "update", None, None),
         ("pods", "delete", None, "default"),
-        ("events", "patch", None, "default"),
+        ("events", "update", None, "default"),
         ("leases.coordination.k8s.io", "get", None, "default"),
     ],
     "scheduler": [

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from pykatalyst.api.names import KATALYST_KINDS, NODE
-from pykatalyst.cli.apiserver import install_crds, load_state, parse_listen, save_state
+from pykatalyst.cli.apiserver import install_crds, load_state, save_state
+from pykatalyst.cli.listen import parse_listen
 from pykatalyst.cluster.connect import connect
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import NotFound
@@ -117,3 +118,14 @@ def test_install_crds_from_a_folder(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(ValueError, match="no YAML files"):
         install_crds(store, empty)
+
+
+@pytest.mark.parametrize("command", [["scheduler", "--extender"], ["webhook"]])
+def test_every_serving_command_refuses_a_bad_listen_address_alike(command: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from pykatalyst.cli.main import app
+
+    result = CliRunner().invoke(app, [*command, "--listen", "localhost:http"])
+    assert result.exit_code == 2
+    assert "--listen 'localhost:http': port 'http' is not a number" in result.output

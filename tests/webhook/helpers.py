@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from pykatalyst.api import names
-from pykatalyst.cluster.memory import AdmissionRequest
+from pykatalyst.cluster.admission import AdmissionRequest
 from pykatalyst.cluster.protocol import JSON
 
 

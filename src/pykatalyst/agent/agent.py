@@ -59,9 +59,10 @@ from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportI
 from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
 from pykatalyst.api import config_fields, names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
+from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.memory import rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
@@ -145,6 +146,7 @@ class Agent:
         self._topo_terms = self._topology_terms()
         self.metrics = MetricStore(self.config.metrics.insurance_period_s)
         self.reporter = Reporter(node_name, cluster, self.config.reporter)
+        self.events = EventRecorder(cluster, names.AGENT_COMPONENT, node_name)
         self._informer = Informer(cluster, names.POD, field_selector=f"spec.nodeName={node_name}")
         self._objects: dict[str, JSON] = {}
         self._objects_dirty = True
@@ -1254,29 +1256,12 @@ class Agent:
             return
         for ev in events:
             ns, _, name = ev.object_key.partition("/")
-            spec = next((s for s in self._specs.values() if s.key == ev.object_key), None)
-            ts = rfc3339(now)
-            body: JSON = {
-                "metadata": {"generateName": f"{name}.", "namespace": ns},
-                "involvedObject": {
-                    "kind": ev.object_kind,
-                    "name": name,
-                    "namespace": ns,
-                    "uid": ev.uid or (spec.uid if spec else ""),
-                    "apiVersion": ev.api_version,
-                },
-                "reason": ev.reason,
-                "message": ev.message,
-                "type": ev.type,
-                "source": {"component": names.AGENT_COMPONENT, "host": self.node_name},
-                "firstTimestamp": ts,
-                "lastTimestamp": ts,
-                "count": 1,
-            }
-            try:
-                self.cluster.create(names.EVENT, body, ns)
-            except ApiError:
-                continue
+            uid = ev.uid
+            if not uid:
+                spec = next((s for s in self._specs.values() if s.key == ev.object_key), None)
+                uid = spec.uid if spec else ""
+            ref = ObjectRef(ev.object_kind, name, ns, uid, ev.api_version)
+            self.events.record(ref, ev.type, ev.reason, ev.message, now)
 
     def _topology_terms(self) -> dict[str, Any]:
         t = self.topology

@@ -16,48 +16,19 @@ the cluster (`AgentConfig.with_admin_qos`), as Katalyst's dynamic configuration 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pykatalyst.agent.eviction.config import EvictionConfig
 from pykatalyst.api.crds import AdminQoSConfiguration
-from pykatalyst.api.quantity import Quantity, QuantityError, parse_quantity
+from pykatalyst.api.units import Bytes, Cores, Seconds
 from pykatalyst.api.yamlio import load_yaml
 from pykatalyst.topology.cpuset import CPUSet
 
 GI = 1024**3
 MI = 1024**2
-
-
-def _to_bytes(value: Any) -> Any:
-    """Accept bytes as an int or a Kubernetes quantity string ("5Gi")."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str | Quantity):
-        try:
-            return parse_quantity(value).value()
-        except (QuantityError, ValueError) as exc:
-            raise ValueError(f"not a memory quantity (e.g. 5Gi, 300Mi): {exc}") from exc
-    return value
-
-
-def _to_cores(value: Any) -> Any:
-    """Accept cores as a number or a Kubernetes cpu quantity string ("500m", "4")."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str | Quantity):
-        try:
-            return parse_quantity(value).milli_value() / 1000.0
-        except (QuantityError, ValueError) as exc:
-            raise ValueError(f"not a cpu quantity (e.g. 4, 500m): {exc}") from exc
-    return value
-
-
-Bytes = Annotated[int, BeforeValidator(_to_bytes), Field(ge=0)]
-Cores = Annotated[float, BeforeValidator(_to_cores), Field(ge=0)]
-Seconds = Annotated[float, Field(ge=0)]
 
 
 class _Section(BaseModel):
@@ -178,7 +149,7 @@ class KubeletConfig(_Section):
 class AgentConfig(_Section):
     """Everything the agent can be told. Load from YAML with `load_config`."""
 
-    period_s: float = Field(5.0, gt=0, description="reconcile period (Katalyst: 5s)")
+    period_s: Seconds = Field(5.0, gt=0, description="reconcile period (Katalyst: 5s)")
     resync_period_s: Seconds | None = Field(
         None,
         description="knobs changed behind the agent's back are put back within this "

@@ -22,7 +22,7 @@ from pykatalyst.agent.config import ReporterConfig
 from pykatalyst.api import names
 from pykatalyst.api.crds import new_cnr
 from pykatalyst.api.quantity import Quantity
-from pykatalyst.cluster.memory import rfc3339
+from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.protocol import ApiError, Cluster, NotFound
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology

@@ -17,7 +17,7 @@ from pykatalyst.api import names
 from pykatalyst.api.limits import PodShapeError
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, QoSError, parse_pod_qos
-from pykatalyst.cluster.memory import parse_rfc3339
+from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.cluster.protocol import JSON
 
 T = TypeVar("T")

@@ -68,6 +68,10 @@ NETWORK_NAMESPACE_TYPES: Final = (
 NUMA_BIND_RESULT_ANNOTATION: Final = "katalyst.kubewharf.io/numa_bind_result"
 POD_SOFT_EVICT_NOTIFY_ANNOTATION: Final = "katalyst.kubewharf.io/pod_soft_evict_notify"
 POD_EVICT_SCORE_ANNOTATION: Final = "katalyst.kubewharf.io/pod_evict_score"
+# pykatalyst's own: the decision record (JSON) an Event stands for, read by `katalyst explain`.
+EVENT_RECORD_ANNOTATION: Final = "katalyst.kubewharf.io/decision-record"
+# Events about cluster-scoped objects (Nodes, CNRs) go here, as the kubelet's do.
+EVENT_NAMESPACE_FOR_NODES: Final = "default"
 
 # Default shared pool and the reserve/reclaim pool names of the dynamic cpu policy
 POOL_SHARE: Final = "share"

@@ -15,6 +15,7 @@ import yaml
 
 from pykatalyst.api.names import CRD
 from pykatalyst.api.yamlio import load_yaml_all
+from pykatalyst.cli.listen import parse_listen
 from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.http import DEFAULT_MAX_BODY_BYTES, kubeconfig_for
@@ -23,21 +24,6 @@ from pykatalyst.cluster.protocol import AlreadyExists, ApiError
 from pykatalyst.runtime.apiserver import ApiServer, save_snapshot
 from pykatalyst.runtime.auth import is_loopback, load_token, new_token
 from pykatalyst.runtime.host import ServeError
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """`HOST:PORT`, `[V6]:PORT` or `:PORT` (loopback)."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep:
-        raise ValueError(f"--listen {value!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
-    host = host.strip("[]") or "127.0.0.1"
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"--listen {value!r}: port {port_text!r} is not a number") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"--listen {value!r}: port {port} is outside 0-65535")
-    return host, port
 
 
 def load_state(path: Path) -> MemoryCluster:

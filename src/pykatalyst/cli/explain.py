@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from pykatalyst.api.records import DecisionRecord, filter_records, read_records
+from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cli.explain_cluster import EVENT_LIMIT, ExplainError, explain_node
 from pykatalyst.cli.explain_events import records_from_event_items
 from pykatalyst.cli.explain_pod import explain_pod, split_key
@@ -31,7 +32,6 @@ from pykatalyst.cli.explain_render import print_node, print_pod
 from pykatalyst.cli.kubeopts import ContextArg, InClusterArg, cluster_from_options
 from pykatalyst.cli.output import OutputFormat, print_json, print_message, print_table
 from pykatalyst.cluster.clock import Clock, RealClock
-from pykatalyst.cluster.memory import rfc3339
 from pykatalyst.cluster.protocol import ApiError, Cluster
 
 FILE_OPTIONS_HELP = "File form (no subcommand): "

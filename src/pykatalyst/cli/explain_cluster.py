@@ -20,8 +20,8 @@ from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
 from pykatalyst.api.names import Kind
 from pykatalyst.api.objects import CustomNodeResource, Node, Taint, TopologyZone
+from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cli.explain_events import OUR_COMPONENTS, event_json, event_time, field_map
-from pykatalyst.cluster.memory import rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.controllers.backstop import BACKSTOP_TAINT, BackstopConfig, last_heartbeat
 from pykatalyst.topology.cpuset import CPUSet

@@ -1,19 +1,23 @@
 """Kubernetes Events read back as decision records, for `katalyst explain`.
 
-An Event's structured fields say what happened and to what: `reason` (EvictCreated,
-ConditionSet, AgentSilent...), `involvedObject`, `source` (component and host), `type`,
-`count` and its timestamps. Only the plugin that acted is not among them: it is read
-from the message, where the writers name it ("from plugin: ..." or "set by ...").
+pykatalyst's Events carry their decision record (plugin, signal, threshold, ranking...)
+in the `katalyst.kubewharf.io/decision-record` annotation, and that is what is read. An
+Event without one (written by an older version) is read from its structured fields —
+`reason` (EvictCreated, ConditionSet, AgentSilent...), `involvedObject`, `source`,
+`type`, `count`, timestamps — with the plugin taken from the message, where those writers
+named it ("from plugin: ..." or "set by ...").
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pykatalyst.api import names
 from pykatalyst.api.records import DecisionRecord
-from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
+from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
+from pykatalyst.cluster.events import decision_of
 
 # Event reasons written by the eviction manager and the backstop.
 EXPLAINED_REASONS = {
@@ -76,6 +80,9 @@ def record_from_event(ev: Mapping[str, Any]) -> DecisionRecord | None:
     component = component_of(ev)
     if kind is None or component not in OUR_COMPONENTS:
         return None
+    carried = decision_of(ev)
+    if carried is not None:
+        return dataclasses.replace(carried, time=event_time(ev) or carried.time)
     obj = field_map(ev, "involvedObject")
     source = field_map(ev, "source")
     message = str(ev.get("message", ""))

@@ -9,6 +9,7 @@ from typing import Any
 from pykatalyst.api import names
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, QoSProblem, inspect_pod_qos
+from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cli.explain_cluster import (
     EVENT_LIMIT,
     ExplainError,
@@ -18,7 +19,6 @@ from pykatalyst.cli.explain_cluster import (
     recent,
 )
 from pykatalyst.cli.explain_events import FAILED_SCHEDULING, OUR_COMPONENTS, component_of
-from pykatalyst.cluster.memory import rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.topology.cpuset import CPUSet
 

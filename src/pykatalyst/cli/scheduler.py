@@ -15,6 +15,7 @@ from pykatalyst.cli.kubeopts import (
     KUBECONFIG_OPTION,
     cluster_from_options,
 )
+from pykatalyst.cli.listen import listen_address
 from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.runtime.auth import load_token, server_ssl_context
@@ -56,16 +57,6 @@ def _report(outcome: ScheduleOutcome) -> None:
         print(f"bound {outcome.pod} -> {outcome.node}{numa}", flush=True)
     else:
         print(f"pending {outcome.pod}: {outcome.message or outcome.reason}", flush=True)
-
-
-def _parse_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        print_message(
-            f"error: --listen {listen!r}: expected HOST:PORT (e.g. 127.0.0.1:8888)", stderr=True
-        )
-        raise typer.Exit(code=2)
-    return host or "127.0.0.1", int(port)
 
 
 def scheduler(
@@ -218,7 +209,7 @@ def scheduler(
             print_message(f"error: {exc}", stderr=True)
             raise typer.Exit(code=1) from None
         listen = listen or DEFAULT_EXTENDER_LISTEN
-    address = _parse_listen(listen) if listen is not None else None
+    address = listen_address(listen) if listen is not None else None
     names_ = ", ".join(p.scheduler_name for p in cfg.profiles)
     mode = "extender" if extender else f"scheduling pods of {names_}"
     print_message(f"katalyst scheduler: {mode}")

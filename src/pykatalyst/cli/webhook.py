@@ -14,8 +14,8 @@ from pykatalyst.cli.kubeopts import (
     KUBECONFIG_OPTION,
     cluster_from_options,
 )
+from pykatalyst.cli.listen import listen_address
 from pykatalyst.cli.output import print_message
-from pykatalyst.cli.scheduler import _parse_listen
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.runtime.host import ServeError
 from pykatalyst.runtime.webhook import run_webhook
@@ -105,7 +105,7 @@ def webhook(
     """Admission webhooks with Katalyst's semantics: refuse pods with QoS declarations no node
     can run (warn of what Katalyst ignores), set the SPD reference, and apply the node
     overcommit ratios to nodes/status."""
-    address = _parse_listen(listen)
+    address = listen_address(listen)
     hosts = list(dict.fromkeys([*cert_hosts, address[0], "localhost", "127.0.0.1"]))
     if certs_only and self_signed is None:
         print_message("error: --certs-only needs --self-signed DIR", stderr=True)

@@ -1,14 +1,11 @@
-"""The only door to cluster state: the `Cluster` protocol, the in-memory API server, the
-informer cache and the injected clock."""
+"""The only door to cluster state: the `Cluster` protocol, the informer cache, the
+admission vocabulary and the injected clock. The in-memory API server is
+`pykatalyst.cluster.memory`, imported only by what runs one (tests, the simulator,
+`katalyst apiserver`)."""
 
+from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.clock import Clock, RealClock, VirtualClock
 from pykatalyst.cluster.informer import Informer, index_by_namespace, index_by_node_name
-from pykatalyst.cluster.memory import (
-    AdmissionRequest,
-    AdmissionResponse,
-    MemoryCluster,
-    MemoryWatch,
-)
 from pykatalyst.cluster.protocol import (
     JSON,
     AlreadyExists,
@@ -42,8 +39,6 @@ __all__ = [
     "Gone",
     "Informer",
     "Invalid",
-    "MemoryCluster",
-    "MemoryWatch",
     "MethodNotAllowed",
     "NotFound",
     "ObjectList",

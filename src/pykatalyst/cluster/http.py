@@ -27,13 +27,9 @@ from aiohttp import web
 
 from pykatalyst import __version__
 from pykatalyst.api.names import CRD, Kind
+from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.api.yamlio import load_yaml
-from pykatalyst.cluster.memory import (
-    MemoryCluster,
-    grace_seconds,
-    parse_rfc3339,
-    resource_name,
-)
+from pykatalyst.cluster.memory import MemoryCluster, grace_seconds, resource_name
 from pykatalyst.cluster.protocol import (
     JSON,
     ApiError,

@@ -14,19 +14,17 @@ object handed to a caller is a fresh deep copy.
 from __future__ import annotations
 
 import builtins
-import calendar
 import contextlib
 import gc
 import math
 import random
 import re
 import threading
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 from pykatalyst.api.names import (
     CONFIG_MAP,
@@ -44,6 +42,14 @@ from pykatalyst.api.names import (
     Kind,
 )
 from pykatalyst.api.quantity import Quantity, QuantityError
+from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
+from pykatalyst.cluster.admission import (
+    AdmissionPlugin,
+    AdmissionRequest,
+    AdmissionResponse,
+    AdmissionResult,
+    Operation,
+)
 from pykatalyst.cluster.clock import Clock, VirtualClock
 from pykatalyst.cluster.patch import (
     PatchError,
@@ -96,8 +102,6 @@ _POD_MUTABLE_SPEC = (
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # The alphabet the API server draws generateName suffixes from (no vowels, no look-alikes).
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-
-Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 
 @contextlib.contextmanager
@@ -210,107 +214,12 @@ def grace_seconds(value: Any, field: str) -> int:
     return 1 if value < 0 else value
 
 
-def rfc3339(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
-def parse_rfc3339(text: str) -> float:
-    base = text[:19]
-    return float(calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S")))
-
-
 def resource_name(kind: Kind) -> str:
     """The qualified resource the API server names in messages: `pods`,
     `customnoderesources.node.katalyst.kubewharf.io`."""
     return f"{kind.plural}.{kind.group}" if kind.group else kind.plural
 
 
-# --- admission ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionRequest:
-    """What an admission plugin sees; the fields mirror AdmissionReview v1's `request`
-    (`to_review()` gives the wire form a webhook handler accepts)."""
-
-    uid: str
-    kind: Kind
-    operation: Operation
-    name: str
-    namespace: str
-    object: JSON | None
-    old_object: JSON | None
-    sub_resource: str = ""
-    dry_run: bool = False
-    user_info: JSON = field(default_factory=dict)
-
-    def to_review(self) -> JSON:
-        gvk = {"group": self.kind.group, "version": self.kind.version, "kind": self.kind.kind}
-        gvr = {
-            "group": self.kind.group,
-            "version": self.kind.version,
-            "resource": self.kind.plural,
-        }
-        return {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": self.uid,
-                "kind": gvk,
-                "resource": gvr,
-                "subResource": self.sub_resource,
-                "requestKind": gvk,
-                "requestResource": gvr,
-                "requestSubResource": self.sub_resource,
-                "name": self.name,
-                "namespace": self.namespace,
-                "operation": self.operation,
-                "userInfo": dict(self.user_info),
-                "object": self.object,
-                "oldObject": self.old_object,
-                "dryRun": self.dry_run,
-            },
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionResponse:
-    """A plugin's verdict. `patch` (RFC 6902 operations) is honoured for mutating plugins.
-    A denial's `code` picks the error: 403 Forbidden (default), 422 Invalid, 429, ..."""
-
-    allowed: bool = True
-    message: str = ""
-    code: int = 403
-    patch: list[JSON] | None = None
-    warnings: tuple[str, ...] = ()
-
-    @classmethod
-    def deny(cls, message: str, code: int = 403) -> AdmissionResponse:
-        return cls(allowed=False, message=message, code=code)
-
-    @classmethod
-    def from_review(cls, review: Mapping[str, Any]) -> AdmissionResponse:
-        """Read an AdmissionReview v1 response (base64 JSONPatch included)."""
-        import base64
-        import json
-
-        resp = review.get("response") or {}
-        patch = None
-        if resp.get("patch"):
-            patch = json.loads(base64.b64decode(resp["patch"]))
-        status = resp.get("status") or {}
-        return cls(
-            allowed=bool(resp.get("allowed", False)),
-            message=str(status.get("message", "")),
-            code=int(status.get("code", 403)),
-            patch=patch,
-            warnings=tuple(resp.get("warnings") or ()),
-        )
-
-
-# None: allow unchanged. A dict: the mutated object. A list: RFC 6902 operations.
-AdmissionResult = AdmissionResponse | JSON | list[JSON] | None
-AdmissionPlugin = Callable[[AdmissionRequest], AdmissionResult]
 EvictionGuard = Callable[[JSON], str | None]
 
 

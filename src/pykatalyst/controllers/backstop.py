@@ -28,15 +28,16 @@ from pykatalyst.api.limits import PodShapeError
 from pykatalyst.api.objects import CustomNodeResource, Pod, Taint
 from pykatalyst.api.qos import QoSError, parse_pod_qos, qos_level
 from pykatalyst.api.records import DecisionLog, DecisionRecord
+from pykatalyst.api.timefmt import parse_rfc3339
+from pykatalyst.api.units import Seconds
+from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
 
 # Kubernetes' markers of pods nobody may evict (the same rule the agent applies).
 CRITICAL_PRIORITY = 2_000_000_000
 CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
-EVENT_NAMESPACE_FOR_NODES = names.DEFAULT_NAMESPACE
 
 BACKSTOP_TAINT = Taint(
     key=names.UNSCHEDULABLE_TAINT_KEY, effect="NoSchedule", qos_level=names.QOS_RECLAIMED_CORES
@@ -47,8 +48,8 @@ class BackstopConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    taint_after_s: float = Field(600.0, ge=0, description="silence before the CNR taint")
-    evict_after_s: float = Field(1200.0, ge=0, description="silence before evictions")
+    taint_after_s: Seconds = Field(600.0, description="silence before the CNR taint")
+    evict_after_s: Seconds = Field(1200.0, description="silence before evictions")
     taint_qps: float = Field(0.2, gt=0, description="taints (and untaints) per second")
     evict_qps: float = Field(0.1, gt=0, description="evictions per second")
     burst: int = Field(1, ge=1, description="actions that may go at once after a quiet spell")
@@ -399,6 +400,7 @@ class BackstopController:
         self.log = DecisionLog(self.config.records_limit, records_path)
         self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self._pods = Informer(cluster, names.POD)
+        self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
         self._taint_bucket = _Bucket(self.config.taint_qps, self.config.burst)
         self._evict_bucket = _Bucket(self.config.evict_qps, self.config.burst)
 
@@ -505,29 +507,11 @@ class BackstopController:
                     raise
 
     def _event(self, record: DecisionRecord) -> None:
-        ts = rfc3339(record.time)
         if record.object_kind == names.POD.kind:
-            ns, _, name = record.object_key.partition("/")
-            involved: JSON = {"kind": "Pod", "name": name, "namespace": ns, "apiVersion": "v1"}
-            if record.object_uid:
-                involved["uid"] = record.object_uid
+            ref = ObjectRef.pod(record.object_key, record.object_uid)
             reason = names.EVENT_REASON_EVICT_CREATED
         else:
-            ns, name = EVENT_NAMESPACE_FOR_NODES, record.object_key
-            involved = {"kind": names.NODE.kind, "name": name, "apiVersion": "v1"}
+            ref = ObjectRef.node(record.object_key)
             reason = record.reason
-        body: JSON = {
-            "metadata": {"generateName": f"{name}.", "namespace": ns},
-            "involvedObject": involved,
-            "reason": reason,
-            "message": record.message,
-            "type": "Normal" if record.kind == "backstop-untaint" else "Warning",
-            "source": {"component": names.CONTROLLER_COMPONENT},
-            "firstTimestamp": ts,
-            "lastTimestamp": ts,
-            "count": 1,
-        }
-        try:
-            self.cluster.create(names.EVENT, body, ns)
-        except ApiError:
-            return
+        event_type = "Normal" if record.kind == "backstop-untaint" else "Warning"
+        self.events.record(ref, event_type, reason, record.message, record.time, decision=record)

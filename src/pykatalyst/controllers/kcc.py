@@ -32,8 +32,8 @@ from typing import Any
 from pykatalyst.api import names
 from pykatalyst.api.duration import DurationError, parse_duration
 from pykatalyst.api.names import Kind
+from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.memory import parse_rfc3339, rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, BadRequest, Cluster, NotFound
 from pykatalyst.cluster.selectors import LabelSelector, parse_label_selector
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
+from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.memory import parse_rfc3339
 from pykatalyst.cluster.protocol import JSON, AlreadyExists, ApiError, Cluster, NotFound
 
 DEFAULT_ORPHAN_GRACE_S = 60.0

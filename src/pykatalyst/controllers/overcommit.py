@@ -29,8 +29,8 @@ from pydantic import ValidationError
 from pykatalyst.api import names
 from pykatalyst.api.crds import NodeOvercommitConfig
 from pykatalyst.api.quantity import Quantity, QuantityError
+from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.memory import parse_rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 
 DEFAULT_RATIO = "1"

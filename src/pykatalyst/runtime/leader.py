@@ -15,47 +15,15 @@ candidate takes over at once.
 
 from __future__ import annotations
 
-import calendar
 import math
-import re
-import time
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pykatalyst.api import names
+from pykatalyst.api.timefmt import format_microtime, parse_rfc3339
 from pykatalyst.cluster.protocol import JSON, AlreadyExists, ApiError, Cluster, Conflict, NotFound
 
 Action = Literal["create", "acquire", "renew", "takeover", "follow", "release"]
-
-_MICROTIME = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$", re.ASCII
-)
-
-
-def format_microtime(t: float) -> str:
-    """A Kubernetes `MicroTime`: RFC 3339 in UTC with exactly six fractional digits (the
-    API server's parser wants all six)."""
-    micros = round(t * 1_000_000)
-    secs, frac = divmod(micros, 1_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:06d}Z"
-
-
-def parse_microtime(text: str) -> float:
-    """Seconds since the epoch of an RFC 3339 time, with or without fractional seconds."""
-    m = _MICROTIME.match(text.strip())
-    if m is None:
-        raise ValueError(
-            f"{text!r} is not an RFC 3339 time (accepted: 2006-01-02T15:04:05.000000Z, "
-            "with any number of fractional digits and Z or a +hh:mm offset)"
-        )
-    base, frac, zone = m.groups()
-    t = float(calendar.timegm(time.strptime(base, "%Y-%m-%dT%H:%M:%S")))
-    if frac:
-        t += float(frac)
-    if zone != "Z":
-        sign = 1 if zone[0] == "+" else -1
-        t -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
-    return t
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +46,7 @@ class LeaseRecord:
             if not isinstance(text, str) or not text:
                 return None
             try:
-                return parse_microtime(text)
+                return parse_rfc3339(text)
             except ValueError:
                 return None
 

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import logging
 import queue
-import time
 from collections.abc import Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, Final
 
 from pykatalyst.api import names
+from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import (
     JSON,
-    AlreadyExists,
     ApiError,
     Cluster,
     Conflict,
@@ -43,10 +42,6 @@ EVENT_SCHEDULED: Final = "Scheduled"
 CONDITION_POD_SCHEDULED: Final = "PodScheduled"
 # the outcome of a cycle whose bind was sent and has not completed yet
 REASON_BINDING: Final = "Binding"
-
-
-def rfc3339(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +121,10 @@ class Scheduler:
         self._completed: queue.SimpleQueue[str] = queue.SimpleQueue()  # uids, as binds end
         self._now = 0.0
         self._infos: dict[str, PodInfo] = {}
-        self._event_seq = itertools.count(1)
-        self._last_event: dict[tuple[str, str, str], tuple[str, int]] = {}
+        # one recorder per profile, made here: binder threads record through them too
+        self._recorders: dict[str, EventRecorder] = {
+            name: EventRecorder(cluster, name) for name in self.frameworks
+        }
         self.nodes = Informer(cluster, names.NODE)
         self.cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self.pods = Informer(cluster, names.POD)
@@ -462,57 +459,9 @@ class Scheduler:
         self, info: PodInfo, fw: Framework, etype: str, reason: str, message: str, now: float
     ) -> None:
         source = fw.profile.scheduler_name
-        key = (info.uid, reason, message)
-        ts = rfc3339(now)
-        last = self._last_event.get(key)
-        try:
-            if last is not None:
-                name, count = last
-                self.cluster.patch(
-                    names.EVENT,
-                    name,
-                    {"count": count + 1, "lastTimestamp": ts},
-                    info.namespace,
-                )
-                self._last_event[key] = (name, count + 1)
-                return
-        except NotFound:
-            pass
-        except ApiError as exc:
-            log.warning("cannot update Event for %s: %s", info.key, exc)
-            return
-        name = f"{info.name}.{next(self._event_seq):x}{int(now * 1000) & 0xFFFFFFFF:08x}"
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": name, "namespace": info.namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": info.name,
-                "namespace": info.namespace,
-                "uid": info.uid,
-                "resourceVersion": info.resource_version,
-            },
-            "reason": reason,
-            "message": message,
-            "type": etype,
-            "action": "Scheduling" if reason == EVENT_FAILED_SCHEDULING else "Binding",
-            "source": {"component": source},
-            "reportingComponent": source,
-            "reportingInstance": source,
-            "firstTimestamp": ts,
-            "lastTimestamp": ts,
-            "count": 1,
-        }
-        try:
-            self.cluster.create(names.EVENT, event, info.namespace)
-        except AlreadyExists:
-            return
-        except ApiError as exc:
-            log.warning("cannot record Event for %s: %s", info.key, exc)
-            return
-        if reason == EVENT_FAILED_SCHEDULING:
-            if len(self._last_event) > 100_000:
-                self._last_event.clear()
-            self._last_event[key] = (name, 1)
+        recorder = self._recorders.get(source)
+        if recorder is None:
+            recorder = self._recorders[source] = EventRecorder(self.cluster, source)
+        ref = ObjectRef.pod(info.key, info.uid, info.resource_version)
+        action = "Scheduling" if reason == EVENT_FAILED_SCHEDULING else "Binding"
+        recorder.record(ref, etype, reason, message, now, action=action)

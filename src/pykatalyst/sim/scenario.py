@@ -22,59 +22,24 @@ from pydantic import (
     model_validator,
 )
 
-from pykatalyst.api import names
-from pykatalyst.api.quantity import QuantityError, parse_quantity
+from pykatalyst.api import names, units
+from pykatalyst.api.units import to_bytes, to_cores, to_seconds
 from pykatalyst.api.yamlio import load_yaml
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_DAYS = re.compile(r"^(\d+(?:\.\d+)?)d$")
 
 
 def _seconds(value: Any) -> Any:
-    """Durations are numbers of seconds or strings like ``90s``, ``5m``, ``24h``, ``2d``."""
-    if isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or a string such as '60s', '24h'")
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m is None:
-            raise ValueError(
-                f"{value!r} is not a duration: use seconds or a number with ms/s/m/h/d"
-            )
-        return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-    return value
-
-
-def _bytes(value: Any) -> Any:
-    """Memory sizes are Kubernetes quantities (``16Gi``, ``512Mi``) or plain bytes."""
-    if isinstance(value, bool):
-        raise ValueError("a memory size is a quantity such as '16Gi' or a number of bytes")
-    if isinstance(value, int | float):
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return parse_quantity(value).value()
-        except QuantityError as exc:
-            raise ValueError(f"{value!r} is not a memory quantity (e.g. '16Gi'): {exc}") from exc
-    return value
-
-
-def _cores(value: Any) -> Any:
-    """Cpu amounts are cores (``2``, ``0.5``) or Kubernetes quantities (``500m``)."""
-    if isinstance(value, bool):
-        raise ValueError("a cpu amount is a number of cores or a quantity such as '500m'")
-    if isinstance(value, str):
-        try:
-            return parse_quantity(value).milli_value() / 1000.0
-        except QuantityError as exc:
-            raise ValueError(f"{value!r} is not a cpu quantity (e.g. '2', '500m'): {exc}") from exc
-    return value
+    """A scenario's durations: Go durations as everywhere else (`90s`, `5m`, `24h`), or
+    numbers of seconds, and days (`2d`) for the length of a run."""
+    if isinstance(value, str) and (m := _DAYS.match(value.strip())):
+        return float(m.group(1)) * 86400.0
+    return to_seconds(value)
 
 
 Seconds = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
-Bytes = Annotated[int, BeforeValidator(_bytes), Field(gt=0)]
-Cores = Annotated[float, BeforeValidator(_cores), Field(gt=0)]
+Bytes = Annotated[int, BeforeValidator(to_bytes), Field(gt=0)]
+Cores = Annotated[float, BeforeValidator(to_cores), Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
@@ -92,8 +57,8 @@ class NodeGroup(_Model):
     threads_per_core: int = Field(default=2, ge=1, le=4)
     numa_per_socket: int = Field(default=1, ge=1, le=8)
     memory: Bytes
-    system_reserved_cpu: Annotated[float, BeforeValidator(_cores), Field(ge=0)] = 1.0
-    system_reserved_memory: Annotated[int, BeforeValidator(_bytes), Field(ge=0)] = 4 * 2**30
+    system_reserved_cpu: units.Cores = 1.0
+    system_reserved_memory: units.Bytes = 4 * 2**30
 
     @property
     def cpus(self) -> int:

@@ -26,7 +26,7 @@ from typing import Any
 
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity, QuantityError
-from pykatalyst.cluster.memory import AdmissionRequest, AdmissionResponse
+from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.protocol import JSON
 from pykatalyst.webhook.review import pointer
 

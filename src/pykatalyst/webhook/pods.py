@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from pykatalyst.api import names
 from pykatalyst.api.qos import inspect_pod_qos
-from pykatalyst.cluster.memory import AdmissionRequest, AdmissionResponse
+from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.protocol import JSON
 from pykatalyst.webhook.review import pointer
 

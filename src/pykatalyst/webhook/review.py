@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, get_args
 
 from pykatalyst.api.names import Kind
-from pykatalyst.cluster.memory import AdmissionRequest, AdmissionResponse, Operation
+from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse, Operation
 from pykatalyst.cluster.protocol import JSON
 
 API_VERSION = "admission.k8s.io/v1"

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pykatalyst.api import names
+from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.memory import AdmissionRequest, AdmissionResponse, MemoryCluster
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
 from pykatalyst.webhook.nodes import admit_node
 from pykatalyst.webhook.pods import PodMutator, Recommender, SPDReferenceMutator, validate_pod
+
+if TYPE_CHECKING:
+    from pykatalyst.cluster.memory import MemoryCluster
 
 Handler = Callable[[AdmissionRequest], AdmissionResponse]
 

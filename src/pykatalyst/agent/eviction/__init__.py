@@ -12,7 +12,7 @@ from pykatalyst.agent.eviction.config import (
     ReclaimedResourcePressureConfig,
     SystemMemoryPressureConfig,
 )
-from pykatalyst.agent.eviction.executor import EvictionExecutor, ExecutionResult, event_body
+from pykatalyst.agent.eviction.executor import EvictionExecutor, ExecutionResult, record_ref
 from pykatalyst.agent.eviction.manager import EvictionManager, default_plugins
 from pykatalyst.agent.eviction.plugins import (
     EvictionPlugin,
@@ -71,11 +71,11 @@ __all__ = [
     "Threshold",
     "Victim",
     "default_plugins",
-    "event_body",
     "filter_records",
     "pod_info",
     "protection",
     "rank",
     "read_cnr_reclaimed",
     "read_records",
+    "record_ref",
 ]

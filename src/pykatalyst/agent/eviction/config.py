@@ -29,8 +29,8 @@ from pydantic import (
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.crds import EvictionConfig as EvictionConfigCRD
+from pykatalyst.api.units import Seconds
 
-Seconds = Annotated[float, Field(ge=0)]
 Ratio = Annotated[float, Field(gt=0)]
 
 RECLAIMED_THRESHOLD_KEYS = (names.RECLAIMED_MILLICPU, names.RECLAIMED_MEMORY)
@@ -157,7 +157,7 @@ class EvictionConfig(_Section):
     """The eviction manager and its inner plugins."""
 
     enabled: bool = True
-    sync_period_s: float = Field(5.0, gt=0, description="one round per period")
+    sync_period_s: Seconds = Field(5.0, gt=0, description="one round per period")
     eviction_burst: int = Field(3, ge=1, description="at most this many kills per round")
     condition_transition_period_s: Seconds = Field(
         300.0, description="a condition (and its taint) stays this long after it clears"

@@ -16,41 +16,18 @@ from pykatalyst.agent.eviction.types import EvictionPlan, EvictionRecord
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
 from pykatalyst.api.objects import Taint
-from pykatalyst.cluster.memory import rfc3339
+from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
 
 TAINT_RESYNC_S = 30.0
 CONFLICT_RETRIES = 3
-EVENT_NAMESPACE_FOR_NODES = names.DEFAULT_NAMESPACE
 
 
-def event_body(
-    record: EvictionRecord, *, component: str, reason: str | None = None, event_type: str = ""
-) -> tuple[JSON, str]:
-    """A core/v1 Event for a record, and the namespace it goes to."""
-    ts = rfc3339(record.time)
+def record_ref(record: EvictionRecord) -> ObjectRef:
+    """The object a decision record is about, as an Event's involvedObject."""
     if record.object_kind == names.POD.kind:
-        ns, _, name = record.object_key.partition("/")
-    else:
-        ns, name = EVENT_NAMESPACE_FOR_NODES, record.object_key
-    involved: JSON = {"kind": record.object_kind, "name": name, "apiVersion": "v1"}
-    if record.object_kind == names.POD.kind:
-        involved["namespace"] = ns
-    if record.object_uid:
-        involved["uid"] = record.object_uid
-    body: JSON = {
-        "metadata": {"generateName": f"{name}.", "namespace": ns},
-        "involvedObject": involved,
-        "reason": reason or record.reason,
-        "message": record.message,
-        "type": event_type
-        or ("Normal" if record.kind.endswith(("cleared", "succeeded")) else "Warning"),
-        "source": {"component": component, "host": record.node},
-        "firstTimestamp": ts,
-        "lastTimestamp": ts,
-        "count": 1,
-    }
-    return body, ns
+        return ObjectRef.pod(record.object_key, record.object_uid)
+    return ObjectRef(record.object_kind, record.object_key, "", record.object_uid)
 
 
 def _taint_key(t: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -136,6 +113,7 @@ class EvictionExecutor:
         self.recorder = recorder
         self.dry_run = dry_run
         self.component = component
+        self.events = EventRecorder(cluster, component, node)
         self._applied: dict[str, tuple[tuple[str, str, str, str], ...]] = {}
         self._applied_at: dict[str, float] = {}
 
@@ -208,10 +186,13 @@ class EvictionExecutor:
                 "eviction-succeeded": names.EVENT_REASON_EVICT_SUCCEEDED,
                 "eviction-failed": names.EVENT_REASON_EVICT_FAILED,
             }.get(record.kind)
-            body, ns = event_body(record, component=self.component, reason=reason)
-            try:
-                self.cluster.create(names.EVENT, body, ns)
+            if self.events.record(
+                record_ref(record),
+                "Normal" if record.kind.endswith(("cleared", "succeeded")) else "Warning",
+                reason or record.reason,
+                record.message,
+                record.time,
+                decision=record,
+            ) in ("created", "updated"):
                 count += 1
-            except ApiError:
-                continue
         return count
