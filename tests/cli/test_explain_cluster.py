@@ -325,7 +325,7 @@ def test_an_invalid_admin_qos_configuration_is_shown_with_its_error(world: World
     assert result.exit_code == 0, result.output
     aqc = json.loads(result.stdout)["config"]["admin_qos"]
     assert aqc["error"].startswith("invalid: spec.config.reclaimedResourceConfig.enableReclaim: ")
-    assert "(value 'perhaps')" in aqc["error"]
+    assert "(got 'perhaps')" in aqc["error"]
     assert aqc["spec"] == bad["spec"]  # what is stored, shown as it is
     assert table.exit_code == 0 and "invalid:" in table.stdout
 

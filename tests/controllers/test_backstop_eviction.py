@@ -281,3 +281,23 @@ def test_backstop_counts_and_skips_pods_it_cannot_read() -> None:
     assert read_reclaimed_pod(pod) == (None, "invalid-qos")
     pod["metadata"]["labels"] = ["x"]
     assert read_reclaimed_pod(pod) == (None, "unreadable")
+
+
+def test_agents_ready_and_silent_are_counted_under_katalysts_names() -> None:
+    c = Cluster(nodes=("node-1", "node-2", "node-3"))
+    c.step(30)
+
+    def gauge(name: str) -> float | None:
+        labels = {} if name == "agent_deployed_node_total" else {"agentName": "katalyst-agent"}
+        return c.registry.get_sample_value(name, labels)
+
+    assert (gauge("agent_deployed_node_total"), gauge("agent_ready_total")) == (3, 3)
+    assert gauge("agent_not_ready_total") == 0
+    c.alive.discard("node-2")
+    c.step(595)
+    assert gauge("agent_not_ready_total") == 0  # silent, but not yet for taint_after
+    c.step(10)
+    assert (gauge("agent_ready_total"), gauge("agent_not_ready_total")) == (2, 1)
+    c.alive.add("node-2")
+    c.step(5)
+    assert (gauge("agent_ready_total"), gauge("agent_not_ready_total")) == (3, 0)

@@ -215,9 +215,23 @@ def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 @needs_helm
 def test_each_service_monitor_finds_a_metrics_port_of_its_component() -> None:
-    objs = _render("serviceMonitor.enabled=true", "serviceMonitor.labels.release=prom")
+    objs = _render(
+        "serviceMonitor.enabled=true", "serviceMonitor.labels.release=prom", "webhook.enabled=true"
+    )
     monitors = _by(objs, "ServiceMonitor")
-    assert set(monitors) == {"katalyst-agent", "katalyst-controller", "katalyst-scheduler"}
+    assert set(monitors) == {
+        "katalyst-agent",
+        "katalyst-controller",
+        "katalyst-scheduler",
+        "katalyst-webhook",
+    }
+    for mon in monitors.values():
+        # every series carries the node its pod runs on (the dashboard's node variable)
+        relabel = mon["spec"]["endpoints"][0]["relabelings"]
+        assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in (
+            relabel
+        )
+    assert monitors["katalyst-webhook"]["spec"]["endpoints"][0]["scheme"] == "https"
     services = list(_by(objs, "Service").values())
     for name, mon in monitors.items():
         assert mon["metadata"]["labels"]["release"] == "prom"
@@ -358,3 +372,106 @@ def test_the_image_and_pull_secrets_reach_every_pod() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     image = default["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == f"pykatalyst:{chart['appVersion']}"
+
+
+@needs_helm
+def test_the_charts_webhook_role_is_the_manifests_least_privilege() -> None:
+    chart = _by(_render("webhook.enabled=true"), "ClusterRole")["katalyst-webhook"]
+    plain = next(
+        d
+        for d in yaml.safe_load_all(
+            (ROOT / "deploy" / "manifests" / "webhook-rbac.yaml").read_text()
+        )
+        if d and d["kind"] == "ClusterRole"
+    )
+    assert chart["rules"] == plain["rules"]
+
+
+@needs_helm
+def test_a_second_release_renames_only_its_cluster_scoped_objects() -> None:
+    objs = _render("webhook.enabled=true", "clusterScopedSuffix=staging", namespace="kat-staging")
+    cluster_kinds = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
+    for o in objs:
+        name = o["metadata"]["name"]
+        if o["kind"] in cluster_kinds:
+            assert name.endswith("-staging"), (o["kind"], name)
+        elif o["kind"] != "CustomResourceDefinition":
+            assert not name.endswith("-staging"), (o["kind"], name)
+    for binding in _by(objs, "ClusterRoleBinding").values():
+        assert binding["roleRef"]["name"] in _by(objs, "ClusterRole")
+        assert binding["subjects"][0]["namespace"] == "kat-staging"
+    assert "/clusterScopedSuffix" in _refused("clusterScopedSuffix=Not_A_Name")
+
+
+@needs_helm
+def test_host_network_and_an_api_server_address_reach_every_pod() -> None:
+    default = _render("webhook.enabled=true", "scheduler.mode=both")
+    for w in _workloads(default):
+        spec = w["spec"]["template"]["spec"]
+        assert "hostNetwork" not in spec
+        env = {e["name"] for c in spec["containers"] for e in c.get("env", [])}
+        assert "KUBERNETES_SERVICE_HOST" not in env
+    objs = _render(
+        "webhook.enabled=true",
+        "scheduler.mode=both",
+        "hostNetwork=true",
+        "apiServer.host=10.1.2.3",
+        "apiServer.port=6443",
+    )
+    workloads = list(_workloads(objs))
+    assert len(workloads) == 5
+    for w in workloads:
+        spec = w["spec"]["template"]["spec"]
+        assert spec["hostNetwork"] is True
+        assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        for c in spec["containers"]:
+            env = {e["name"]: e.get("value") for e in c["env"]}
+            assert env["KUBERNETES_SERVICE_HOST"] == "10.1.2.3"
+            assert env["KUBERNETES_SERVICE_PORT"] == "6443"
+
+
+@needs_helm
+def test_the_webhook_can_be_scoped_to_labelled_namespaces_and_leave_nodes_alone() -> None:
+    objs = _render(
+        "webhook.enabled=true", "webhook.mutateNodes=false", "webhook.namespaceSelector.team=a"
+    )
+    hooks = [
+        h
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for h in _by(objs, kind)["katalyst-webhook"]["webhooks"]
+    ]
+    assert {h["rules"][0]["resources"][0] for h in hooks} == {"pods"}
+    for h in hooks:
+        assert h["namespaceSelector"]["matchLabels"] == {"team": "a"}
+        assert h["namespaceSelector"]["matchExpressions"][0]["operator"] == "NotIn"
+
+
+@needs_helm
+def test_the_agent_values_for_other_node_layouts() -> None:
+    ds = _by(
+        _render(
+            "agent.podResourcesDir=/data/kubelet/pod-resources",
+            "agent.cgroupMountPropagation=None",
+        ),
+        "DaemonSet",
+    )["katalyst-agent"]
+    spec = ds["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["pod-resources"]["hostPath"]["path"] == "/data/kubelet/pod-resources"
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"
+    assert mounts["host-cgroup"]["mountPropagation"] == "None"
+    assert "/agent/cgroupMountPropagation" in _refused("agent.cgroupMountPropagation=Bidirectional")
+
+
+@needs_helm
+def test_the_controller_can_run_in_dry_run() -> None:
+    dep = _by(_render("controller.dryRun=true"), "Deployment")["katalyst-controller"]
+    assert "--dry-run" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    dep = _by(_render(), "Deployment")["katalyst-controller"]
+    assert "--dry-run" not in dep["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -205,7 +205,7 @@ def test_zero_weights_default_to_one() -> None:
         (
             "profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: "
             "{type: Packed}}}]}]",
-            "scoringStrategy.type: Input should be 'LeastAllocated'",
+            "scoringStrategy.type: must be 'LeastAllocated'",
         ),
         ("profiles: [{schedulerName: x}, {schedulerName: x}]", "duplicate scheduler name"),
         ("percentageOfNodesToScore: 120", "percentageOfNodesToScore: 120 is not in the valid"),
@@ -213,9 +213,9 @@ def test_zero_weights_default_to_one() -> None:
             "profiles: [{pluginConfig: [{name: NodeResourcesFit}, {name: NodeResourcesFit}]}]",
             "repeated config for plugin 'NodeResourcesFit'",
         ),
-        ("profile: []", "profile: Extra inputs are not permitted"),
+        ("profile: []", "profile: unknown field"),
         ("clientConnection: {burst: -1}", "clientConnection.burst: -1 must be greater than"),
-        ("clientConnection: {qpss: 5}", "clientConnection.qpss: Extra inputs are not permitted"),
+        ("clientConnection: {qpss: 5}", "clientConnection.qpss: unknown field"),
         ("clientConnection: {qps: fast}", "clientConnection.qps: Input should be a valid number"),
     ],
 )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -1163,6 +1163,11 @@ class Agent:
             self._last_desired = None
         failed = getattr(report, "failed", ())
         out["failed"] = len(failed)
+        if self.dry_run:
+            out["dry-run_by_knob"] = _by_knob(w.knob for w in planned)
+        else:
+            out["applied_by_knob"] = _by_knob(w.knob for w in getattr(report, "applied", ()))
+            out["failed_by_knob"] = _by_knob(f.write.knob for f in failed)
         vanished = tuple(getattr(report, "vanished", ()))
         if vanished:
             out["vanished"] = list(vanished)
@@ -1302,3 +1307,10 @@ def _rescale(
 def _show(value: KnobValue) -> str:
     v = knob_value_json(value)
     return str(v) if not isinstance(v, dict) else ",".join(f"{k}={x}" for k, x in v.items())
+
+
+def _by_knob(knobs: Iterable[Knob]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k in knobs:
+        out[k.value] = out.get(k.value, 0) + 1
+    return out

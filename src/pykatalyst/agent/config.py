@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from pykatalyst.agent.eviction.config import EvictionConfig
 from pykatalyst.api.crds import AdminQoSConfiguration
+from pykatalyst.api.problems import one_line
 from pykatalyst.api.units import Bytes, Cores, Seconds
 from pykatalyst.api.yamlio import load_yaml
 from pykatalyst.topology.cpuset import CPUSet
@@ -305,13 +306,7 @@ def parse_config(data: Any, source: str = "config") -> AgentConfig:
     try:
         return AgentConfig.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            value = err.get("input")
-            shown = "" if isinstance(value, dict) else f" (value {value!r})"
-            lines.append(f"{where}: {err['msg']}{shown}")
-        raise ConfigError(f"invalid agent {source}: " + "; ".join(lines)) from None
+        raise ConfigError(f"invalid agent {source}: {one_line(exc)}") from None
 
 
 def load_config(path: str | Path | None) -> AgentConfig:

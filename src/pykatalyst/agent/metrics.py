@@ -1,4 +1,5 @@
-"""A small metric store: Host samples in, Katalyst's metrics out.
+"""A small metric store: Host samples in, Katalyst's metrics out; and the agent's
+Prometheus exporter.
 
 Katalyst's advisor reads metrics by name (`cpu.usage.container`, `cpu.load.1min.container`,
 `mem.rss.container`, `cpu.usage.ratio.cpu`, ...). This store keeps the latest value of each
@@ -11,10 +12,18 @@ missing (and the advisor falls back to requests) rather than as a wrong one.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from pykatalyst.agent.host.base import CgroupStats, HostSample
+from pykatalyst.agent.reporter import milli_cpu
+from pykatalyst.api import names
+
+if TYPE_CHECKING:
+    from pykatalyst.agent.plan import AgentPlan, ReclaimedFigure
 
 # Katalyst's metric names, for terms and exports.
 CPU_USAGE_CONTAINER = "cpu.usage.container"
@@ -156,3 +165,100 @@ class MetricStore:
         if not self._cpu_ratio or not self._fresh(self._cpu_ratio_time, now):
             return None
         return self._cpu_ratio
+
+
+# What the agent exports on /metrics, from each tick's AgentPlan. Katalyst's sysadvisor
+# names where it has them (`cpu_advisor_pool_size`, `headroom_report_result`), ours
+# (`katalyst_agent_*`) for what it has no metric of.
+POOL_SIZE = "cpu_advisor_pool_size"
+HEADROOM_REPORT_RESULT = "headroom_report_result"
+RECLAIMED_HEADROOM = "katalyst_agent_reclaimed_headroom"
+RECLAIMED_TERM = "katalyst_agent_reclaimed_term"
+CGROUP_WRITES = "katalyst_agent_cgroup_writes"
+RECLAIM_ENABLED = "katalyst_agent_reclaim_enabled"
+NO_NUMA = "-1"  # Katalyst's numa_id for a pool that spans every NUMA node
+
+
+def _scaled(figure: ReclaimedFigure, value: float) -> float:
+    """In the CNR's unit and rounding: millicores for reclaimed_millicpu, whole bytes."""
+    if figure.resource == names.RECLAIMED_MILLICPU:
+        return float(milli_cpu(value))
+    return float(max(int(value), 0))
+
+
+def numeric_terms(terms: Mapping[str, object], prefix: str = "") -> dict[str, float]:
+    """The numeric terms of a figure, nested mappings flattened with dots (`smoothing.window`);
+    flags and text are left out."""
+    out: dict[str, float] = {}
+    for key, value in terms.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(numeric_terms(value, f"{name}."))
+        elif (
+            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        ):
+            out[name] = float(value)
+    return out
+
+
+class AgentExporter:
+    """Prometheus metrics of the agent's plans, in the registry the agent's host serves."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.pool_size = Gauge(
+            POOL_SIZE,
+            "Cpus in each pool the agent manages (Katalyst's sysadvisor pool size).",
+            ["name", "numa_id", "pool_type"],
+            registry=registry,
+        )
+        self.reported = Gauge(
+            HEADROOM_REPORT_RESULT,
+            "Reclaimed capacity published on the CNR (millicpu for reclaimed_millicpu, bytes "
+            "for reclaimed_memory).",
+            ["resourceName"],
+            registry=registry,
+        )
+        self.headroom = Gauge(
+            RECLAIMED_HEADROOM,
+            "This tick's reclaimed headroom before smoothing, in the published unit.",
+            ["resource"],
+            registry=registry,
+        )
+        self.terms = Gauge(
+            RECLAIMED_TERM,
+            "The terms of the reclaimed-capacity formula this tick (docs/agent.md).",
+            ["resource", "term"],
+            registry=registry,
+        )
+        self.enabled = Gauge(
+            RECLAIM_ENABLED,
+            "1 while the effective config has reclaim on (advisor.enable_reclaim), else 0.",
+            registry=registry,
+        )
+        self.writes = Counter(
+            CGROUP_WRITES,
+            "Cgroup knob writes by the enforcer, by knob and result (applied, failed, dry-run).",
+            ["knob", "result"],
+            registry=registry,
+        )
+
+    def observe(self, plan: AgentPlan, reclaim_enabled: bool | None = None) -> None:
+        """One tick's plan; `reclaim_enabled` is the effective config's switch that tick."""
+        if reclaim_enabled is not None:
+            self.enabled.set(1 if reclaim_enabled else 0)
+        self.pool_size.clear()
+        for pool in plan.pools:
+            numa = NO_NUMA if pool.numa is None else str(pool.numa)
+            self.pool_size.labels(pool.name, numa, pool.name.split("-", 1)[0]).set(pool.size)
+        self.terms.clear()
+        for figure in (plan.reclaimed_cpu, plan.reclaimed_memory):
+            self.headroom.labels(figure.resource).set(_scaled(figure, figure.value))
+            if figure.reported is not None:
+                self.reported.labels(figure.resource).set(_scaled(figure, figure.reported))
+            for term, value in numeric_terms(figure.terms).items():
+                self.terms.labels(figure.resource, term).set(value)
+        for result in ("applied", "failed", "dry-run"):
+            counts = plan.enforce.get(f"{result}_by_knob", {})
+            if isinstance(counts, Mapping):
+                for knob, n in counts.items():
+                    self.writes.labels(str(knob), result).inc(float(n))

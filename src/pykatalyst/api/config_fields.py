@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from pykatalyst.api import crdgen, crds, names
+from pykatalyst.api.problems import NO_VALUE, field_problems
 
 AQC = names.ADMIN_QOS_CONFIGURATION.kind
 _RRC = "spec.config.reclaimedResourceConfig."
@@ -234,12 +235,10 @@ def not_taking_effect(obj: dict[str, Any]) -> list[FieldUse]:
 
 
 def problems_of(exc: ValidationError) -> list[ConfigProblem]:
-    out = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        message = str(err["msg"]).removeprefix("Value error, ")
-        out.append(ConfigProblem(where, err.get("input"), message))
-    return out
+    return [
+        ConfigProblem(p.path, None if p.value is NO_VALUE else p.value, p.message)
+        for p in field_problems(exc)
+    ]
 
 
 def config_problems(obj: dict[str, Any]) -> list[ConfigProblem]:

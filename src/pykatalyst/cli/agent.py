@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from prometheus_client import CollectorRegistry
 
 from pykatalyst.agent.config import AgentConfig, ConfigError, load_config, reclaim_setting
 from pykatalyst.agent.plan import AgentPlan
@@ -205,7 +206,11 @@ def agent(
             checkpoint.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _fail(f"checkpoint_path {checkpoint}: {exc}") from None
-    runner = build_agent(node, cluster, host, clock, cfg, checkpoint, dry_run=dry_run)
+    # One registry: the eviction stage's counters and the plans' figures on one /metrics.
+    registry = CollectorRegistry()
+    runner = build_agent(
+        node, cluster, host, clock, cfg, checkpoint, dry_run=dry_run, registry=registry
+    )
     for note in notes:
         print_message(f"note: {note}", stderr=True)
     endpoint = Endpoint("metrics", bind_address, port) if port else None
@@ -217,6 +222,7 @@ def agent(
             once=once,
             show=lambda plan: _print_plan(plan, output, notes),
             endpoint=endpoint,
+            registry=registry,
         )
     except ServeError as exc:
         raise _fail(f"--port {port}: {exc}") from None

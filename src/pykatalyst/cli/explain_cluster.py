@@ -20,6 +20,7 @@ from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
 from pykatalyst.api.names import Kind
 from pykatalyst.api.objects import CustomNodeResource, Node, Taint, TopologyZone
+from pykatalyst.api.problems import one_line
 from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cli.explain_events import OUR_COMPONENTS, event_json, event_time, field_map
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
@@ -59,17 +60,6 @@ def json_annotation(obj: JSON, key: str) -> tuple[dict[str, Any] | None, str | N
     if not isinstance(value, dict):
         return None, f"annotation {key} must be a JSON object, got {type(value).__name__}"
     return value, None
-
-
-def one_line(exc: ValidationError) -> str:
-    """A model's errors on one line, each as `field.path: message (value ...)`."""
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        value = err.get("input")
-        shown = "" if isinstance(value, dict | list) else f" (value {value!r})"
-        parts.append(f"{where}: {err['msg']}{shown}")
-    return "; ".join(parts)
 
 
 # --- node ---------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
 from pykatalyst.api import names
@@ -397,6 +397,25 @@ class BackstopController:
             ["reason"],
             registry=self.registry,
         )
+        # Katalyst's agent-healthz gauges, under its names: nodes with a CNR, and of those
+        # the ones whose agent reports (ready) or is silent past taint_after (not ready).
+        self.deployed = Gauge(
+            "agent_deployed_node_total",
+            "Nodes with a CustomNodeResource (an agent was deployed there).",
+            registry=self.registry,
+        )
+        self.ready = Gauge(
+            "agent_ready_total",
+            "Nodes whose agent reported within taint_after, by agent.",
+            ["agentName"],
+            registry=self.registry,
+        )
+        self.not_ready = Gauge(
+            "agent_not_ready_total",
+            "Nodes whose agent has been silent for taint_after or longer, by agent.",
+            ["agentName"],
+            registry=self.registry,
+        )
         self.log = DecisionLog(self.config.records_limit, records_path)
         self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self._pods = Informer(cluster, names.POD)
@@ -424,7 +443,15 @@ class BackstopController:
         )
         self._taint_bucket.take(len(plan.of("taint")) + len(plan.of("untaint")))
         self._evict_bucket.take(len(plan.of("evict")))
+        self._count_agents(plan)
         return plan
+
+    def _count_agents(self, plan: BackstopPlan) -> None:
+        after = self.config.taint_after_s
+        silent = sum(1 for h in plan.nodes if h.silent_s is not None and h.silent_s >= after)
+        self.deployed.set(len(plan.nodes))
+        self.ready.labels(names.AGENT_COMPONENT).set(len(plan.nodes) - silent)
+        self.not_ready.labels(names.AGENT_COMPONENT).set(silent)
 
     def apply(self, plan: BackstopPlan) -> BackstopResult:
         done: list[str] = []

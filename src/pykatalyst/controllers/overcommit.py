@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from pykatalyst.api import names
 from pykatalyst.api.crds import NodeOvercommitConfig
+from pykatalyst.api.problems import field_problems
 from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.cluster.informer import Informer
@@ -123,9 +124,8 @@ def read_config(obj: JSON) -> OvercommitConfigFacts:
     try:
         noc = NodeOvercommitConfig.model_validate(obj)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return OvercommitConfigFacts(name, "", {}, created, matched, f"{where}: {first['msg']}")
+        first = field_problems(exc)[0].show()
+        return OvercommitConfigFacts(name, "", {}, created, matched, first)
     spec = noc.spec
     return OvercommitConfigFacts(
         name,

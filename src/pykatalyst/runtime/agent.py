@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.eviction import EvictionStage
 from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.host.kubelet import PodResourcesClient
+from pykatalyst.agent.metrics import AgentExporter
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.protocol import Cluster
@@ -32,8 +35,10 @@ def build_agent(
     checkpoint: Path | None,
     *,
     dry_run: bool,
+    registry: CollectorRegistry | None = None,
 ) -> Agent:
-    """The agent as `katalyst agent` runs it: one enforcer, the eviction stage."""
+    """The agent as `katalyst agent` runs it: one enforcer, the eviction stage (its
+    counters in `registry`, the one the agent's /metrics serves)."""
     # Trust the enforcer's own writes between the agent's drift resyncs.
     enforcer = Enforcer(host, checkpoint, clock, verify_period_s=cfg.resync_s)
     # The file's eviction section is the base; the AdminQoSConfiguration's evictionConfig
@@ -46,6 +51,7 @@ def build_agent(
         dry_run=dry_run,
         admin_qos=cfg.admin_qos_config,
         config_ttl_s=cfg.config_ttl_s,
+        registry=registry,
     )
     kubelet = PodResourcesClient(cfg.kubelet.pod_resources_socket, cfg.kubelet.timeout_s)
     return Agent(
@@ -68,16 +74,23 @@ def agent_host(
     period_s: float,
     show: Callable[[AgentPlan], None],
     endpoint: Endpoint | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> ComponentHost:
     # The reconcile reads cgroups and /proc and calls the API server: it runs in a worker
     # thread so that probes and scrapes are answered during a slow tick on a dense node.
     # The servers share nothing with it but the metric registry, which is thread-safe.
     host = ComponentHost(
-        "agent", clock=clock, reconcile_in_thread=True, stall_after_s=max(300.0, 10 * period_s)
+        "agent",
+        clock=clock,
+        registry=registry,
+        reconcile_in_thread=True,
+        stall_after_s=max(300.0, 10 * period_s),
     )
+    exporter = AgentExporter(host.registry)
 
     def tick(now: float) -> AgentPlan:
         plan = runner.reconcile(now)
+        exporter.observe(plan, runner.config.advisor.enable_reclaim)
         show(plan)
         return plan
 
@@ -95,11 +108,17 @@ def run_agent(
     once: bool,
     show: Callable[[AgentPlan], None],
     endpoint: Endpoint | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> int:
     """Reconcile every `period_s` until SIGTERM/SIGINT (exit 0). With `once`: one
     reconcile and no servers; exit 1 when it failed."""
     host = agent_host(
-        runner, clock, period_s=period_s, show=show, endpoint=None if once else endpoint
+        runner,
+        clock,
+        period_s=period_s,
+        show=show,
+        endpoint=None if once else endpoint,
+        registry=registry,
     )
 
     def on_step(step: HostStep) -> int | None:

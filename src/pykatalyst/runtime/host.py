@@ -36,6 +36,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    Histogram,
     generate_latest,
 )
 
@@ -135,6 +136,11 @@ class HostStep:
         return self.leader is not None and self.leader.lost_leadership
 
 
+# A reconcile takes milliseconds on a quiet node and seconds on a dense one or behind a
+# slow API server.
+RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
 @dataclass(slots=True)
 class _Metrics:
     ticks: Counter
@@ -142,6 +148,7 @@ class _Metrics:
     skipped: Counter
     duration: Gauge
     last_success: Gauge
+    histogram: Histogram
     leader: Gauge | None = field(default=None)
 
 
@@ -169,6 +176,13 @@ def _metrics(component: str, registry: CollectorRegistry, elected: bool) -> _Met
             f"{p}_last_tick_success_timestamp_seconds",
             "When a tick last succeeded (seconds on the component's clock).",
             labels,
+            registry=registry,
+        ),
+        Histogram(
+            f"{p}_reconcile_duration_seconds",
+            "How long each tick's reconcile took, by ticker.",
+            labels,
+            buckets=RECONCILE_BUCKETS,
             registry=registry,
         ),
     )
@@ -302,6 +316,7 @@ class ComponentHost:
         t.runs += 1
         self._metrics.ticks.labels(t.name).inc()
         self._metrics.duration.labels(t.name).set(max(0.0, finished - started))
+        self._metrics.histogram.labels(t.name).observe(max(0.0, finished - started))
         missed = t.advance(scheduled, finished)
         if missed:
             self._metrics.skipped.labels(t.name).inc(missed)

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pykatalyst.api import names
+from pykatalyst.api.problems import field_problems
 from pykatalyst.api.yamlio import load_yaml, load_yaml_all
 from pykatalyst.scheduler import registry as reg
 
@@ -444,18 +445,7 @@ class SchedulerConfig:
 
 
 def _pydantic_problems(prefix: str, exc: ValidationError) -> list[str]:
-    out = []
-    for err in exc.errors():
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-        msg = err["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        value = err.get("input")
-        shown = ""
-        if err["type"] != "missing" and not isinstance(value, dict):
-            shown = f" (got {value!r})"
-        out.append(f"{prefix}{loc}: {msg}{shown}")
-    return out
+    return [p.show() for p in field_problems(exc, prefix)]
 
 
 def _find_config_document(doc: Any, source: str) -> Mapping[str, Any]:

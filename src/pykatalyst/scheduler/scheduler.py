@@ -57,6 +57,7 @@ class ScheduleOutcome:
     numa: NUMAReservation | None = None
     # weighted score per plugin of the chosen node (empty when only one node was feasible)
     scores: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    profile: str = ""  # the pod's schedulerName
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +248,10 @@ class Scheduler:
         entry = self.queue.pop(now)
         if entry is None:
             return None
+        outcome = self._attempt(entry, now)
+        return dataclasses.replace(outcome, profile=entry.info.scheduler_name)
+
+    def _attempt(self, entry: QueuedPod, now: float) -> ScheduleOutcome:
         info = entry.info
         fw = self.frameworks.get(info.scheduler_name)
         if fw is None:
@@ -324,6 +329,7 @@ class Scheduler:
                 feasible=result.feasible,
                 numa=result.numa,
                 scores=result.scores,
+                profile=info.scheduler_name,
             )
         fw.unreserve(info, result, self.snapshot)
         self.snapshot.forget_pod(info.uid)
@@ -335,7 +341,9 @@ class Scheduler:
         else:
             self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
             self.queue.retry(entry, now)
-        return ScheduleOutcome(info.key, info.uid, None, "BindingFailed", message)
+        return ScheduleOutcome(
+            info.key, info.uid, None, "BindingFailed", message, profile=info.scheduler_name
+        )
 
     def finish_bindings(self, now: float, wait: float = 0.0) -> list[ScheduleOutcome]:
         """The outcomes of the concurrent binds that have completed (waiting up to `wait`

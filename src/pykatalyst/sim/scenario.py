@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from pykatalyst.api import names, units
+from pykatalyst.api.problems import NO_VALUE, field_problems
 from pykatalyst.api.units import to_bytes, to_cores, to_seconds
 from pykatalyst.api.yamlio import load_yaml
 
@@ -329,40 +330,25 @@ class ScenarioError(ValueError):
         super().__init__("\n".join(lines))
 
 
-_NO_VALUE: Any = object()
+_NO_VALUE: Any = NO_VALUE
 
 
 _DEMAND_KINDS = ("constant", "diurnal", "trace", "csv")
 
 
-def _loc_path(loc: tuple[int | str, ...]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        elif item in _DEMAND_KINDS and parts and parts[-1].lstrip(".") == "demand":
-            continue  # pydantic's union-branch tag: the user wrote no such field
-        elif item.startswith(("function-", "constrained-")):
-            continue
-        else:
-            parts.append(("." if parts else "") + item)
-    return "".join(parts).replace(".[", "[")
+def _union_tag(parts: list[str], item: str) -> bool:
+    # pydantic's union-branch tag under `demand`: the user wrote no such field
+    return item in _DEMAND_KINDS and bool(parts) and parts[-1].lstrip(".") == "demand"
 
 
 def _problems(exc: ValidationError) -> list[tuple[str, str, Any]]:
     out: list[tuple[str, str, Any]] = []
-    for err in exc.errors(include_url=False):
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif err["type"] == "union_tag_invalid":
+    for p, err in zip(field_problems(exc, skip=_union_tag), exc.errors(), strict=True):
+        msg = p.message
+        if err["type"] == "union_tag_invalid":
             msg = "kind must be one of constant, diurnal, trace, csv"
-        elif err["type"] == "literal_error":
-            msg = msg.replace("Input should be", "must be")
-        value = err.get("input", _NO_VALUE)
-        if isinstance(value, dict | list):
-            value = _NO_VALUE  # the whole sub-document: the path says enough
-        out.append((_loc_path(tuple(err["loc"])), msg, value))
+        path = "" if p.path == "(top level)" else p.path
+        out.append((path, msg, p.value))
     return out
 
 

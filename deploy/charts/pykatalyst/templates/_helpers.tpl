@@ -52,6 +52,10 @@ securityContext:
     caBundle: {{ .ca }}
     {{- end }}
   namespaceSelector:
+    {{- with .values.namespaceSelector }}
+    matchLabels:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
     matchExpressions:
       - key: kubernetes.io/metadata.name
         operator: NotIn
@@ -63,4 +67,30 @@ securityContext:
       operations: {{ toJson .operations }}
       resources: [{{ .resource }}]
       scope: "*"
+{{- end -}}
+
+{{/* The pod's network (value hostNetwork): the pod network, or the node's. */}}
+{{- define "pykatalyst.podNetwork" -}}
+{{- if .Values.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+{{- end -}}
+
+{{/* Where --in-cluster finds the API server (value apiServer): the `kubernetes` Service
+     Kubernetes announces, unless an address is given. */}}
+{{- define "pykatalyst.apiServerEnv" -}}
+{{- with .Values.apiServer.host }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ . | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ $.Values.apiServer.port | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The name of a cluster-scoped object (ClusterRoles, their bindings, the webhook
+     configurations): Katalyst's, with clusterScopedSuffix appended when set. */}}
+{{- define "pykatalyst.clusterName" -}}
+{{- $root := index . 0 -}}
+{{ index . 1 }}{{ with $root.Values.clusterScopedSuffix }}-{{ . }}{{ end }}
 {{- end -}}
