@@ -71,6 +71,7 @@ class InMemoryHost:
         self.fail_knobs: set[tuple[str, Knob]] = set()
         self.silent: set[str] = set()  # cgroups whose stats the machine stops reporting
         self.discover_calls = 0
+        self.sched_wait_us: list[float] = []  # per cpu, as /proc/schedstat would give it
 
     # -- test controls ---------------------------------------------------------------------
 
@@ -165,6 +166,7 @@ class InMemoryHost:
             time=now,
             cgroups=wanted,
             cpu_usage_ratio=ratio,
+            cpu_sched_wait_us=list(self.sched_wait_us),
             memory=MemoryInfo(total=total, free=total // 2, available=total // 2),
         )
 

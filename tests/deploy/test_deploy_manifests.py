@@ -395,6 +395,7 @@ HAND_KEPT: dict[str, list[Need]] = {
         _need(CNR, "patch", "status"),
         _need(names.ADMIN_QOS_CONFIGURATION, "get"),
         _need(names.CUSTOM_NODE_CONFIG, "get"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "get"),
     ],
     "scheduler": [
         _need(names.POD, "get"),

@@ -41,7 +41,13 @@ from pykatalyst.agent.advisor import (
     memory_headroom,
     regulate,
 )
-from pykatalyst.agent.config import AgentConfig, reclaim_setting
+from pykatalyst.agent.config import (
+    CPU_LOAD_RATIO,
+    CPU_SCHED_WAIT,
+    CPU_USAGE_RATIO,
+    AgentConfig,
+    reclaim_setting,
+)
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest, Layout
 from pykatalyst.agent.host.base import CpuQuota, Host, HostSample, Knob, KnobValue, PodCgroup
 from pykatalyst.agent.host.kubelet import KubeletView
@@ -55,7 +61,15 @@ from pykatalyst.agent.plan import (
     ReclaimedFigure,
     knob_value_json,
 )
-from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportInput
+from pykatalyst.agent.rama import PIDState, rama_requirement, region_targets, spd_targets
+from pykatalyst.agent.reporter import (
+    NumaAllocation,
+    PodCpus,
+    Reporter,
+    ReportInput,
+    apportion,
+    milli_cpu,
+)
 from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
 from pykatalyst.api import config_fields, names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
@@ -171,6 +185,10 @@ class Agent:
         self._snb_domains: dict[int, CPUSet] = {}
         self._pools: dict[str, CPUSet] = {}
         self._regulators: dict[str, RegulatorState] = {}
+        self._rama: dict[str, dict[str, PIDState]] = {}  # pool -> indicator -> controller
+        self._rama_next: dict[str, dict[str, PIDState]] = {}
+        self._spd_cache: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
+        self._steps: dict[str, dict[str, Any]] = {}  # pool -> the step that last sized it
         self._kubelet = (
             None
             if kubelet is None
@@ -559,6 +577,7 @@ class Agent:
             estimates.update(e)
             snb_sizes[numa] = z
         self._regulators = states
+        self._rama, self._rama_next = self._rama_next, {}
 
         # allocate
         pools = cpu_policy.assign_pools(topo, lay.share_domain, sizes, self._pools)
@@ -871,6 +890,9 @@ class Agent:
                     requirement += est.cores
                     sources[est.source] = sources.get(est.source, 0) + 1
                 req_total += m.spec.request_cores
+            requirement, provision = self._provision(
+                pool, members, requirement, reserved_each, available, now
+            )
             size, state, rterms = regulate(
                 requirement,
                 reserved_each,
@@ -885,6 +907,7 @@ class Agent:
             requests[pool] = req_total
             rterms["pods"] = len(members)
             rterms["estimate_sources"] = sources
+            rterms["provision"] = provision
             terms[pool] = rterms
         sizes, _reclaim, aterms = assemble_pools(
             max(available, 0),
@@ -898,8 +921,107 @@ class Agent:
                 scope[pool] = RegulatorState(size, scope[pool].last_ramp_down)
                 terms[pool]["assembled"] = size
                 terms[pool]["assembly"] = aterms
+            self._record_step(pool, size, terms[pool], now)
         states.update(scope)
         return terms, estimates, sizes
+
+    def _record_step(self, pool: str, size: int, terms: Mapping[str, Any], now: float) -> None:
+        """Keep, per pool, the provision step that last changed its size: the CNR carries
+        it (cpu_pools annotation) for `katalyst explain node`, and is rewritten only then."""
+        last = self._steps.get(pool)
+        if last is not None and last["size"] == size:
+            return
+        self._steps[pool] = {
+            "time": rfc3339(now),
+            "size": size,
+            "previous": None if last is None else last["size"],
+            **dict(terms.get("provision") or {}),
+        }
+
+    def _provision(
+        self,
+        pool: str,
+        members: Sequence[_Shared],
+        canonical: float,
+        reserved_for_allocate: float,
+        available: int,
+        now: float,
+    ) -> tuple[float, dict[str, Any]]:
+        """The pool's requirement by the configured provision policy, with its terms. rama
+        runs as Katalyst runs it: with reclaim on, no burst buffer (its controllers are the
+        buffer) and a pool size to start from; otherwise canonical's estimate stands."""
+        adv = self.config.advisor
+        if adv.provision_policy != "rama":
+            return canonical, {"policy": "canonical"}
+        prev = self._regulators.get(pool)
+        why = None
+        if not adv.enable_reclaim:
+            why = "reclaim disabled"
+        elif reserved_for_allocate > 0:
+            why = (
+                f"a burst buffer of {reserved_for_allocate:g} cores exists "
+                "(rama needs advisor.reserved_for_allocate_cpu: 0)"
+            )
+        elif prev is None:
+            why = "no pool size to start from yet"
+        if why is None and prev is not None:
+            targets, target_terms = region_targets(
+                adv.rama.indicator_targets,
+                {m.spec.key: self._spd_targets(m.spec, now) for m in members},
+            )
+            result = rama_requirement(
+                float(prev.size),
+                self._pool_indicators(pool, members, now),
+                targets,
+                adv.rama.pid_parameters,
+                self._rama.get(pool, {}),
+                lower_bound=adv.min_share_cpu_requirement,
+                upper_bound=float(max(available, 1)),
+            )
+            if result is not None:
+                self._rama_next[pool] = result.states
+                return result.requirement, {"policy": "rama", **result.terms, **target_terms}
+            why = "no indicator with a target was measured"
+        return canonical, {"policy": "canonical", "rama_skipped": why}
+
+    def _pool_indicators(
+        self, pool: str, members: Sequence[_Shared], now: float
+    ) -> dict[str, float | None]:
+        """The pool's indicators over the cpus it has now (Katalyst averages the per-cpu
+        metrics over the pool's cpuset)."""
+        cpus = sorted(self._pools.get(pool, CPUSet()))
+        out: dict[str, float | None] = {}
+        for name, series in (
+            (CPU_SCHED_WAIT, self.metrics.cpu_sched_wait_us(now)),
+            (CPU_USAGE_RATIO, self.metrics.cpu_usage_ratio(now)),
+        ):
+            have = [series[c] for c in cpus if series is not None and c < len(series)]
+            out[name] = sum(have) / len(have) if have else None
+        load = None
+        for m in members:
+            pc = self._cgroups.get(m.spec.uid)
+            cm = self.metrics.cpu(pc.cgroup, now) if pc is not None else None
+            if cm is not None and cm.load1 is not None:
+                load = (load or 0.0) + cm.load1
+        out[CPU_LOAD_RATIO] = None if load is None or not cpus else load / len(cpus)
+        return out
+
+    def _spd_targets(self, s: PodSpec, now: float) -> dict[str, float]:
+        """The system indicator targets of the pod's ServiceProfileDescriptor, re-read
+        every config_ttl_s; none when it has no SPD or the SPD cannot be read."""
+        if not s.spd_name:
+            return {}
+        key = (s.namespace, s.spd_name)
+        hit = self._spd_cache.get(key)
+        if hit is not None and now - hit[0] < self.base_config.config_ttl_s:
+            return hit[1]
+        try:
+            raw = self.cluster.get(names.SERVICE_PROFILE_DESCRIPTOR, s.spd_name, s.namespace)
+            targets = spd_targets(raw)
+        except ApiError:
+            targets = {}
+        self._spd_cache[key] = (now, targets)
+        return targets
 
     def _reclaimed_usage(self, valid: Mapping[str, PodSpec], now: float) -> float | None:
         total = 0.0
@@ -989,7 +1111,7 @@ class Agent:
                 names.RECLAIMED_MILLICPU,
                 cpu_value,
                 cpu_rep,
-                _rescale(cpu_numa, cpu_rep, whole=True),
+                _rescale(cpu_numa, cpu_rep, grain_milli=self._cpu_grain()),
                 cpu_terms,
             ),
             ReclaimedFigure(
@@ -1206,25 +1328,10 @@ class Agent:
     ) -> dict[str, Any]:
         if not self.publish:
             return {"state": "not published (dry run)" if self.dry_run else "not published"}
-        allocations: list[NumaAllocation] = []
-        for uid, a in lay.dedicated.items():
-            s = valid[uid]
-            per_numa_mem = s.memory_request // max(len(a.numas), 1)
-            for n in a.numas:
-                cpus = len(a.cpuset & self.topology.cpus_in_numa(n))
-                allocations.append(
-                    NumaAllocation(f"{s.namespace}/{s.name}/{uid}", n, cpus, per_numa_mem)
-                )
-        for uid, numa in lay.snb.items():
-            s = valid[uid]
-            allocations.append(
-                NumaAllocation(
-                    f"{s.namespace}/{s.name}/{uid}",
-                    numa,
-                    math.ceil(s.request_cores - 1e-9),
-                    s.memory_request,
-                )
-            )
+        inp_pools = {p.name for p in plan.pools}
+        reserved_mem, reserve_terms = self._memory_reserve()
+        allocations = self._allocations(lay, valid, plan, reserved_mem)
+        policy, policy_source = self._topology_policy()
         terms = {
             names.RECLAIMED_MILLICPU: {"value": cpu.reported, **dict(cpu.terms)},
             names.RECLAIMED_MEMORY: {"value": mem.reported, **dict(mem.terms)},
@@ -1241,8 +1348,86 @@ class Agent:
             terms,
             {p.name: p.cpuset for p in plan.pools},
             [PodCpus(p.key, p.uid, p.pool, p.cpuset, p.ramping_up, p.note) for p in plan.pods],
+            reserved_mem,
+            policy,
+            self._cpu_grain(),
+            {p: t for p, t in self._steps.items() if p in inp_pools},
         )
-        return self.reporter.report(inp, now)
+        out = self.reporter.report(inp, now)
+        out["topology_policy"] = {"value": policy, "source": policy_source}
+        out["numa_memory_reserve"] = reserve_terms
+        return out
+
+    def _cpu_grain(self) -> int:
+        """Per-NUMA reclaimed cpu in whole cores (Katalyst), or in milli-cores."""
+        return 1000 if self.config.advisor.headroom_whole_cores else 1
+
+    def _topology_policy(self) -> tuple[str, str]:
+        """The CNR's topologyPolicy and where it came from."""
+        name = self.config.reporter.topology_policy_name
+        if name:
+            policy = kubelet_cpu.topology_policy_of(name, "container")
+            return policy, f"reporter.topology_policy_name={name} (container scope)"
+        kp = self._kubelet.policy if self._kubelet is not None else None
+        if kp is None or kp.topology_manager_policy is None:
+            return names.TOPOLOGY_POLICY_NONE, "unknown: the kubelet's config was not read"
+        return kp.topology_policy, (
+            f"kubelet topologyManagerPolicy={kp.topology_manager_policy}, "
+            f"topologyManagerScope={kp.topology_manager_scope}"
+        )
+
+    def _memory_reserve(self) -> tuple[dict[int, int], dict[str, Any]]:
+        """Memory kept for the system on each NUMA node (Katalyst's memory plugin reserve)."""
+        mc = self.config.memory
+        total = mc.reserved_memory_gb * memory_policy.GIB
+        source = "memory.reserved_memory_gb"
+        if mc.use_kubelet_reserved:
+            kp = self._kubelet.policy if self._kubelet is not None else None
+            if kp is not None and kp.topology_manager_policy is not None:
+                total, source = kp.reserved_memory, "kubelet kubeReserved + systemReserved"
+            else:
+                source = "memory.reserved_memory_gb (the kubelet's config was not read)"
+        per_numa = memory_policy.reserved_memory_per_numa(total, self.topology.numa_nodes)
+        return per_numa, {"source": source, "per_numa_bytes": next(iter(per_numa.values()), 0)}
+
+    def _allocations(
+        self,
+        lay: Layout,
+        valid: Mapping[str, PodSpec],
+        plan: AgentPlan,
+        reserved_mem: Mapping[int, int],
+    ) -> list[NumaAllocation]:
+        """The zones' allocations, as Katalyst's reporter lists them: NUMA-bound pods with
+        their cpus and memory there (an SNB pod with its requests, a numa_exclusive pod with
+        its nodes' memory whole); without the pod-resources filter, every other pod the
+        agent places too, with the cpus it runs on in each zone."""
+        topo = self.topology
+        out: list[NumaAllocation] = []
+        for uid, a in lay.dedicated.items():
+            s = valid[uid]
+            consumer = f"{s.namespace}/{s.name}/{uid}"
+            per_numa_mem = s.memory_request // max(len(a.numas), 1)
+            for n in a.numas:
+                mem = per_numa_mem
+                if a.exclusive and topo.memory_per_numa:
+                    mem = max(topo.memory_of_numa(n) - reserved_mem.get(n, 0), 0)
+                cpus = len(a.cpuset & topo.cpus_in_numa(n))
+                out.append(NumaAllocation(consumer, n, float(cpus), mem))
+        for uid, numa in lay.snb.items():
+            s = valid[uid]
+            consumer = f"{s.namespace}/{s.name}/{uid}"
+            out.append(NumaAllocation(consumer, numa, s.request_cores, s.memory_request))
+        if self.config.reporter.enable_pod_resources_filter:
+            return out
+        bound = set(lay.dedicated) | set(lay.snb)
+        for p in plan.pods:
+            if p.uid in bound or p.uid not in valid or p.pool == UNMANAGED or not p.cpuset:
+                continue
+            for n in topo.numa_nodes:
+                cpus = len(p.cpuset & topo.cpus_in_numa(n))
+                if cpus:
+                    out.append(NumaAllocation(f"{p.key}/{p.uid}", n, float(cpus), None))
+        return out
 
     # --- events -------------------------------------------------------------------------------
 
@@ -1290,18 +1475,17 @@ def _path_or_none(value: object) -> Path | None:
 
 
 def _rescale(
-    per_numa: Mapping[int, float], total: float | None, *, whole: bool = False
+    per_numa: Mapping[int, float], total: float | None, *, grain_milli: int | None = None
 ) -> dict[int, float]:
-    """Per-NUMA figures scaled to the published total (cpu: truncated to whole cores)."""
+    """Per-NUMA figures scaled to the published total, adding up to it exactly (cpu, with
+    `grain_milli`: in whole grains where the total allows)."""
     if total is None:
         return {}
-    s = sum(per_numa.values())
-    if s <= 0:
-        n = len(per_numa)
-        out = {k: total / n for k in per_numa} if n else {}
-    else:
-        out = {k: v * total / s for k, v in per_numa.items()}
-    return {k: float(math.floor(v + 1e-9)) for k, v in out.items()} if whole else out
+    zones = sorted(per_numa)
+    if grain_milli is not None:
+        milli = apportion(milli_cpu(total), per_numa, zones, grain_milli)
+        return {k: v / 1000 for k, v in milli.items()}
+    return {k: float(v) for k, v in apportion(int(total), per_numa, zones, 1).items()}
 
 
 def _show(value: KnobValue) -> str:

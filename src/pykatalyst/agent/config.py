@@ -19,9 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pykatalyst.agent.eviction.config import EvictionConfig
+from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.problems import one_line
 from pykatalyst.api.units import Bytes, Cores, Seconds
@@ -67,6 +75,82 @@ class CpuPolicyConfig(_Section):
         return self
 
 
+PROVISION_POLICIES = ("canonical", "rama")
+_REGIONS = "spec.config.advisorConfig.cpuAdvisorConfig.cpuProvisionConfig.regionIndicators"
+CPU_SCHED_WAIT = "cpu_sched_wait"  # µs a task waits on the run queue, average of the pool's cpus
+CPU_USAGE_RATIO = "cpu_usage_ratio"  # busy share of the pool's cpus
+CPU_LOAD_RATIO = "cpu_load_ratio"  # 1-min load of the pool's pods per pool cpu
+INDICATORS = (CPU_SCHED_WAIT, CPU_USAGE_RATIO, CPU_LOAD_RATIO)
+
+
+class PIDParams(_Section):
+    """One indicator's controller (Katalyst's FirstOrderPIDParams)."""
+
+    kpp: float = Field(ge=0, description="proportional gain while the indicator is too high")
+    kpn: float = Field(ge=0, description="proportional gain while it is too low")
+    kdp: float = Field(0.0, ge=0, description="derivative gain, error growing")
+    kdn: float = Field(0.0, ge=0, description="derivative gain, error shrinking")
+    adjustment_upper: float = Field(10.0, ge=0, description="largest total step up (cores)")
+    adjustment_lower: float = Field(2.0, ge=0, description="largest total step down (cores)")
+    deadband_upper_pct: float = Field(ge=0, description="no action up to target × (1 + this)")
+    deadband_lower_pct: float = Field(ge=0, description="no action down to target × (1 − this)")
+
+
+def _default_pid() -> dict[str, PIDParams]:
+    # Katalyst's defaults (sysadvisor PolicyRamaConfiguration); the load ratio, which
+    # Katalyst lacks, is held like the usage ratio.
+    usage = PIDParams(kpp=0.1, kpn=0.04, deadband_upper_pct=0.01, deadband_lower_pct=0.06)
+    return {
+        CPU_SCHED_WAIT: PIDParams(
+            kpp=0.05, kpn=0.009, deadband_upper_pct=0.05, deadband_lower_pct=0.2
+        ),
+        CPU_USAGE_RATIO: usage,
+        CPU_LOAD_RATIO: usage,
+    }
+
+
+class RamaConfig(_Section):
+    """The rama provision policy: PID controllers holding indicators at their targets."""
+
+    indicator_targets: dict[str, float] = Field(
+        default_factory=lambda: {CPU_SCHED_WAIT: 460.0, CPU_USAGE_RATIO: 0.8},
+        description="target of each indicator for share pools (Katalyst's share-region "
+        "defaults: cpu_sched_wait 460 µs, cpu_usage_ratio 0.8); an indicator without a "
+        "target is not controlled",
+    )
+    pid_parameters: dict[str, PIDParams] = Field(
+        default_factory=_default_pid, description="each indicator's controller"
+    )
+
+    @field_validator("pid_parameters", mode="before")
+    @classmethod
+    def _merge_defaults(cls, value: Any) -> Any:
+        """Indicators a config leaves out keep Katalyst's parameters."""
+        if not isinstance(value, dict):
+            return value
+        merged: dict[str, Any] = {k: v.model_dump() for k, v in _default_pid().items()}
+        for key, given in value.items():
+            base = merged.get(key, {})
+            merged[key] = {**base, **given} if isinstance(given, dict) else given
+        return merged
+
+    @model_validator(mode="after")
+    def _known(self) -> RamaConfig:
+        for where, keys in (
+            ("indicator_targets", self.indicator_targets),
+            ("pid_parameters", self.pid_parameters),
+        ):
+            for key in keys:
+                if key not in INDICATORS:
+                    raise ValueError(
+                        f"{where}: unknown indicator {key!r}; accepted: {', '.join(INDICATORS)}"
+                    )
+        for key, target in self.indicator_targets.items():
+            if not target > 0:
+                raise ValueError(f"indicator_targets.{key}: must be > 0, not {target!r}")
+        return self
+
+
 class AdvisorConfig(_Section):
     """Sys-advisor: canonical provisioning, regulator, headroom (Katalyst defaults)."""
 
@@ -93,6 +177,22 @@ class AdvisorConfig(_Section):
     )
     system_memory_coefficient: float = Field(1.0, gt=0, description="system pods: k × rss")
     fallback_memory_estimate: Bytes = Field(8 * GI, description="memory estimate when <= 0")
+    provision_policy: str = Field(
+        "canonical",
+        description="how share pools are sized: 'canonical' (estimates of the pods' needs) "
+        "or 'rama' (PID controllers holding the pool's indicators at their targets); "
+        "Katalyst's --cpu-provision-policy-priority for share regions",
+    )
+    rama: RamaConfig = Field(default_factory=RamaConfig)
+
+    @model_validator(mode="after")
+    def _policy(self) -> AdvisorConfig:
+        if self.provision_policy not in PROVISION_POLICIES:
+            raise ValueError(
+                f"provision_policy {self.provision_policy!r}: accepted: "
+                + ", ".join(PROVISION_POLICIES)
+            )
+        return self
 
 
 class ReporterConfig(_Section):
@@ -114,6 +214,28 @@ class ReporterConfig(_Section):
     publish_node_extended_resources: bool = Field(
         True, description="also patch the Node's status so kube-scheduler sees reclaimed_*"
     )
+    topology_policy_name: str = Field(
+        "",
+        description="the topology manager policy to publish as the CNR's topologyPolicy, at "
+        "container scope (Katalyst's --topology-policy-name); '': the kubelet's own "
+        "topologyManagerPolicy and topologyManagerScope, from kubelet.config_path",
+    )
+    enable_pod_resources_filter: bool = Field(
+        True,
+        description="list only NUMA-bound pods (dedicated, SNB) in the NUMA zones' "
+        "allocations, as Katalyst's --enable-pod-resources-filter; false lists every pod "
+        "the agent places, with the cpus it runs on in each zone",
+    )
+
+    @model_validator(mode="after")
+    def _policy_name(self) -> ReporterConfig:
+        accepted = ("", *names.TOPOLOGY_MANAGER_POLICIES)
+        if self.topology_policy_name not in accepted:
+            raise ValueError(
+                f"topology_policy_name {self.topology_policy_name!r}: accepted: "
+                + ", ".join(repr(a) for a in accepted)
+            )
+        return self
 
     @model_validator(mode="after")
     def _steps(self) -> ReporterConfig:
@@ -127,6 +249,23 @@ class ReporterConfig(_Section):
 class MetricsConfig(_Section):
     insurance_period_s: Seconds = Field(
         60.0, description="a metric older than this counts as missing"
+    )
+
+
+class MemoryConfig(_Section):
+    """The memory plugin's reserve (Katalyst's qrm memory plugin flags)."""
+
+    reserved_memory_gb: int = Field(
+        0,
+        ge=0,
+        description="GiB kept for system agents, spread over the NUMA nodes as "
+        "ceil(GiB / #NUMA) each and left out of each NUMA zone's allocatable memory "
+        "(Katalyst's --memory-resource-plugin-reserved)",
+    )
+    use_kubelet_reserved: bool = Field(
+        False,
+        description="take the reserve from the kubelet's kubeReserved + systemReserved "
+        "memory instead (Katalyst's --use-kubelet-reserved-config)",
     )
 
 
@@ -161,6 +300,7 @@ class AgentConfig(_Section):
     reporter: ReporterConfig = Field(default_factory=ReporterConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     kubelet: KubeletConfig = Field(default_factory=KubeletConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     eviction: EvictionConfig = Field(
         default_factory=EvictionConfig,
         description="the eviction manager: thresholds, dry-run plugins (docs/eviction.md)",
@@ -228,11 +368,11 @@ class AgentConfig(_Section):
         """Overlay the fields the AdminQoSConfiguration sets (unset ones keep their value)."""
         rrc = aqc.spec.config.reclaimed_resource_config
         cpu_adv = aqc.spec.config.advisor_config.cpu_advisor_config
-        base = self
+        base = self._with_provision(aqc)
         if "allow_shared_cores_overlap_reclaimed_cores" in cpu_adv.model_fields_set:
             overlap = cpu_adv.allow_shared_cores_overlap_reclaimed_cores
-            base = self.model_copy(
-                update={"cpu": self.cpu.model_copy(update={"overlap_reclaim_with_share": overlap})}
+            base = base.model_copy(
+                update={"cpu": base.cpu.model_copy(update={"overlap_reclaim_with_share": overlap})}
             )
         if "reclaimed_resource_config" not in aqc.spec.config.model_fields_set:
             return base
@@ -282,6 +422,37 @@ class AgentConfig(_Section):
         data["advisor"].update(adv)
         data["reporter"].update(rep)
         return AgentConfig.model_validate(data)
+
+    def _with_provision(self, aqc: AdminQoSConfiguration) -> AgentConfig:
+        """The provision policy (the AQC's annotation) and the share pools' indicator
+        targets (its `cpuProvisionConfig.regionIndicators` for regionType share; indicators
+        pykatalyst does not measure, such as cpi, are left out)."""
+        adv: dict[str, Any] = {}
+        policy = aqc.metadata.annotations.get(names.CPU_PROVISION_POLICY_ANNOTATION)
+        if policy is not None:
+            adv["provision_policy"] = policy
+        provision = aqc.spec.config.advisor_config.cpu_advisor_config.cpu_provision_config
+        targets: dict[str, float] = {}
+        share = False
+        for region in provision.get("regionIndicators") or []:
+            if not isinstance(region, dict) or region.get("regionType") != "share":
+                continue
+            share = True
+            for t in region.get("targets") or []:
+                if isinstance(t, dict) and t.get("name") in INDICATORS:
+                    targets[str(t["name"])] = t.get("target")  # type: ignore[assignment]
+        if share:
+            adv["rama"] = {**self.advisor.rama.model_dump(), "indicator_targets": targets}
+        if not adv:
+            return self
+        data = self.model_dump()
+        data["advisor"].update(adv)
+        try:
+            return AgentConfig.model_validate(data)
+        except ValidationError as exc:
+            where = names.CPU_PROVISION_POLICY_ANNOTATION if policy is not None else _REGIONS
+            problems = one_line(exc)
+            raise ValueError(f"{where}: {problems}") from None
 
 
 def reclaim_setting(cfg: AgentConfig) -> str:

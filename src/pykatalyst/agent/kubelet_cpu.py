@@ -32,6 +32,8 @@ import yaml
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest
 from pykatalyst.agent.host.base import Knob, KnobValue
 from pykatalyst.agent.host.kubelet import KubeletCpuAssignments, KubeletUnavailable, KubeletView
+from pykatalyst.api import names
+from pykatalyst.api.quantity import QuantityError, parse_quantity
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
@@ -48,14 +50,55 @@ class KubeletConfigError(ValueError):
 class KubeletCpuPolicy:
     policy: str  # "none" | "static" | "unknown" (no config file to read)
     reserved: CPUSet = field(default_factory=CPUSet)  # reservedSystemCPUs
+    topology_manager_policy: str | None = None  # None: unknown (no file read)
+    topology_manager_scope: str | None = None
+    reserved_memory: int = 0  # kubeReserved + systemReserved memory, bytes
 
     @property
     def static(self) -> bool:
         return self.policy == "static"
 
+    @property
+    def topology_policy(self) -> str:
+        """The CNR's `status.topologyPolicy` for this kubelet (None when unknown)."""
+        if self.topology_manager_policy is None:
+            return names.TOPOLOGY_POLICY_NONE
+        return topology_policy_of(self.topology_manager_policy, self.topology_manager_scope)
+
+
+def topology_policy_of(policy: str, scope: str | None) -> str:
+    """Katalyst's TopologyPolicy for a topology manager policy and scope (the kubelet's
+    default scope is container); `none`, or anything unknown, is None."""
+    return names.TOPOLOGY_POLICIES.get((policy, scope or "container"), names.TOPOLOGY_POLICY_NONE)
+
+
+def _choice(doc: Mapping[str, object], key: str, default: str, accepted: Sequence[str]) -> str:
+    value = doc.get(key) or default
+    if value not in accepted:
+        raise KubeletConfigError(f"{key} {value!r}: accepted: {', '.join(accepted)}")
+    return str(value)
+
+
+def _reserved_memory(doc: Mapping[str, object], source: str) -> int:
+    total = 0
+    for key in ("kubeReserved", "systemReserved"):
+        section = doc.get(key) or {}
+        if not isinstance(section, dict):
+            raise KubeletConfigError(f"{source}: {key} is a mapping of resource to quantity")
+        raw = section.get("memory")
+        if raw is None:
+            continue
+        try:
+            total += parse_quantity(str(raw)).value()
+        except (QuantityError, ValueError) as exc:
+            raise KubeletConfigError(f"{source}: {key}.memory {raw!r}: {exc}") from None
+    return total
+
 
 def parse_kubelet_config(text: str, source: str) -> KubeletCpuPolicy:
-    """`cpuManagerPolicy` (default none) and `reservedSystemCPUs` of a KubeletConfiguration."""
+    """`cpuManagerPolicy` (default none), `reservedSystemCPUs`, the topology manager's
+    policy and scope (defaults none, container) and the memory of `kubeReserved` and
+    `systemReserved` of a KubeletConfiguration."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -74,7 +117,14 @@ def parse_kubelet_config(text: str, source: str) -> KubeletCpuPolicy:
         reserved = CPUSet.parse(str(raw))
     except ValueError as exc:
         raise KubeletConfigError(f"{source}: reservedSystemCPUs {raw!r}: {exc}") from None
-    return KubeletCpuPolicy(str(policy), reserved)
+    try:
+        topo_policy = _choice(doc, "topologyManagerPolicy", "none", names.TOPOLOGY_MANAGER_POLICIES)
+        scope = _choice(doc, "topologyManagerScope", "container", names.TOPOLOGY_MANAGER_SCOPES)
+    except KubeletConfigError as exc:
+        raise KubeletConfigError(f"{source}: {exc}") from None
+    return KubeletCpuPolicy(
+        str(policy), reserved, topo_policy, scope, _reserved_memory(doc, source)
+    )
 
 
 def read_kubelet_policy(path: str) -> KubeletCpuPolicy:
@@ -144,8 +194,8 @@ def pinned_cgroups(
 ) -> frozenset[str]:
     """The cgroups of the containers the kubelet pinned (`containers`: uid -> name -> cgroup)."""
     out: set[str] = set()
-    for uid, names in pins.by_pod.items():
-        for name in names:
+    for uid, held in pins.by_pod.items():
+        for name in held:
             path = containers.get(uid, {}).get(name)
             if path is not None:
                 out.add(path)

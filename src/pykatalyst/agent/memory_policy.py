@@ -6,10 +6,13 @@
   shared pod's memory does not crowd a bound pod's node (all nodes when every node is bound).
 - A reclaimed pod is held to the reclaimed_memory it asked for: the kubelet does not know
   that extended resource, so nothing else would limit it.
+- Memory reserved for the system is spread over the NUMA nodes (`reserved_memory_per_numa`)
+  and left out of what each NUMA zone offers.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 from pykatalyst.agent.advisor import MemoryUser
@@ -63,3 +66,16 @@ def exclusive_memory(topo: CPUTopology, numas: Iterable[int]) -> int | None:
     if not topo.memory_per_numa:
         return None
     return sum(topo.memory_of_numa(n) for n in numas)
+
+
+GIB = 1024**3
+
+
+def reserved_memory_per_numa(reserved_bytes: int, numas: Iterable[int]) -> dict[int, int]:
+    """Katalyst's memory reserve per NUMA node: the reserve in GiB, ceil(GiB / #NUMA) GiB on
+    each node (so the whole reserve is never less than asked)."""
+    ids = sorted(numas)
+    if not ids or reserved_bytes <= 0:
+        return dict.fromkeys(ids, 0)
+    per_numa = math.ceil(reserved_bytes / GIB / len(ids) - 1e-12) * GIB
+    return dict.fromkeys(ids, per_numa)

@@ -83,6 +83,8 @@ class MetricStore:
         self._cpu_ratio: Sequence[float] = ()
         self._cpu_ratio_time = -math.inf
         self._last_sample: HostSample | None = None
+        self._sched_wait: Sequence[float] = ()
+        self._sched_wait_time = -math.inf
 
     @property
     def last_sample(self) -> HostSample | None:
@@ -94,6 +96,9 @@ class MetricStore:
         if sample.cpu_usage_ratio:
             self._cpu_ratio = sample.cpu_usage_ratio
             self._cpu_ratio_time = t
+        if sample.cpu_sched_wait_us:
+            self._sched_wait = sample.cpu_sched_wait_us
+            self._sched_wait_time = t
         entries = self._entries
         for path, stats in sample.cgroups.items():
             e = entries.get(path)
@@ -165,6 +170,12 @@ class MetricStore:
         if not self._cpu_ratio or not self._fresh(self._cpu_ratio_time, now):
             return None
         return self._cpu_ratio
+
+    def cpu_sched_wait_us(self, now: float) -> Sequence[float] | None:
+        """Per-cpu run-queue wait (`cpu.schedwait.cpu`, µs), or None when missing or stale."""
+        if not self._sched_wait or not self._fresh(self._sched_wait_time, now):
+            return None
+        return self._sched_wait
 
 
 # What the agent exports on /metrics, from each tick's AgentPlan. Katalyst's sysadvisor

@@ -1,9 +1,11 @@
 """Publishing what the agent found: the node's CustomNodeResource and Node status.
 
-The CNR carries the reclaimed capacity (`status.resources.allocatable/capacity`), the
-per-NUMA topology zones (Socket -> Numa, with allocatable cpu/memory/reclaimed figures and
-the allocations of NUMA-bound pods), the AgentReady heartbeat condition and, in
-annotations, the terms behind each figure and the cpu pools with the cpuset of each pod.
+The CNR carries what Katalyst's agent writes there, so that Katalyst's scheduler and tools
+read it unchanged: the reclaimed capacity (`status.resources.allocatable/capacity`), the
+per-NUMA topology zones (Socket -> Numa, with cpu and memory net of the reserves, the
+NUMA's reclaimed figures — adding up to the node's — and the pods' `allocations`), the
+`topologyPolicy` of the kubelet's topology manager, the AgentReady heartbeat condition and,
+in annotations, the terms behind each figure and the cpu pools with the cpuset of each pod.
 The Node's status gets the same reclaimed figures as extended resources, so that even the
 default kube-scheduler can place reclaimed pods.
 
@@ -14,6 +16,7 @@ every period: a controller that stops seeing it treats the agent as gone.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,12 +35,12 @@ NODE_REPUBLISH_PERIOD_S = 300.0
 
 @dataclass(frozen=True, slots=True)
 class NumaAllocation:
-    """A NUMA-bound pod's share of one NUMA node."""
+    """What one pod holds of one NUMA node, as the zone's `allocations` list it."""
 
     consumer: str  # namespace/name/uid
     numa: int
-    cpus: int
-    memory: int
+    cpus: float  # cores: a count of cpus, or an SNB pod's request ("1500m")
+    memory: int | None  # bytes; None: no memory on this zone (pods not NUMA-bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +67,24 @@ class ReportInput:
     terms: Mapping[str, Any] = field(default_factory=dict)
     pools: Mapping[str, CPUSet] = field(default_factory=dict)
     pod_cpus: Sequence[PodCpus] = ()
+    # memory kept for the system on each NUMA node: the zone's allocatable is net of it
+    memory_reserved_per_numa: Mapping[int, int] = field(default_factory=dict)
+    topology_policy: str | None = None  # None: the reporter's own
+    cpu_grain_milli: int = 1000  # per-NUMA reclaimed cpu in whole cores (Katalyst)
+    provision: Mapping[str, Any] = field(default_factory=dict)  # pool -> last sizing step
 
 
-def pools_annotation(pools: Mapping[str, CPUSet], pods: Sequence[PodCpus]) -> str:
+def pools_annotation(
+    pools: Mapping[str, CPUSet],
+    pods: Sequence[PodCpus],
+    provision: Mapping[str, Any] | None = None,
+) -> str:
     """The CPU_POOLS_ANNOTATION value: each pool's cpuset and each pod's pool and cpus.
 
     Katalyst's CNR schema has no field for either (its allocations carry requests only, and
     only for NUMA-bound pods), so they travel in an annotation, which every API server
-    keeps as written. Nothing time-dependent goes in: it is rewritten only on change."""
+    keeps as written. So does `provision`: the step that last changed each share pool's
+    size (policy, indicators, targets, P/I/D terms). It is rewritten only on change."""
     entries = []
     for p in sorted(pods, key=lambda p: (p.pod, p.uid)):
         entry: dict[str, Any] = {
@@ -85,7 +98,12 @@ def pools_annotation(pools: Mapping[str, CPUSet], pods: Sequence[PodCpus]) -> st
         if p.note:
             entry["note"] = p.note
         entries.append(entry)
-    body = {"pools": {name: str(cpus) for name, cpus in sorted(pools.items())}, "pods": entries}
+    body: dict[str, Any] = {
+        "pools": {name: str(cpus) for name, cpus in sorted(pools.items())},
+        "pods": entries,
+    }
+    if provision:
+        body["provision"] = dict(provision)
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
@@ -101,9 +119,60 @@ def _mem_q(value: float) -> str:
     return str(Quantity.from_bytes(max(int(value), 0)))
 
 
+def apportion(
+    total: int, weights: Mapping[int, float], zones: Sequence[int], grain: int
+) -> dict[int, int]:
+    """Split `total` units over `zones` in proportion to `weights`, in multiples of `grain`
+    (the largest remainders get the spare grains), the last part of a grain to the zone
+    with the largest remainder left: the parts always add up to `total`. Without positive
+    weights the zones share evenly."""
+    if not zones:
+        return {}
+    total = max(total, 0)
+    grain = max(grain, 1)
+    w = {z: max(float(weights.get(z, 0.0)), 0.0) for z in zones}
+    s = sum(w.values())
+    if s <= 0:
+        w = dict.fromkeys(zones, 1.0)
+        s = float(len(zones))
+    grains, rest = divmod(total, grain)
+    exact = {z: grains * w[z] / s for z in zones}
+    out = {z: math.floor(exact[z]) for z in zones}
+    order = sorted(zones, key=lambda z: (-(exact[z] - out[z]), z))
+    for z in order[: grains - sum(out.values())]:
+        out[z] += 1
+    parts = {z: out[z] * grain for z in zones}
+    if rest:
+        parts[order[0]] += rest
+    return parts
+
+
+def _numa_reclaimed(inp: ReportInput, numas: Sequence[int]) -> dict[int, dict[str, str]]:
+    """Each NUMA node's reclaimed figures, adding up to the node's (as Katalyst rescales its
+    per-NUMA figures to the reported total); cpu in whole cores where the total allows."""
+    if inp.cpu_cores is None or inp.memory_bytes is None:
+        return {}
+    milli = apportion(milli_cpu(inp.cpu_cores), inp.cpu_per_numa, numas, inp.cpu_grain_milli)
+    mem = apportion(max(int(inp.memory_bytes), 0), inp.memory_per_numa, numas, 1)
+    return {
+        n: {
+            names.RECLAIMED_MILLICPU: str(Quantity.from_int(milli[n])),
+            names.RECLAIMED_MEMORY: str(Quantity.from_bytes(mem[n])),
+        }
+        for n in numas
+    }
+
+
+def _allocation_json(a: NumaAllocation) -> dict[str, Any]:
+    requests = {names.RESOURCE_CPU: str(Quantity.from_milli(milli_cpu(a.cpus)))}
+    if a.memory is not None:
+        requests[names.RESOURCE_MEMORY] = _mem_q(a.memory)
+    return {"consumer": a.consumer, "requests": requests}
+
+
 def build_status(inp: ReportInput, topology_policy: str) -> dict[str, Any]:
     """The CNR status the agent owns (without the heartbeat condition)."""
-    status: dict[str, Any] = {"topologyPolicy": topology_policy}
+    status: dict[str, Any] = {"topologyPolicy": inp.topology_policy or topology_policy}
     if inp.cpu_cores is not None and inp.memory_bytes is not None:
         reclaimed = {
             names.RECLAIMED_MILLICPU: _cpu_q(inp.cpu_cores),
@@ -114,28 +183,27 @@ def build_status(inp: ReportInput, topology_policy: str) -> dict[str, Any]:
     by_numa: dict[int, list[NumaAllocation]] = {}
     for a in inp.allocations:
         by_numa.setdefault(a.numa, []).append(a)
+    per_numa = _numa_reclaimed(inp, sorted(topo.numa_nodes))
     zones = []
     for socket in sorted(topo.sockets):
         children = []
         for numa in sorted(topo.numas_in_socket(socket)):
             cpus = topo.cpus_in_numa(numa)
             mem = topo.memory_of_numa(numa) if topo.memory_per_numa else 0
+            net = max(mem - inp.memory_reserved_per_numa.get(numa, 0), 0)
+            # As Katalyst's cpu and memory plugins: allocatable is net of the reserve pool
+            # and of the memory reserved for the system; capacity is the whole node.
             alloc: dict[str, str] = {
                 names.RESOURCE_CPU: str(len(cpus - inp.reserve)),
-                names.RESOURCE_MEMORY: _mem_q(mem),
+                names.RESOURCE_MEMORY: _mem_q(net),
             }
             capacity: dict[str, str] = {
                 names.RESOURCE_CPU: str(len(cpus)),
                 names.RESOURCE_MEMORY: _mem_q(mem),
             }
-            if inp.cpu_cores is not None and inp.memory_bytes is not None:
-                # As Katalyst's agent: the NUMA's reclaimed figures in both lists.
-                reclaimed_numa = {
-                    names.RECLAIMED_MILLICPU: _cpu_q(inp.cpu_per_numa.get(numa, 0.0)),
-                    names.RECLAIMED_MEMORY: _mem_q(inp.memory_per_numa.get(numa, 0.0)),
-                }
-                alloc.update(reclaimed_numa)
-                capacity.update(reclaimed_numa)
+            # As Katalyst's agent: the NUMA's reclaimed figures in both lists.
+            alloc.update(per_numa.get(numa, {}))
+            capacity.update(per_numa.get(numa, {}))
             zone: dict[str, Any] = {
                 "type": names.ZONE_NUMA,
                 "name": str(numa),
@@ -143,16 +211,7 @@ def build_status(inp: ReportInput, topology_policy: str) -> dict[str, Any]:
             }
             allocs = sorted(by_numa.get(numa, []), key=lambda a: a.consumer)
             if allocs:
-                zone["allocations"] = [
-                    {
-                        "consumer": a.consumer,
-                        "requests": {
-                            names.RESOURCE_CPU: str(a.cpus),
-                            names.RESOURCE_MEMORY: _mem_q(a.memory),
-                        },
-                    }
-                    for a in allocs
-                ]
+                zone["allocations"] = [_allocation_json(a) for a in allocs]
             children.append(zone)
         zones.append({"type": names.ZONE_SOCKET, "name": str(socket), "children": children})
     status["topologyZone"] = zones
@@ -242,7 +301,7 @@ class Reporter:
         return out
 
     def _publish_pools(self, inp: ReportInput) -> str:
-        value = pools_annotation(inp.pools, inp.pod_cpus)
+        value = pools_annotation(inp.pools, inp.pod_cpus, inp.provision)
         if value == self._last_pools:
             return "unchanged"
         self.cluster.patch(

@@ -49,6 +49,7 @@ class PodSpec:
     created_key: tuple[float, str]  # placement order for dedicated pods
     terminating: bool
     finished: bool
+    spd_name: str = ""  # its ServiceProfileDescriptor (annotation), "" when none
 
     @property
     def key(self) -> str:
@@ -163,6 +164,7 @@ def parse_pod(obj: JSON) -> PodSpec:
         created_key=(created if created is not None else math.inf, pod.key),
         terminating=pod.deletion_timestamp is not None,
         finished=pod.is_terminated,
+        spd_name=str((pod.metadata.get("annotations") or {}).get(names.SPD_NAME_ANNOTATION, "")),
     )
 
 

@@ -30,6 +30,7 @@ _RRC = "spec.config.reclaimedResourceConfig."
 _MEM = "spec.config.evictionConfig.memoryPressureEvictionConfig."
 _CPU = "spec.config.evictionConfig.cpuPressureEvictionConfig."
 _REV = "spec.config.evictionConfig.reclaimedResourcesEvictionConfig."
+_PROV = "spec.config.advisorConfig.cpuAdvisorConfig.cpuProvisionConfig."
 
 # Katalyst field path -> the agent setting it sets (agent/config.py, agent/eviction/config.py).
 TAKES_EFFECT: dict[str, dict[str, str]] = {
@@ -49,6 +50,9 @@ TAKES_EFFECT: dict[str, dict[str, str]] = {
         "spec.config.advisorConfig.cpuAdvisorConfig.allowSharedCoresOverlapReclaimedCores": (
             "cpu.overlap_reclaim_with_share"
         ),
+        _PROV + "regionIndicators[].regionType": "advisor.rama.indicator_targets",
+        _PROV + "regionIndicators[].targets[].name": "advisor.rama.indicator_targets",
+        _PROV + "regionIndicators[].targets[].target": "advisor.rama.indicator_targets",
         "spec.config.evictionConfig.dryRun": "eviction.dry_run",
         _REV + "evictionThreshold.*": "eviction.reclaimed_resource.eviction_threshold",
         _REV + "softEvictionThreshold.*": "eviction.reclaimed_resource.soft_eviction_threshold",
@@ -200,7 +204,10 @@ def _leaves(value: Any, schema: dict[str, Any] | None, path: str) -> list[tuple[
 
 
 def _effect(kind: str, path: str) -> str:
-    for pattern, effect in TAKES_EFFECT.get(kind, {}).items():
+    table = TAKES_EFFECT.get(kind, {})
+    if path in table:  # list paths ("a[].b") are no glob: "[" would open a class
+        return table[path]
+    for pattern, effect in table.items():
         if fnmatch.fnmatchcase(path, pattern):
             return effect
     return ""

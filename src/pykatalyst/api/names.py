@@ -136,6 +136,31 @@ TOPOLOGY_POLICY_SINGLE_NUMA_CONTAINER: Final = "SingleNUMANodeContainerLevel"
 TOPOLOGY_POLICY_NUMERIC_CONTAINER: Final = "NumericContainerLevel"
 TOPOLOGY_POLICY_NONE: Final = "None"
 TOPOLOGY_POLICY_SINGLE_NUMA_POD: Final = "SingleNUMANodePodLevel"
+TOPOLOGY_POLICY_RESTRICTED_CONTAINER: Final = "RestrictedContainerLevel"
+TOPOLOGY_POLICY_RESTRICTED_POD: Final = "RestrictedPodLevel"
+TOPOLOGY_POLICY_BEST_EFFORT_CONTAINER: Final = "BestEffortContainerLevel"
+TOPOLOGY_POLICY_BEST_EFFORT_POD: Final = "BestEffortPodLevel"
+TOPOLOGY_POLICY_NUMERIC_POD: Final = "NumericPodLevel"
+# The kubelet's topology manager (policy, scope) as Katalyst's CNR names the pair
+# (katalyst-api GenerateTopologyPolicy); any other pair is None.
+TOPOLOGY_POLICIES: Final = {
+    ("single-numa-node", "container"): TOPOLOGY_POLICY_SINGLE_NUMA_CONTAINER,
+    ("single-numa-node", "pod"): TOPOLOGY_POLICY_SINGLE_NUMA_POD,
+    ("restricted", "container"): TOPOLOGY_POLICY_RESTRICTED_CONTAINER,
+    ("restricted", "pod"): TOPOLOGY_POLICY_RESTRICTED_POD,
+    ("best-effort", "container"): TOPOLOGY_POLICY_BEST_EFFORT_CONTAINER,
+    ("best-effort", "pod"): TOPOLOGY_POLICY_BEST_EFFORT_POD,
+    ("numeric", "container"): TOPOLOGY_POLICY_NUMERIC_CONTAINER,
+    ("numeric", "pod"): TOPOLOGY_POLICY_NUMERIC_POD,
+}
+TOPOLOGY_MANAGER_POLICIES: Final = (
+    "none",
+    "best-effort",
+    "restricted",
+    "single-numa-node",
+    "numeric",
+)
+TOPOLOGY_MANAGER_SCOPES: Final = ("container", "pod")
 
 # --- overcommit -------------------------------------------------------------------------
 
@@ -368,6 +393,9 @@ SCHEDULER_LEASE_NAME: Final = "katalyst-scheduler"
 RECLAIMED_TERMS_ANNOTATION: Final = "katalyst.kubewharf.io/reclaimed_terms"
 # The agent's cpu pools and where each pod runs (JSON): what `katalyst explain` reads back.
 CPU_POOLS_ANNOTATION: Final = "katalyst.kubewharf.io/cpu_pools"
+# On an AdminQoSConfiguration: the provision policy of the share pools of the nodes it
+# configures (`canonical` or `rama`); Katalyst's schema has no field for it.
+CPU_PROVISION_POLICY_ANNOTATION: Final = "katalyst.kubewharf.io/cpu_provision_policy"
 
 # --- controllers ------------------------------------------------------------------------
 

@@ -168,10 +168,22 @@ def pools_json(cnr: JSON, problems: list[str]) -> list[JSON]:
             f"no {names.CPU_POOLS_ANNOTATION} annotation: the agent on this node does not "
             "publish its pools (an older version?)"
         )
+    value, _ = json_annotation(cnr, names.CPU_POOLS_ANNOTATION)
+    steps = (value or {}).get("provision")
+    steps = steps if isinstance(steps, dict) else {}
     out = []
     for name, cpuset in sorted(pools.items()):
         members = sorted(str(p.get("pod", "")) for p in pods if p.get("pool") == name)
-        out.append({"name": name, "cpuset": cpuset, "size": _cpuset_size(cpuset), "pods": members})
+        step = steps.get(name)
+        out.append(
+            {
+                "name": name,
+                "cpuset": cpuset,
+                "size": _cpuset_size(cpuset),
+                "pods": members,
+                "sizing": step if isinstance(step, dict) else None,
+            }
+        )
     return out
 
 

@@ -79,10 +79,20 @@ def print_node(report: JSON) -> None:
     _print_numa(report["numa"])
     if report["pools"]:
         rows = [
-            [p["name"], p["cpuset"], fmt(p["size"]), "\n".join(p["pods"]) or "-"]
+            [
+                p["name"],
+                p["cpuset"],
+                fmt(p["size"]),
+                "\n".join(p["pods"]) or "-",
+                "\n".join(flatten(p["sizing"])) if p.get("sizing") else "-",
+            ]
             for p in report["pools"]
         ]
-        print_table("CPU pools (as the agent set them)", ["pool", "cpuset", "cpus", "pods"], rows)
+        print_table(
+            "CPU pools (as the agent set them)",
+            ["pool", "cpuset", "cpus", "pods", "last sizing step"],
+            rows,
+        )
     _print_health(report["health"])
     _print_taints(report["taints"])
     _print_config(report["config"])

@@ -152,6 +152,9 @@ class SimControlPlane:
         reporter.setdefault("headroom_sync_period_s", settings.period)
         reporter.setdefault("sliding_window_s", max(120.0, 2 * settings.period))
         reporter.setdefault("period_s", settings.period)
+        # Simulated nodes have no kubelet config to read: their agents place NUMA-bound
+        # pods themselves, numerically, and say so (Katalyst's --topology-policy-name).
+        reporter.setdefault("topology_policy_name", "numeric")
         data["reporter"] = reporter
         metrics = dict(data.get("metrics") or {})
         metrics.setdefault("insurance_period_s", max(60.0, 2 * settings.period))

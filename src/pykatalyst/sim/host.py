@@ -95,6 +95,23 @@ class NodeUsage:
     cpu_ratio: tuple[float, ...] = ()
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
     memory_used: int = 0
+    sched_wait_us: tuple[float, ...] = ()  # per cpu, see `run_queue_wait_us`
+
+
+# A task's typical run between waits, and the longest wait the model reports (a cpu busy
+# all the time holds its queue for a tick or more).
+SCHED_SERVICE_US = 100.0
+SCHED_WAIT_CAP_US = 100_000.0
+
+
+def run_queue_wait_us(busy: float) -> float:
+    """The run-queue wait per timeslice of a cpu busy `busy` (0..1) of the time: a single
+    server queue, service × ρ / (1 − ρ), so waiting stays short until the cpu is nearly
+    always busy and then grows steeply (460 µs at ρ ≈ 0.82)."""
+    rho = min(max(busy, 0.0), 1.0)
+    if rho >= 1.0:
+        return SCHED_WAIT_CAP_US
+    return min(SCHED_SERVICE_US * rho / (1.0 - rho), SCHED_WAIT_CAP_US)
 
 
 def _no_pod(uid: str) -> PodUsage | None:
@@ -187,6 +204,7 @@ class SimHost:
             time=now,
             cgroups=stats,
             cpu_usage_ratio=u.cpu_ratio,
+            cpu_sched_wait_us=u.sched_wait_us,
             load=u.load,
             memory=MemoryInfo(total=self.memory, free=free, available=free),
             numa_memory={

@@ -152,6 +152,9 @@ class HostSample:
     time: float
     cgroups: Mapping[str, CgroupStats] = field(default_factory=dict)  # by cgroup path
     cpu_usage_ratio: Sequence[float] = ()  # per cpu id, busy share over the interval, 0..1
+    # per cpu id, µs a task waited on the run queue per timeslice over the interval
+    # (`cpu.schedwait.cpu`); empty when the machine cannot tell (no /proc/schedstat)
+    cpu_sched_wait_us: Sequence[float] = ()
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)  # /proc/loadavg
     memory: MemoryInfo | None = None
     numa_memory: Mapping[int, NumaMemory] = field(default_factory=dict)

@@ -39,11 +39,13 @@ from pykatalyst.agent.host.base import (
 from pykatalyst.agent.host.cgroupfs import CgroupMounts, KnobFile
 from pykatalyst.agent.host.procfs import (
     CpuTimes,
+    RunQueueWait,
     parse_loadavg,
     parse_meminfo,
     parse_node_meminfo,
     parse_pressure,
     parse_proc_stat_cpus,
+    parse_schedstat,
     parse_vmstat,
     parse_zoneinfo,
 )
@@ -127,6 +129,7 @@ class LinuxHost:
         # tried yet; False: unavailable, /proc is read instead).
         self._link: _CgroupStatsLink | Literal[False] | None = None
         self._prev_cpus: tuple[float, dict[int, CpuTimes]] | None = None
+        self._prev_rq: dict[int, RunQueueWait] | None = None
         self._prev_kswapd: tuple[float, int] | None = None
         # String paths on the sampling hot path: pathlib costs more than the reads.
         self._bases: dict[str, str] = {}
@@ -266,6 +269,7 @@ class LinuxHost:
             time=now,
             cgroups=stats,
             cpu_usage_ratio=self._cpu_ratios(now),
+            cpu_sched_wait_us=self._sched_wait(),
             load=self._load(),
             memory=self._memory_info(now),
             numa_memory=self._numa_memory(),
@@ -444,6 +448,24 @@ class LinuxHost:
             total = t.total - old.total
             if total > 0:
                 out[cpu] = min(1.0, max(0.0, (t.busy - old.busy) / total))
+        return out
+
+    def _sched_wait(self) -> list[float]:
+        """Per-cpu run-queue wait per timeslice since the last sample, in µs (empty
+        without /proc/schedstat: kernels built without CONFIG_SCHEDSTATS)."""
+        text = self._read(self._root / "proc/schedstat")
+        if text is None:
+            return []
+        cur = parse_schedstat(text)
+        prev, self._prev_rq = self._prev_rq, cur
+        if prev is None or not cur:
+            return []
+        out = [0.0] * (max(cur) + 1)
+        for cpu, rq in cur.items():
+            old = prev.get(cpu)
+            slices = rq.timeslices - old.timeslices if old is not None else 0
+            if old is not None and slices > 0:
+                out[cpu] = max(rq.wait_ns - old.wait_ns, 0) / slices / 1000.0
         return out
 
     def _load(self) -> tuple[float, float, float]:

@@ -112,6 +112,29 @@ def parse_proc_stat_cpus(text: str) -> dict[int, CpuTimes]:
 
 
 @dataclass(frozen=True, slots=True)
+class RunQueueWait:
+    """Cumulative run-queue figures of one cpu from /proc/schedstat."""
+
+    wait_ns: int  # time tasks spent waiting to run on this cpu
+    timeslices: int  # timeslices run on this cpu
+
+
+def parse_schedstat(text: str) -> dict[int, RunQueueWait]:
+    """The per-cpu lines of /proc/schedstat (version 15 and later: the 8th and 9th numbers
+    are the run-queue wait in ns and the timeslices run)."""
+    out: dict[int, RunQueueWait] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or not fields[0].startswith("cpu") or len(fields) < 10:
+            continue
+        try:
+            out[int(fields[0][3:])] = RunQueueWait(int(fields[8]), int(fields[9]))
+        except ValueError:
+            continue
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class Pressure:
     """A PSI file: share of time (percent) some / all tasks stalled, over 10 s."""
 
