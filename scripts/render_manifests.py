@@ -33,6 +33,7 @@ RENDERED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         (f"deploy/manifests/{name}.yaml", f"{name}.yaml", ())
         for name in (
             "agent-rbac",
+            "agent-node-restriction",
             "agent-config",
             "agent-daemonset",
             "scheduler-rbac",

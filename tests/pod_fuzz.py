@@ -16,8 +16,14 @@ from pykatalyst.api import names
 from pykatalyst.api.manifests import Document
 from pykatalyst.api.qos import QoSError, parse_pod_qos
 from pykatalyst.cli.validate import Report, _check_document
+from pykatalyst.cluster.clock import VirtualClock
+from pykatalyst.cluster.memory import AdmissionRequest, MemoryCluster
+from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.controllers.backstop import read_reclaimed_pod
+from pykatalyst.scheduler.extender import ExtenderService
 from pykatalyst.scheduler.podinfo import pod_info as scheduler_pod_info
+from pykatalyst.scheduler.scheduler import Scheduler
+from pykatalyst.webhook.pods import validate_pod
 
 KNOWN_ANNOTATIONS = (
     names.QOS_LEVEL_ANNOTATION,
@@ -50,6 +56,7 @@ RESOURCES = (
     "nvidia.com/gpu",
 )
 
+_dns_name = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?", fullmatch=True)
 _digits = st.integers(1, 5000).map(lambda n: "1" * n)
 _quantity = st.one_of(
     st.from_regex(
@@ -126,11 +133,11 @@ def stored_pods(draw: st.DrawFn) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": draw(st.text(max_size=10)),
+            "name": draw(st.one_of(_dns_name, _dns_name, st.text(max_size=10))),
             "namespace": "default",
             "uid": draw(st.text(max_size=10)),
             "resourceVersion": draw(st.integers(1, 10**6).map(str)),
-            "labels": draw(st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2)),
+            "labels": draw(st.dictionaries(_dns_name, _dns_name | st.just(""), max_size=2)),
             "annotations": annotations,
         },
         "spec": spec,
@@ -176,6 +183,65 @@ def _qos(pod: Any) -> object:
         return None
 
 
+def _cluster() -> MemoryCluster:
+    cluster = MemoryCluster(VirtualClock())
+    cluster.create(
+        names.NODE,
+        {
+            "metadata": {"name": "node-1"},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
+        },
+    )
+    return cluster
+
+
+CLUSTER = _cluster()
+EXTENDER = ExtenderService(Scheduler(CLUSTER))
+
+
+class ExtenderRefused(AssertionError):
+    """The extender answered a pod the API server stored with an Error."""
+
+
+def _stored_then_extender(pod: Any) -> object:
+    """The pod through the API server's create (a refusal is an answer: 400 or 422 naming
+    the field), then, when stored, the extender's filter and prioritize of the cluster's
+    copy, which must answer per node, never with an Error."""
+    body = dict(pod) if isinstance(pod, dict) else pod
+    if isinstance(body, dict) and isinstance(body.get("metadata"), dict):
+        # what the server sets, a client leaves out
+        body["metadata"] = {
+            k: v for k, v in body["metadata"].items() if k not in ("resourceVersion", "uid")
+        }
+    try:
+        stored = CLUSTER.create(names.POD, body)
+    except ApiError as exc:
+        return exc.code
+    meta = stored["metadata"]
+    try:
+        args = {"Pod": stored, "NodeNames": ["node-1"]}
+        result = EXTENDER.filter(args, 0.0)
+        if result.get("Error"):
+            raise ExtenderRefused(result["Error"])
+        EXTENDER.prioritize(args, 0.0)
+    finally:
+        CLUSTER.delete(names.POD, meta["name"], meta["namespace"], grace_period_seconds=0)
+    return result
+
+
+def _webhook(pod: Any) -> object:
+    request = AdmissionRequest(
+        uid="fuzz",
+        kind=names.POD,
+        operation="CREATE",
+        name="",
+        namespace="default",
+        object=pod if isinstance(pod, dict) else None,
+        old_object=None,
+    )
+    return validate_pod(request)
+
+
 # Every entry point that reads a pod; each must return, never raise.
 ENTRY_POINTS: dict[str, Callable[[Any], object]] = {
     "validate": _validate,
@@ -184,4 +250,6 @@ ENTRY_POINTS: dict[str, Callable[[Any], object]] = {
     "scheduler pod parse": scheduler_pod_info,
     "eviction pod info": eviction_pod_info,
     "backstop": read_reclaimed_pod,
+    "webhook": _webhook,
+    "api server, then extender": _stored_then_extender,
 }

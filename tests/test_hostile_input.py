@@ -25,17 +25,20 @@ from pykatalyst.api.qos import QoSError, parse_numa_ids, parse_pod_qos
 from pykatalyst.api.yamlio import YAMLInputError, load_yaml_all
 from pykatalyst.cli.agent import load_pods
 from pykatalyst.cli.main import app
-from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.controllers.backstop import read_reclaimed_pod
 from pykatalyst.scheduler.config import SchedulerConfigError, load_config_text
 from pykatalyst.scheduler.config import load_config as load_scheduler_config
-from pykatalyst.scheduler.extender import ExtenderService
 from pykatalyst.scheduler.podinfo import pod_info as scheduler_pod_info
-from pykatalyst.scheduler.scheduler import Scheduler
 from pykatalyst.sim.scenario import ScenarioError, load_scenario, parse_scenario
-from tests.pod_fuzz import ENTRY_POINTS, ill_typed_pods, stored_pods
+from tests.pod_fuzz import (
+    CLUSTER,
+    ENTRY_POINTS,
+    EXTENDER,
+    _stored_then_extender,
+    ill_typed_pods,
+    stored_pods,
+)
 
 HOSTILE = Path(__file__).parent / "data" / "hostile"
 HOSTILE_FILES = sorted(p for p in HOSTILE.iterdir() if p.suffix in (".yaml", ".json"))
@@ -273,51 +276,28 @@ def test_the_yaml_reader_and_every_config_loader_are_total(prefix: str, text: st
             parse_scenario(doc)
 
 
-def _extender() -> ExtenderService:
-    cluster = MemoryCluster(VirtualClock())
-    cluster.create(
-        names.NODE,
-        {
-            "metadata": {"name": "n1"},
-            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
-        },
-    )
-    return ExtenderService(Scheduler(cluster))
-
-
-EXTENDER = _extender()
-
-
 @_FUZZ
-@given(
-    st.one_of(st.tuples(stored_pods(), st.just(True)), st.tuples(ill_typed_pods(), st.just(False)))
-)
-def test_the_extender_answers_every_pod(case: tuple[dict[str, Any], bool]) -> None:
-    # the extender judges the cluster's copy of a pod: a stored pod is created first, then
-    # asked about; an ill-typed one (which no API server would store) is asked as it is
-    pod, store = case
-    cluster = EXTENDER.scheduler.cluster
-    stored = None
-    if store:
-        namespace = str(pod["metadata"].get("namespace") or "default")
-        with contextlib.suppress(ApiError):
-            stored = cluster.create(names.POD, pod, namespace)
-    try:
-        asked = stored if stored is not None else pod
-        try:
-            result = EXTENDER.filter({"Pod": asked, "NodeNames": ["n1"]}, 0.0)
-        except ValueError:  # malformed args: a 400 over HTTP
-            assert stored is None
-        else:
-            assert "NodeNames" in result or result.get("Error")
-            if stored is not None:
-                assert not result["Error"]
-        with contextlib.suppress(ValueError):
-            EXTENDER.prioritize({"Pod": asked, "NodeNames": ["n1"]}, 0.0)
-    finally:
-        if stored is not None:
-            meta = stored["metadata"]
-            cluster.delete(names.POD, meta["name"], meta["namespace"], grace_period_seconds=0)
+@given(st.one_of(stored_pods(), ill_typed_pods()))
+def test_the_api_server_stores_or_refuses_every_pod_and_the_extender_answers(
+    pod: dict[str, Any],
+) -> None:
+    # a refusal is a 400 (a value of the wrong JSON type, named) or a 422 (a value the
+    # Pod's validation refuses); what is stored, the extender judges without an Error
+    answer = _stored_then_extender(pod)
+    assert answer in (400, 409, 422) or isinstance(answer, dict), answer
+
+
+def test_an_ill_typed_pod_is_refused_by_the_api_server_naming_the_field() -> None:
+    pod = {
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"affinity": "x", "containers": [{"name": "c", "image": "i"}]},
+    }
+    with pytest.raises(ApiError) as err:
+        CLUSTER.create(names.POD, pod)
+    assert err.value.code == 400 and "PodSpec.spec.affinity of type v1.Affinity" in str(err.value)
+    assert EXTENDER.filter({"Pod": pod, "NodeNames": ["node-1"]}, 0.0)["Error"] == (
+        "pod default/p not found in the cluster"
+    )
 
 
 def test_an_unreadable_pod_never_stalls_the_agent_parse_of_others() -> None:

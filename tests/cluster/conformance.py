@@ -1042,6 +1042,147 @@ def test_empty_labels_and_finalizers_are_left_out(cluster: Cluster) -> None:
     assert rv(again) == rv(emptied)
 
 
+# --- typed decode -------------------------------------------------------------------------
+
+
+def _set(obj: JSON, path: str, value: Any) -> JSON:
+    *parents, last = path.split(".")
+    node: Any = obj
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return obj
+
+
+# Each of these is a body the real server refuses before it stores anything, with a 400
+# naming the field (`json: cannot unmarshal string into Go struct field PodSpec.spec.affinity
+# of type v1.Affinity`).
+ILL_TYPED_PODS = [
+    ("spec.affinity", "x", "spec.affinity"),
+    ("metadata.labels", ["a"], "metadata.labels"),
+    ("metadata.annotations", {"a": 5}, "metadata.annotations"),
+    ("spec.containers", 5, "spec.containers"),
+    ("spec.containers.0", 5, "spec.containers"),
+    ("spec.containers.0.name", 5, "spec.containers.name"),
+    ("spec.containers.0.resources", "x", "spec.containers.resources"),
+    ("spec.nodeName", 5, "spec.nodeName"),
+    ("spec.nodeSelector", {"a": 1}, "spec.nodeSelector"),
+    ("spec.tolerations", "x", "spec.tolerations"),
+    ("spec.priority", "5", "spec.priority"),
+    ("spec.priority", 1.5, "spec.priority"),
+    ("spec.priority", True, "spec.priority"),
+    ("spec.priority", 99999999999, "spec.priority"),
+    ("spec.hostNetwork", "true", "spec.hostNetwork"),
+    ("metadata.ownerReferences", "x", "metadata.ownerReferences"),
+    ("status.phase", 5, "status.phase"),
+    ("spec", "x", "spec"),
+    (
+        "spec.affinity",
+        {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "k", "operator": "In", "values": [1]}]}
+                    ]
+                }
+            }
+        },
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms.matchExpressions.values",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"), ILL_TYPED_PODS, ids=[f"{p}={v!r}" for p, v, _ in ILL_TYPED_PODS]
+)
+def test_an_ill_typed_pod_is_refused_naming_the_field(
+    cluster: Cluster, path: str, value: Any, field: str
+) -> None:
+    with pytest.raises(BadRequest) as err:
+        cluster.create(POD, _set(pod("p1"), path, value))
+    assert err.value.code == 400
+    assert "cannot be handled as a Pod" in err.value.message
+    assert f".{field} of type " in err.value.message
+    assert cluster.list(POD, "default").items == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [("spec.containers.0.resources.requests.cpu", "abc"), ("spec.overhead", {"cpu": [1]})],
+)
+def test_a_malformed_quantity_is_refused(cluster: Cluster, path: str, value: Any) -> None:
+    with pytest.raises(BadRequest) as err:
+        cluster.create(POD, _set(pod("p1"), path, value))
+    assert "quantities must match the regular expression" in err.value.message
+    assert cluster.list(POD, "default").items == []
+
+
+def test_numeric_quantities_and_nulls_are_stored_as_the_server_decodes_them(
+    cluster: Cluster,
+) -> None:
+    manifest = _set(pod("p1"), "spec.containers.0.resources.requests", {"cpu": 5.5, "memory": 1000})
+    manifest["spec"]["affinity"] = None
+    manifest["spec"]["nodeSelector"] = {"a": None}
+    created = cluster.create(POD, manifest)
+    assert created["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "5500m",
+        "memory": "1k",
+    }
+    assert "affinity" not in created["spec"]
+    assert created["spec"]["nodeSelector"] == {"a": ""}
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"spec": {"tolerations": "x"}}, "spec.tolerations"),
+        ({"metadata": {"labels": ["a"]}}, "metadata.labels"),
+        ({"spec": {"activeDeadlineSeconds": "x"}}, "spec.activeDeadlineSeconds"),
+    ],
+)
+def test_a_patch_that_makes_a_pod_ill_typed_is_invalid(
+    cluster: Cluster, patch: JSON, field: str
+) -> None:
+    before = cluster.create(POD, pod("p1"))
+    with pytest.raises(Invalid) as err:
+        cluster.patch(POD, "p1", patch, "default")
+    assert err.value.code == 422 and f".{field} of type " in err.value.message
+    after = cluster.get(POD, "p1", "default")
+    for part, body in patch.items():
+        for key in body:
+            assert after[part].get(key) == before[part].get(key)
+
+
+def test_a_status_patch_that_makes_a_pod_ill_typed_is_invalid(cluster: Cluster) -> None:
+    before = cluster.create(POD, pod("p1"))
+    with pytest.raises(Invalid) as err:
+        cluster.patch(POD, "p1", {"status": {"phase": 5}}, "default", subresource="status")
+    assert ".status.phase of type " in err.value.message
+    assert cluster.get(POD, "p1", "default")["status"]["phase"] == before["status"]["phase"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("spec.taints", "x", ".spec.taints of type []v1.Taint"),
+        ("spec.unschedulable", "yes", ".spec.unschedulable of type bool"),
+        ("status.allocatable", {"cpu": "abc"}, "quantities must match"),
+    ],
+)
+def test_an_ill_typed_node_is_refused(
+    cluster: Cluster, path: str, value: Any, message: str
+) -> None:
+    with pytest.raises(BadRequest) as err:
+        cluster.create(NODE, _set(node("harden-fake"), path, value))
+    assert message in err.value.message
+    with pytest.raises(NotFound):
+        cluster.get(NODE, "harden-fake")
+
+
 # --- binding ------------------------------------------------------------------------------
 
 

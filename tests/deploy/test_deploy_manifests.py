@@ -8,6 +8,7 @@ calls the component makes when it runs (recorded through the Cluster protocol)."
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -49,6 +50,8 @@ KNOWN_KINDS = {
     ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration"),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
 }
 
 
@@ -537,6 +540,48 @@ def test_rbac_covers_the_hand_kept_list(command: str) -> None:
     rules = _rules_for(_service_account(command))
     missing = [n for n in HAND_KEPT[command] if not _allowed(rules, n)]
     assert not missing, f"katalyst {command} lacks {missing}"
+
+
+_ADMISSION_OPERATION = {
+    "create": "CREATE",
+    "update": "UPDATE",
+    "patch": "UPDATE",
+    "delete": "DELETE",
+}
+
+
+def test_the_agent_may_write_only_its_own_node_and_cnr() -> None:
+    # RBAC grants the agent every Node and CNR; the admission policy narrows each write to
+    # the node named in the agent's token (its CEL is exercised on a real API server by
+    # tests/e2e/test_e2e_node_restriction.py)
+    [policy] = _of_kind("ValidatingAdmissionPolicy")
+    [binding] = _of_kind("ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    user = "system:serviceaccount:{}:{}".format(*_service_account("agent")[::-1])
+    assert [user in c["expression"] for c in spec["matchConditions"]] == [True]
+    matched = {
+        (group, resource, op)
+        for rule in spec["matchConstraints"]["resourceRules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for op in rule["operations"]
+    }
+    writes = [
+        (group, resource, _ADMISSION_OPERATION[verb])
+        for rule, _ in _rules_for(_service_account("agent"))
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        if resource.partition("/")[0] in (names.NODE.plural, CNR.plural)
+        and verb in _ADMISSION_OPERATION
+    ]
+    assert writes and not set(writes) - matched, set(writes) - matched
+    assert "authentication.kubernetes.io/node-name" in json.dumps(spec["variables"])
 
 
 # The controller's role grants on these exactly what its hand-kept list says it uses.

@@ -198,12 +198,17 @@ def test_the_release_namespace_holds_everything_and_the_controllers_lease() -> N
         "ClusterRoleBinding",
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     }
     for o in objs:
         if o["kind"] not in cluster_scoped:
             assert o["metadata"]["namespace"] == "colo", (o["kind"], o["metadata"]["name"])
         for s in o.get("subjects", []):
             assert s["namespace"] == "colo"
+    # the agent's node restriction names the agent's account in the release namespace
+    [policy] = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert "'system:serviceaccount:colo:katalyst-agent'" in str(policy["spec"]["matchConditions"])
     controller = _by(objs, "Deployment")["katalyst-controller"]
     args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--lease-namespace=colo" in args

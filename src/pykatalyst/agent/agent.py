@@ -255,7 +255,7 @@ class Agent:
         ref = self.base_config.admin_qos_config
         try:
             if ref is None:
-                ref = self._admin_qos_from_cnc()
+                ref = self._admin_qos_from_cnc(warnings)
             if ref is None:
                 self._set_config(self.base_config)
                 self.config_status = {"source": None, "state": "agent config"}
@@ -336,12 +336,20 @@ class Agent:
         )
         return True
 
-    def _admin_qos_from_cnc(self) -> str | None:
+    def _admin_qos_from_cnc(self, warnings: list[str]) -> str | None:
         try:
             raw = self.cluster.get(names.CUSTOM_NODE_CONFIG, self.node_name)
         except ApiError:
             return None
-        cnc = CustomNodeConfig.from_json(raw)
+        try:
+            cnc = CustomNodeConfig.from_json(raw)
+        except ValidationError as exc:
+            problems = "; ".join(str(p) for p in config_fields.problems_of(exc))
+            warnings.append(
+                f"CustomNodeConfig {self.node_name} is unreadable: {problems} (no dynamic "
+                "config from it)"
+            )
+            return None
         for target in cnc.status.katalyst_custom_config_list:
             if target.config_type.resource == names.ADMIN_QOS_CONFIGURATION.plural:
                 return f"{target.config_namespace}/{target.config_name}"

@@ -51,6 +51,7 @@ from pykatalyst.cluster.admission import (
     Operation,
 )
 from pykatalyst.cluster.clock import Clock, VirtualClock
+from pykatalyst.cluster.decode import decode
 from pykatalyst.cluster.patch import (
     PatchError,
     copy_json,
@@ -184,21 +185,6 @@ def _locate_non_json(value: Any, path: str, depth: int = 0) -> None:
         )
 
 
-_POD_STRINGS: Final = ("nodeName", "schedulerName", "priorityClassName", "restartPolicy")
-
-
-def _check_pod_scalars(spec: JSON) -> None:
-    """The PodSpec fields the store indexes or reads as numbers have the JSON type the
-    real API server's decoder insists on."""
-    for key in _POD_STRINGS:
-        value = spec.get(key)
-        if value is not None and not isinstance(value, str):
-            raise BadRequest(f"spec.{key}: invalid value {value!r}: expected a string")
-    priority = spec.get("priority")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise BadRequest(f"spec.priority: invalid value {priority!r}: expected an integer")
-
-
 def grace_seconds(value: Any, field: str) -> int:
     """A grace period as kube-apiserver reads one: an integer number of seconds that fits a
     Go time.Duration; a negative one means the shortest, 1 second."""
@@ -286,11 +272,23 @@ def _tracks_generation(st: _KindState) -> bool:
     return st.kind.group not in _GROUPS_WITHOUT_GENERATION
 
 
+def _field(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """A stored object's `spec` or `status` as a mapping; one of another type (which only a
+    kind without a typed decode can hold) reads as empty."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _count(status: Mapping[str, Any], key: str) -> int:
+    value = status.get(key, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _pdb_selects(pdb: JSON, labels: Mapping[str, str]) -> bool:
     """Whether a PodDisruptionBudget covers a pod with these labels (an unreadable
     selector covers nothing, as the eviction subresource reads it)."""
     try:
-        return label_selector_from_dict((pdb.get("spec") or {}).get("selector")).matches(labels)
+        return label_selector_from_dict(_field(pdb, "spec").get("selector")).matches(labels)
     except BadRequest:
         return False
 
@@ -1010,7 +1008,6 @@ class MemoryCluster:
         spec["terminationGracePeriodSeconds"] = grace_seconds(
             spec["terminationGracePeriodSeconds"], "spec.terminationGracePeriodSeconds"
         )
-        _check_pod_scalars(spec)
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("dnsPolicy", "ClusterFirst")
         if "priorityClassName" not in spec:
@@ -1040,6 +1037,8 @@ class MemoryCluster:
             if not isinstance(meta, dict):
                 raise BadRequest("metadata must be a JSON object")
             self._check_type(st, new)
+            new = self._decode(st, new)
+            meta = new["metadata"]
             ns = ""
             if st.kind.namespaced:
                 body_ns = meta.get("namespace")
@@ -1069,7 +1068,9 @@ class MemoryCluster:
             elif st.status_subresource and st.kind.group not in ("", CRD.group):
                 # Custom resources with a status subresource drop status on create.
                 new.pop("status", None)
-            new = self._admit(st, "CREATE", new, None, meta.get("name", ""), ns) or new
+            admitted = self._admit(st, "CREATE", new, None, meta.get("name", ""), ns)
+            if admitted is not None and admitted is not new:
+                new = self._decode(st, admitted)
             meta = new.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = self._generate_name(st, str(meta["generateName"]), ns)
@@ -1095,6 +1096,11 @@ class MemoryCluster:
             new = {"apiVersion": new.pop("apiVersion"), "kind": new.pop("kind"), **new}
             stored = self._commit(st, "ADDED", new, None)
             return copy_object(stored)
+
+    @staticmethod
+    def _decode(st: _KindState, obj: JSON) -> JSON:
+        """The typed decode of a built-in kind's body (`cluster/decode.py`)."""
+        return decode(st.kind.plural, obj) if st.kind.group == "" else obj
 
     def _check_type(self, st: _KindState, obj: JSON) -> None:
         k = obj.setdefault("kind", st.kind.kind)
@@ -1147,6 +1153,7 @@ class MemoryCluster:
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
             raise BadRequest(f"a {st.kind.kind} must be a JSON object with metadata")
         self._check_type(st, new)
+        new = self._decode(st, new)
         meta = new["metadata"]
         name = meta.get("name") or ""
         if not name:
@@ -1192,7 +1199,9 @@ class MemoryCluster:
             self._keep_system_meta(st, meta, old_meta, ns)
             if _is_pod(st):
                 self._default_pod(new)
-        new = self._admit(st, "UPDATE", new, old, name, ns, sub_resource) or new
+        admitted = self._admit(st, "UPDATE", new, old, name, ns, sub_resource)
+        if admitted is not None and admitted is not new:
+            new = self._decode(st, admitted)
         if sub_resource == "status":
             # Whatever a plugin did, the status subresource still writes only what it may.
             new = self._status_write(st, old, new, ns)
@@ -1272,7 +1281,7 @@ class MemoryCluster:
                 out.pop("spec", None)
         if out.get("status") is None:
             out.pop("status", None)
-        old_qos = (old.get("status") or {}).get("qosClass")
+        old_qos = _field(old, "status").get("qosClass")
         status = out.get("status")
         # The QoS class is fixed at creation: a status write without it keeps it.
         if _is_pod(st) and old_qos and isinstance(status, dict) and not status.get("qosClass"):
@@ -1292,7 +1301,6 @@ class MemoryCluster:
             grace_seconds(
                 new_spec["terminationGracePeriodSeconds"], "spec.terminationGracePeriodSeconds"
             )
-        _check_pod_scalars(new_spec)
         normalized = dict(new_spec)
         for key in _POD_MUTABLE_SPEC:
             if key in old_spec:
@@ -1427,6 +1435,20 @@ class MemoryCluster:
             )
             if not rv_changed:
                 new["metadata"].pop("resourceVersion", None)
+            try:
+                new = self._decode(st, new)
+            except BadRequest as e:
+                # the real server reports a patched object that fails to decode as an
+                # invalid patch (422), where the same body on a create is a 400
+                reason = e.message.partition(": ")[2] or e.message
+                raise Invalid(
+                    f'{st.kind.kind} "{name}" is invalid: patch: Invalid value: {reason}',
+                    details={
+                        "causes": [
+                            {"reason": "FieldValueInvalid", "message": reason, "field": "patch"}
+                        ]
+                    },
+                ) from None
             return self._update(
                 st, new, subresource or "", require_rv=False, url_name=name, url_ns=ns
             )
@@ -1668,18 +1690,15 @@ class MemoryCluster:
         if not matching or pdbs is None:
             return
         pdb = matching[0]
-        spec, status = pdb.get("spec") or {}, dict(pdb.get("status") or {})
-        current, desired = (
-            int(status.get("currentHealthy", 0)),
-            int(status.get("desiredHealthy", 0)),
-        )
+        spec, status = _field(pdb, "spec"), dict(_field(pdb, "status"))
+        current, desired = _count(status, "currentHealthy"), _count(status, "desiredHealthy")
         if not _pod_ready(pod) and (
             spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or current >= desired > 0
         ):
             return
         name = pdb["metadata"]["name"]
-        allowed = int(status.get("disruptionsAllowed", 0))
-        if int(status.get("observedGeneration", 0)) < int(pdb["metadata"].get("generation", 0)):
+        allowed = _count(status, "disruptionsAllowed")
+        if _count(status, "observedGeneration") < _count(pdb["metadata"], "generation"):
             raise _budget_refusal(
                 f"The disruption budget {name} is still being processed by the server.", 10.0
             )

@@ -168,7 +168,7 @@ class CNCFacts:
 
 
 def _meta(obj: Mapping[str, Any]) -> tuple[str, str, float, int]:
-    meta = obj.get("metadata") or {}
+    meta = _mapping(obj.get("metadata"))
     created = 0.0
     text = meta.get("creationTimestamp")
     if isinstance(text, str) and text:
@@ -197,14 +197,34 @@ def _kind_for(gvr: Mapping[str, Any]) -> Kind | None:
     return None
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A stored object's field that should be an object: anything else reads as empty (the
+    reader then reports what is missing)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _shape_error(obj: Mapping[str, Any]) -> str:
+    """What makes a stored config unreadable as an object with a spec, or ""."""
+    for key in ("metadata", "spec", "status"):
+        if obj.get(key) is not None and not isinstance(obj.get(key), Mapping):
+            return f"{key}: accepted: an object, not {type(obj.get(key)).__name__}"
+    return ""
+
+
 def read_kcc(obj: JSON) -> KCCFacts:
     ns, name, created, gen = _meta(obj)
-    spec = obj.get("spec") or {}
-    gvr = {str(k): str(v) for k, v in (spec.get("targetType") or {}).items()}
-    status = dict(obj.get("status") or {})
+    spec = _mapping(obj.get("spec"))
+    target_type = spec.get("targetType")
+    gvr = {str(k): str(v) for k, v in _mapping(target_type).items()}
+    status = dict(_mapping(obj.get("status")))
     allowed: dict[int, frozenset[str]] = {}
-    error = ""
-    for i, item in enumerate(spec.get("nodeLabelSelectorAllowedKeyList") or []):
+    error = _shape_error(obj)
+    if not error and target_type is not None and not isinstance(target_type, Mapping):
+        error = "spec.targetType: accepted: an object with group, version and resource"
+    keys_list = spec.get("nodeLabelSelectorAllowedKeyList") or []
+    if not error and not isinstance(keys_list, list):
+        error = "spec.nodeLabelSelectorAllowedKeyList: accepted: a list"
+    for i, item in enumerate(keys_list if not error else []):
         prio = item.get("priority") if isinstance(item, Mapping) else None
         keys = item.get("keyList") if isinstance(item, Mapping) else None
         if not isinstance(prio, int) or not isinstance(keys, list) or prio in allowed:
@@ -235,9 +255,11 @@ def read_kcc(obj: JSON) -> KCCFacts:
 def read_target(obj: JSON, kcc: KCCFacts, now: float) -> TargetFacts:
     """A target config with its validation against the KCC's allowed keys."""
     ns, name, created, gen = _meta(obj)
-    spec = obj.get("spec") or {}
-    status = dict(obj.get("status") or {})
+    spec = _mapping(obj.get("spec"))
+    status = dict(_mapping(obj.get("status")))
     base = TargetFacts(ns, name, created=created, generation=gen, status=status)
+    if _shape_error(obj):
+        return replace(base, error=_shape_error(obj))
     try:
         return replace(_validated(spec, kcc, base, now), hash=config_hash(obj))
     except ValueError as exc:
@@ -251,8 +273,11 @@ def _validated(
     if not isinstance(prio, int) or isinstance(prio, bool):
         raise ValueError("spec.priority: accepted: an integer")
     selector_text = str(spec.get("nodeLabelSelector") or "")
-    eph = spec.get("ephemeralSelector") or {}
-    node_names = tuple(str(n) for n in (eph.get("nodeNames") or []))
+    eph = _mapping(spec.get("ephemeralSelector"))
+    listed = eph.get("nodeNames") or []
+    if not isinstance(listed, list):
+        raise ValueError("spec.ephemeralSelector.nodeNames: accepted: a list of node names")
+    node_names = tuple(str(n) for n in listed)
     last = eph.get("lastDuration")
     if selector_text and node_names:
         raise ValueError(
@@ -598,12 +623,14 @@ class ApplyResult:
 
 
 def cnc_facts(obj: JSON) -> CNCFacts:
-    meta = obj.get("metadata") or {}
-    status = obj.get("status") or {}
+    """A CNC as the decision sees it: an unreadable status holds no entries, and is
+    rewritten whole by the next assignment."""
+    meta = _mapping(obj.get("metadata"))
+    entries = _mapping(obj.get("status")).get("katalystCustomConfigList")
     return CNCFacts(
         str(meta.get("name", "")),
-        {str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-        tuple(e for e in status.get("katalystCustomConfigList") or [] if isinstance(e, Mapping)),
+        {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()},
+        tuple(e for e in entries if isinstance(e, Mapping)) if isinstance(entries, list) else (),
     )
 
 

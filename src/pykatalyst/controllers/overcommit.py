@@ -120,7 +120,9 @@ def read_config(obj: JSON) -> OvercommitConfigFacts:
     meta = obj.get("metadata") or {}
     name = str(meta.get("name", ""))
     created = _created(meta)
-    matched = tuple(str(n) for n in ((obj.get("status") or {}).get("matchedNodeList") or []))
+    status = obj.get("status")
+    listed = status.get("matchedNodeList") if isinstance(status, dict) else None
+    matched = tuple(str(n) for n in listed) if isinstance(listed, list) else ()
     try:
         noc = NodeOvercommitConfig.model_validate(obj)
     except ValidationError as exc:

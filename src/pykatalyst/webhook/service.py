@@ -30,7 +30,9 @@ BY_TARGET = "targetRef"
 
 
 def index_by_target(spd: JSON) -> Iterable[str]:
-    ref = (spd.get("spec") or {}).get("targetRef") or {}
+    """An SPD's workload key; an SPD whose spec cannot be read targets nothing."""
+    spec = spd.get("spec")
+    ref = spec.get("targetRef") if isinstance(spec, dict) else None
     ns = spd["metadata"].get("namespace", "")
     if isinstance(ref, dict) and ref.get("kind") and ref.get("name"):
         return (f"{ns}/{ref['kind']}/{ref['name']}",)
