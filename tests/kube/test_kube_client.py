@@ -373,3 +373,29 @@ def test_watch_survives_a_server_restart(store: MemoryCluster) -> None:
     w.close()
     client.close()
     assert [e.object["metadata"]["name"] for e in seen] == ["before", "while-down", "after"]
+
+
+def test_get_raw_reads_a_path_that_is_not_a_resource(kube: KubeCluster) -> None:
+    assert kube.get_raw("/healthz") == b"ok"
+    assert b"# TYPE" in kube.get_raw("/metrics")
+    with pytest.raises(NotFound):
+        kube.get_raw("/api/v1/namespaces/default/pods/nobody")
+    with pytest.raises(BadRequest, match="must start with '/'"):
+        kube.get_raw("metrics")
+
+
+def test_the_connection_pool_holds_a_scheduler_s_concurrent_binds(server: ApiServer) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = KubeCluster.from_url(server.url, qps=0, pool_size=8)
+    try:
+        assert client._client.configuration.connection_pool_maxsize == 8
+        with ThreadPoolExecutor(8) as pool:
+            names_ = list(
+                pool.map(
+                    lambda i: client.create(CONFIG_MAP, _cm(f"c{i}"))["metadata"]["name"], range(16)
+                )
+            )
+        assert sorted(names_) == sorted(f"c{i}" for i in range(16))
+    finally:
+        client.close()

@@ -140,3 +140,48 @@ def test_leader_election_refuses_the_extender_and_bad_timings() -> None:
     )
     assert bad.exit_code == 2
     assert "--lease-duration" in bad.output and "--renew-deadline" in bad.output
+
+
+def test_a_real_cluster_s_pods_are_bound_with_binds_in_flight(tmp_path: Path) -> None:
+    """`katalyst scheduler` against an API server over HTTP, the kubeconfig named by the
+    configuration's clientConnection (as kube-scheduler reads it): every pod is bound and
+    reported once, binds in flight or not."""
+    from pykatalyst.api import names
+    from pykatalyst.cluster.clock import VirtualClock
+    from pykatalyst.cluster.http import kubeconfig_for
+    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.runtime.apiserver import ApiServer
+    from tests.scheduler.sched_helpers import node, pod
+
+    store = MemoryCluster(clock=VirtualClock(1_700_000_000.0))
+    store.create(names.NODE, node("n0", cpu="64", memory="64Gi"))
+    for i in range(12):
+        store.create(names.POD, pod(f"p{i}", {"cpu": "1"}), "default")
+    with ApiServer(store, bookmark_seconds=0) as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(server.url)))
+        config = tmp_path / "sched.yaml"
+        config.write_text(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+            f"clientConnection: {{kubeconfig: {kubeconfig}, qps: 200, burst: 50}}\n"
+        )
+        for workers in ("0", "4"):
+            if workers == "4":
+                for i in range(12, 24):
+                    store.create(names.POD, pod(f"p{i}", {"cpu": "1"}), "default")
+            args = ["scheduler", "--config", str(config), "--bind-workers", workers]
+            result = runner.invoke(app, [*args, "--max-seconds", "3", "--interval", "0.05"])
+            assert result.exit_code == 0, result.output
+            bound = [line for line in result.stdout.splitlines() if line.startswith("bound ")]
+            first = 0 if workers == "0" else 12
+            assert sorted(bound) == sorted(
+                f"bound default/p{i} -> n0" for i in range(first, first + 12)
+            )
+    placed = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in store.list(names.POD).items}
+    assert placed == {f"p{i}": "n0" for i in range(24)}
+
+
+def test_bind_workers_must_not_be_negative() -> None:
+    result = runner.invoke(app, ["scheduler", "--bind-workers", "-1", "--max-seconds", "0.1"])
+    assert result.exit_code == 2
+    assert "--bind-workers" in result.output

@@ -7,6 +7,7 @@ import itertools
 import textwrap
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -213,6 +214,9 @@ def test_zero_weights_default_to_one() -> None:
             "repeated config for plugin 'NodeResourcesFit'",
         ),
         ("profile: []", "profile: unknown field"),
+        ("clientConnection: {burst: -1}", "clientConnection.burst: -1 must be greater than"),
+        ("clientConnection: {qpss: 5}", "clientConnection.qpss: unknown field"),
+        ("clientConnection: {qps: fast}", "clientConnection.qps: Input should be a valid number"),
     ],
 )
 def test_invalid_configs_are_refused_naming_the_problem(body: str, expected: str) -> None:
@@ -308,3 +312,24 @@ def test_shapes_are_accepted_exactly_when_kube_would(points: list[tuple[int, int
         load_config_text(text)
     else:
         assert "requestedToCapacityRatio.shape" in error_of(text)
+
+
+def test_client_connection_defaults_are_kube_schedulers() -> None:
+    config = default_config()
+    assert (config.client_qps, config.client_burst, config.kubeconfig) == (50.0, 100, "")
+
+
+@settings(max_examples=50, deadline=None)
+@given(qps=st.floats(-1e4, 1e4, allow_nan=False), burst=st.integers(0, 10**6))
+def test_client_connection_qps_and_burst(qps: float, burst: int) -> None:
+    config = load_config_text(
+        cfg(f"clientConnection: {{qps: {qps!r}, burst: {burst}, kubeconfig: /etc/k.conf}}\n")
+    )
+    # 0 means kube-scheduler's default, a negative qps no limit at all (0 for our client)
+    assert config.client_qps == (50.0 if qps == 0 else 0.0 if qps < 0 else qps)
+    assert config.client_burst == (burst or 100)
+    assert config.kubeconfig == "/etc/k.conf"
+    again = load_config_text(
+        HEAD + yaml.safe_dump({"clientConnection": config.to_json()["clientConnection"]})
+    )
+    assert (again.client_qps, again.client_burst) == (config.client_qps, config.client_burst)

@@ -116,3 +116,32 @@ def test_every_attempt_is_counted_once_under_its_result(
         if s.name.endswith("_count")
     }
     assert counts == want
+
+
+def test_attempts_with_binds_in_flight_are_counted_once_their_bind_ends() -> None:
+    import time
+
+    clock = VirtualClock(1000.0)
+    cluster = MemoryCluster(clock=clock)
+    cluster.create(names.NODE, node("n0", cpu="8"))
+    for i in range(6):
+        cluster.create(names.POD, pod(f"p{i}", {"cpu": "500m"}))
+    outcomes: list[ScheduleOutcome] = []
+    sched = Scheduler(cluster, bind_workers=3)
+    host = scheduler_host(sched, clock, interval_s=1.0, schedule=True, report=outcomes.append)
+    deadline = time.monotonic() + 10
+    while len(outcomes) < 6 and time.monotonic() < deadline:
+        host.step(clock.now())
+        clock.advance(1)
+        time.sleep(0.01)  # the binder threads' turn
+    sched.close()
+    # each pod reported once, once bound, and counted once as a scheduled attempt
+    assert sorted(o.pod for o in outcomes) == [f"default/p{i}" for i in range(6)]
+    assert {o.reason for o in outcomes} == {"Scheduled"}
+    fam = _families(host.registry)
+    profile = "default-scheduler"
+    attempts = fam["scheduler_schedule_attempts"]
+    assert _value(attempts, "scheduler_schedule_attempts_total", result="scheduled") == 6
+    latency = fam["scheduler_scheduling_attempt_duration_seconds"]
+    count = "scheduler_scheduling_attempt_duration_seconds_count"
+    assert _value(latency, count, result="scheduled", profile=profile) == 6

@@ -48,11 +48,13 @@ def cluster_from_options(
     in_cluster: bool,
     context: str | None = None,
     clock: Clock | None = None,
+    qps: float | None = None,
+    burst: int | None = None,
 ) -> Cluster:
     """The command's cluster; a bad option combination or kubeconfig ends the command with a
-    message and exit code 2."""
+    message and exit code 2. `qps`/`burst`: the client's rate limit (default client-go's)."""
     try:
-        return connect(kubeconfig, in_cluster, context=context, clock=clock)
+        return connect(kubeconfig, in_cluster, context=context, clock=clock, qps=qps, burst=burst)
     except ConnectError as exc:
         print_message(f"error: {exc}", stderr=True)
         raise typer.Exit(2) from None

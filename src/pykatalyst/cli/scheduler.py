@@ -35,6 +35,8 @@ from pykatalyst.scheduler.scheduler import ScheduleOutcome, Scheduler
 # --listen=0.0.0.0:8888 behind its Service); --tls-*, --client-ca-file and --token-file
 # decide who may call it.
 DEFAULT_EXTENDER_LISTEN = "127.0.0.1:8888"
+# binds in flight at once against a real API server (the client's rate limit still applies)
+DEFAULT_BIND_WORKERS = 16
 
 log = logging.getLogger("pykatalyst.scheduler")
 
@@ -48,11 +50,13 @@ def _load(config: Path | None) -> SchedulerConfig:
 
 
 def _report(outcome: ScheduleOutcome) -> None:
+    # One plain line per pod, like a log: a rich Console per line would cost more than
+    # the pod's scheduling cycle.
     if outcome.node is not None:
         numa = f" numa {list(outcome.numa.numa_ids)}" if outcome.numa is not None else ""
-        print_message(f"bound {outcome.pod} -> {outcome.node}{numa}")
+        print(f"bound {outcome.pod} -> {outcome.node}{numa}", flush=True)
     else:
-        print_message(f"pending {outcome.pod}: {outcome.message or outcome.reason}")
+        print(f"pending {outcome.pod}: {outcome.message or outcome.reason}", flush=True)
 
 
 def scheduler(
@@ -79,6 +83,14 @@ def scheduler(
         None, "--profile", help="The profile (schedulerName) the extender uses."
     ),
     interval: float = typer.Option(0.1, "--interval", help="Seconds between scheduling loops."),
+    bind_workers: int = typer.Option(
+        DEFAULT_BIND_WORKERS,
+        "--bind-workers",
+        min=0,
+        help="Bindings in flight at once while the next pods are scheduled, as "
+        "kube-scheduler binds asynchronously (0: bind within each cycle). The embedded "
+        "cluster always binds within the cycle.",
+    ),
     max_seconds: float | None = typer.Option(
         None, "--max-seconds", help="Stop after this many seconds (default: run until stopped)."
     ),
@@ -169,7 +181,11 @@ def scheduler(
     leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     clock = RealClock()
-    cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
+    if kubeconfig is None and not in_cluster and cfg.kubeconfig:
+        kubeconfig = Path(cfg.kubeconfig)  # clientConnection.kubeconfig, as kube-scheduler
+    cluster = cluster_from_options(
+        kubeconfig, in_cluster, context, clock, qps=cfg.client_qps, burst=cfg.client_burst
+    )
     elector: LeaderElector | None = None
     if leader_elect:
         who = identity or default_identity()
@@ -183,7 +199,8 @@ def scheduler(
             "cluster, which starts empty",
             stderr=True,
         )
-    sched = Scheduler(cluster, cfg)
+    real = kubeconfig is not None or in_cluster
+    sched = Scheduler(cluster, cfg, bind_workers=bind_workers if real and not extender else 0)
     service: ExtenderService | None = None
     if extender:
         try:
@@ -232,6 +249,11 @@ def scheduler(
     except ServeError as exc:
         print_message(f"error: --listen {listen}: {exc}", stderr=True)
         raise typer.Exit(code=2) from None
+    finally:
+        for outcome in sched.close():
+            _report(outcome)
+        relists = ", ".join(f"{k} {v}" for k, v in sched.relists.items())
+        log.info("informer relists since the start: %s", relists)
     if code != 0:
         print_message(
             "lost the scheduler lease: exiting so that a fresh start follows", stderr=True

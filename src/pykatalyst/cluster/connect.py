@@ -42,10 +42,8 @@ def connect(
         raise ConnectError(str(exc)) from None
     from pykatalyst.cluster.kube import DEFAULT_BURST, DEFAULT_QPS, KubeCluster, KubeConfigError
 
-    limits = {
-        "qps": DEFAULT_QPS if qps is None else qps,
-        "burst": DEFAULT_BURST if burst is None else burst,
-    }
+    rate = DEFAULT_QPS if qps is None else qps
+    limit = DEFAULT_BURST if burst is None else burst
     try:
         if in_cluster:
             if not os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -53,10 +51,10 @@ def connect(
                     "--in-cluster: KUBERNETES_SERVICE_HOST is not set; this process is not "
                     "running in a Kubernetes pod (use --kubeconfig PATH instead)"
                 )
-            return KubeCluster.in_cluster(**limits)
+            return KubeCluster.in_cluster(qps=rate, burst=limit)
         path = Path(str(kubeconfig)).expanduser()
         if not path.is_file():
             raise ConnectError(f"--kubeconfig {path}: no such file")
-        return KubeCluster.from_kubeconfig(str(path), context, **limits)
+        return KubeCluster.from_kubeconfig(str(path), context, qps=rate, burst=limit)
     except KubeConfigError as exc:
         raise ConnectError(str(exc)) from None

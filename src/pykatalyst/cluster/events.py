@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -110,6 +111,10 @@ class EventRecorder:
         self._buckets: OrderedDict[tuple[str, ...], _Bucket] = OrderedDict()
         self._seq = itertools.count()
         self._salt = zlib.crc32(f"{component}/{host}".encode())
+        # Callers may record from several threads (the scheduler's binds): the caches are
+        # guarded, the requests are not serialised.
+        self._lock = threading.Lock()
+        self._bump_lock = threading.Lock()
         self.throttled = 0
         self.failed = 0
 
@@ -125,14 +130,19 @@ class EventRecorder:
         decision: DecisionRecord | None = None,
     ) -> Outcome:
         """Write (or bump) one Event; what happened is returned, never raised."""
-        if not self._allow(ref, now):
-            self.throttled += 1
-            return "throttled"
         key = (ref.kind, ref.namespace, ref.name, ref.uid, event_type, reason, message)
+        with self._lock:
+            if not self._allow(ref, now):
+                self.throttled += 1
+                return "throttled"
+            seen = self._seen.get(key)
         ts = rfc3339(now)
-        seen = self._seen.get(key)
         if seen is not None:
-            outcome = self._bump(ref, key, seen, ts)
+            # one bump at a time, from the count as the last bump left it: no lost counts
+            with self._bump_lock:
+                with self._lock:
+                    seen = self._seen.get(key)
+                outcome = self._bump(ref, key, seen, ts) if seen is not None else None
             if outcome is not None:
                 return outcome
         body = self._body(ref, event_type, reason, message, now, action, decision)
@@ -159,7 +169,8 @@ class EventRecorder:
                 names.EVENT, name, {"count": count + 1, "lastTimestamp": ts}, ref.event_namespace
             )
         except NotFound:
-            del self._seen[key]
+            with self._lock:
+                self._seen.pop(key, None)
             return None  # expired: write a new one
         except ApiError as exc:
             return self._failed(ref, key[5], exc)
@@ -229,13 +240,15 @@ class EventRecorder:
         return True
 
     def _remember(self, key: tuple[str, ...], value: tuple[str, int]) -> None:
-        self._seen[key] = value
-        self._seen.move_to_end(key)
-        if len(self._seen) > self._cache_size:
-            self._seen.popitem(last=False)
+        with self._lock:
+            self._seen[key] = value
+            self._seen.move_to_end(key)
+            if len(self._seen) > self._cache_size:
+                self._seen.popitem(last=False)
 
     def _failed(self, ref: ObjectRef, reason: str, exc: ApiError) -> Outcome:
-        self.failed += 1
+        with self._lock:
+            self.failed += 1
         log.warning("cannot record Event %s for %s %s: %s", reason, ref.kind, ref.name, exc)
         return "failed"
 

@@ -54,6 +54,9 @@ DEFAULT_QPS = 5.0
 DEFAULT_BURST = 10
 # how long one watch request lasts before the client reconnects from its last version
 DEFAULT_WATCH_SECONDS = 300
+# connections kept open to the server: enough for a scheduler's concurrent binds beside its
+# watches (the client's own default, 5 per cpu, drops and re-handshakes the rest)
+DEFAULT_POOL_SIZE = 32
 
 
 class KubeConfigError(ValueError):
@@ -186,9 +189,14 @@ class KubeCluster:
 
     @classmethod
     def from_kubeconfig(
-        cls, path: str | None = None, context: str | None = None, **kw: Any
+        cls,
+        path: str | None = None,
+        context: str | None = None,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        **kw: Any,
     ) -> KubeCluster:
-        """From a kubeconfig file (None: $KUBECONFIG or ~/.kube/config)."""
+        """From a kubeconfig file (None: $KUBECONFIG or ~/.kube/config). `pool_size`: the
+        connections kept open to the server."""
         from kubernetes import client, config
 
         configuration = client.Configuration()
@@ -197,10 +205,11 @@ class KubeCluster:
             load(config_file=path, context=context, client_configuration=configuration)
         except (config.ConfigException, OSError, ValueError) as exc:
             raise KubeConfigError(f"kubeconfig {path or '(default)'}: {exc}") from None
+        configuration.connection_pool_maxsize = pool_size
         return cls(client.ApiClient(configuration), **kw)
 
     @classmethod
-    def in_cluster(cls, **kw: Any) -> KubeCluster:
+    def in_cluster(cls, pool_size: int = DEFAULT_POOL_SIZE, **kw: Any) -> KubeCluster:
         """From the pod's service account (token, CA and KUBERNETES_SERVICE_HOST)."""
         from kubernetes import client, config
 
@@ -210,10 +219,13 @@ class KubeCluster:
             load(client_configuration=configuration)
         except (config.ConfigException, OSError, ValueError) as exc:
             raise KubeConfigError(f"in-cluster configuration: {exc}") from None
+        configuration.connection_pool_maxsize = pool_size
         return cls(client.ApiClient(configuration), **kw)
 
     @classmethod
-    def from_url(cls, url: str, token: str | None = None, **kw: Any) -> KubeCluster:
+    def from_url(
+        cls, url: str, token: str | None = None, pool_size: int = DEFAULT_POOL_SIZE, **kw: Any
+    ) -> KubeCluster:
         """A server reached by URL, e.g. `katalyst apiserver` on http://127.0.0.1:PORT."""
         from kubernetes import client
 
@@ -221,6 +233,7 @@ class KubeCluster:
         configuration.host = url.rstrip("/")
         if token:
             configuration.api_key = {"BearerToken": f"Bearer {token}"}
+        configuration.connection_pool_maxsize = pool_size
         return cls(client.ApiClient(configuration), **kw)
 
     def close(self) -> None:
@@ -441,6 +454,31 @@ class KubeCluster:
             and (bool(meta.get("finalizers")) or (meta.get("deletionGracePeriodSeconds") or 0) > 0)
         )
         return _with_type(kind, doc) if pending else None
+
+    def delete_collection(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Delete every object of a kind (in `namespace`, matching `label_selector`) in one
+        request, as `kubectl delete --all` would object by object."""
+        query: list[tuple[str, Any]] = []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        ns = self._namespace(kind, namespace)
+        self._send("DELETE", self.path(kind, ns), query, body=options).read()
+
+    def get_raw(self, path: str) -> bytes:
+        """The body of a GET on a path that is not a resource (`/metrics`, `/readyz`)."""
+        if not path.startswith("/"):
+            raise BadRequest(f"path {path!r}: must start with '/'")
+        data: bytes = self._send("GET", path).read()
+        return data
 
     def bind(self, namespace: str, name: str, node_name: str) -> None:
         body: JSON = {

@@ -100,12 +100,28 @@ class Extender(BaseModel):
     urlPrefix: str = ""
 
 
+class ClientConnection(_Strict):
+    """componentbaseconfig's ClientConnectionConfiguration. A qps or burst of 0 (or unset)
+    takes kube-scheduler's defaults, 50 and 100; a negative qps disables the limit."""
+
+    kubeconfig: str = ""
+    acceptContentTypes: str = ""
+    contentType: str = ""
+    qps: float = 0.0
+    burst: int = 0
+
+
+# kube-scheduler's clientConnection defaults (SetDefaults_KubeSchedulerConfiguration)
+DEFAULT_CLIENT_QPS: Final = 50.0
+DEFAULT_CLIENT_BURST: Final = 100
+
+
 class KubeSchedulerConfigurationModel(_Strict):
     apiVersion: str
     kind: str
     parallelism: int = 16
     leaderElection: dict[str, Any] = Field(default_factory=dict)
-    clientConnection: dict[str, Any] = Field(default_factory=dict)
+    clientConnection: ClientConnection = Field(default_factory=ClientConnection)
     enableProfiling: bool = True
     enableContentionProfiling: bool = True
     percentageOfNodesToScore: int | None = None
@@ -390,6 +406,11 @@ class SchedulerConfig:
     parallelism: int
     leader_election: Mapping[str, Any] = field(default_factory=dict)
     extenders: tuple[Mapping[str, Any], ...] = ()
+    # clientConnection: requests per second to the API server (0: no limit), the burst
+    # above it, and the kubeconfig to use when the command line names none
+    client_qps: float = DEFAULT_CLIENT_QPS
+    client_burst: int = DEFAULT_CLIENT_BURST
+    kubeconfig: str = ""
 
     def profile(self, scheduler_name: str) -> ResolvedProfile | None:
         for p in self.profiles:
@@ -405,6 +426,11 @@ class SchedulerConfig:
             "percentageOfNodesToScore": self.percentage_of_nodes_to_score,
             "podInitialBackoffSeconds": self.pod_initial_backoff_seconds,
             "podMaxBackoffSeconds": self.pod_max_backoff_seconds,
+            "clientConnection": {
+                "kubeconfig": self.kubeconfig,
+                "qps": self.client_qps if self.client_qps > 0 else -1,
+                "burst": self.client_burst,
+            },
             "profiles": [p.to_json() for p in self.profiles],
         }
         if self.extenders:
@@ -515,6 +541,9 @@ def resolve(raw: Mapping[str, Any], source: str = "") -> SchedulerConfig:
             f"to podInitialBackoffSeconds ({model.podInitialBackoffSeconds})"
         )
 
+    conn = model.clientConnection
+    if conn.burst < 0:
+        problems.append(f"clientConnection.burst: {conn.burst} must be greater than or equal to 0")
     profiles = model.profiles or [Profile()]
     resolved: list[ResolvedProfile] = []
     seen: set[str] = set()
@@ -545,6 +574,9 @@ def resolve(raw: Mapping[str, Any], source: str = "") -> SchedulerConfig:
         parallelism=model.parallelism,
         leader_election=dict(model.leaderElection),
         extenders=tuple(e.model_dump() for e in model.extenders),
+        client_qps=(0.0 if conn.qps < 0 else conn.qps if conn.qps > 0 else DEFAULT_CLIENT_QPS),
+        client_burst=conn.burst or DEFAULT_CLIENT_BURST,
+        kubeconfig=conn.kubeconfig,
     )
 
 

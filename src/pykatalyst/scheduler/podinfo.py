@@ -7,6 +7,7 @@ happens here, once, and every plugin reads the result.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -248,15 +249,22 @@ def _derive(raw: dict[str, Any]) -> _Derived:
     )
 
 
+# The ServiceAccount admission plugin gives every pod its own token volume,
+# `kube-api-access-<5 random characters>`, named in `volumes` and in every container's
+# `volumeMounts`: without this, no two pods of a real API server share a template.
+_TOKEN_VOLUME: Final = re.compile(r'"kube-api-access-[a-z0-9]{5}"')
+
+
 def _template_key(raw: dict[str, Any]) -> str | None:
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     if "nodeName" in spec:
         spec = {k: v for k, v in spec.items() if k != "nodeName"}
     try:
-        return _canonical_json([meta.get("annotations"), spec])
+        key = _canonical_json([meta.get("annotations"), spec])
     except (TypeError, ValueError, RecursionError):
         return None
+    return _TOKEN_VOLUME.sub('"kube-api-access-"', key) if "kube-api-access-" in key else key
 
 
 _SECTIONS: Final = ("metadata", "spec", "status")

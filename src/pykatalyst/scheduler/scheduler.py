@@ -10,7 +10,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import queue
 from collections.abc import Mapping
+from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -38,6 +40,8 @@ REASON_UNSCHEDULABLE: Final = "Unschedulable"
 EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
 EVENT_SCHEDULED: Final = "Scheduled"
 CONDITION_POD_SCHEDULED: Final = "PodScheduled"
+# the outcome of a cycle whose bind was sent and has not completed yet
+REASON_BINDING: Final = "Binding"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,16 @@ class ScheduleOutcome:
     # weighted score per plugin of the chosen node (empty when only one node was feasible)
     scores: Mapping[str, int] = dataclasses.field(default_factory=dict)
     profile: str = ""  # the pod's schedulerName
+
+
+@dataclass(frozen=True, slots=True)
+class _Binding:
+    """A bind in flight: what releases the pod's node if it fails."""
+
+    entry: QueuedPod
+    fw: Framework
+    result: CycleResult
+    future: futures.Future[None]
 
 
 def _same_except_binding(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -77,7 +91,13 @@ class Scheduler:
         seed: int = 0,
         record_scheduled_events: bool = True,
         percentage_of_nodes_to_score: int | None = None,
+        bind_workers: int = 0,
     ) -> None:
+        """`bind_workers` > 0 sends bindings (and their Scheduled Events) from that many
+        threads while the next cycles run, as kube-scheduler binds asynchronously; the
+        cluster must then be thread-safe (KubeCluster is). 0 binds within the cycle."""
+        if bind_workers < 0:
+            raise ValueError(f"bind_workers must be >= 0, got {bind_workers}")
         self.cluster = cluster
         self.config = config or default_config()
         pct = (
@@ -93,9 +113,19 @@ class Scheduler:
             self.config.pod_initial_backoff_seconds, self.config.pod_max_backoff_seconds
         )
         self.record_scheduled_events = record_scheduled_events
+        self._binder = (
+            futures.ThreadPoolExecutor(bind_workers, thread_name_prefix="bind")
+            if bind_workers
+            else None
+        )
+        self._in_flight: dict[str, _Binding] = {}
+        self._completed: queue.SimpleQueue[str] = queue.SimpleQueue()  # uids, as binds end
         self._now = 0.0
         self._infos: dict[str, PodInfo] = {}
-        self._recorders: dict[str, EventRecorder] = {}
+        # one recorder per profile, made here: binder threads record through them too
+        self._recorders: dict[str, EventRecorder] = {
+            name: EventRecorder(cluster, name) for name in self.frameworks
+        }
         self.nodes = Informer(cluster, names.NODE)
         self.cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self.pods = Informer(cluster, names.POD)
@@ -256,48 +286,118 @@ class Scheduler:
             self.queue.retry(entry, now)
             return ScheduleOutcome(info.key, info.uid, None, REASON_UNSCHEDULABLE, message)
         self.snapshot.assume(info, node, result.numa)
-        try:
-            self.cluster.bind(info.namespace, info.name, node)
-        except ApiError as exc:
-            fw.unreserve(info, result, self.snapshot)
-            self.snapshot.forget_pod(info.uid)
-            message = f"Binding rejected: {exc.message}"
-            if isinstance(exc, NotFound):
-                self.queue.delete(info.uid)
-            elif isinstance(exc, Conflict) and "already assigned" in exc.message:
-                self.queue.done(info.uid)
-            else:
-                self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
-                self.queue.retry(entry, now)
-            return ScheduleOutcome(info.key, info.uid, None, "BindingFailed", message)
-        self.queue.done(info.uid)
-        if self.record_scheduled_events:
-            self._event(
-                info,
-                fw,
-                "Normal",
-                EVENT_SCHEDULED,
-                f"Successfully assigned {info.key} to {node}",
-                now,
-            )
+        if self._binder is None:
+            try:
+                self._bind_call(info, node, fw, now)
+            except ApiError as exc:
+                return self._bind_done(entry, fw, result, exc, now)
+            return self._bind_done(entry, fw, result, None, now)
+        # kube-scheduler's binding cycle: the pod stays assumed on its node while the
+        # request is in flight, and the next pod's cycle starts at once
+        future = self._binder.submit(self._bind_call, info, node, fw, now)
+        self._in_flight[info.uid] = _Binding(entry, fw, result, future)
+        uid = info.uid
+        future.add_done_callback(lambda _: self._completed.put(uid))
         return ScheduleOutcome(
-            info.key,
-            info.uid,
-            node,
-            EVENT_SCHEDULED,
-            feasible=result.feasible,
-            numa=result.numa,
-            scores=result.scores,
+            info.key, info.uid, node, REASON_BINDING, feasible=result.feasible, numa=result.numa
         )
 
-    def run_until_idle(self, now: float, max_attempts: int | None = None) -> list[ScheduleOutcome]:
-        """Schedule every pod due at `now`; pods in backoff wait for a later `now`."""
+    def _bind_call(self, info: PodInfo, node: str, fw: Framework, now: float) -> None:
+        """The binding's I/O (on a binder thread when binds run concurrently)."""
+        self.cluster.bind(info.namespace, info.name, node)
+        if self.record_scheduled_events:
+            message = f"Successfully assigned {info.key} to {node}"
+            self._event(info, fw, "Normal", EVENT_SCHEDULED, message, now)
+
+    def _bind_done(
+        self,
+        entry: QueuedPod,
+        fw: Framework,
+        result: CycleResult,
+        error: ApiError | None,
+        now: float,
+    ) -> ScheduleOutcome:
+        info = entry.info
+        node = result.node
+        if error is None:
+            self.queue.done(info.uid)
+            return ScheduleOutcome(
+                info.key,
+                info.uid,
+                node,
+                EVENT_SCHEDULED,
+                feasible=result.feasible,
+                numa=result.numa,
+                scores=result.scores,
+                profile=info.scheduler_name,
+            )
+        fw.unreserve(info, result, self.snapshot)
+        self.snapshot.forget_pod(info.uid)
+        message = f"Binding rejected: {error.message}"
+        if isinstance(error, NotFound):
+            self.queue.delete(info.uid)
+        elif isinstance(error, Conflict) and "already assigned" in error.message:
+            self.queue.done(info.uid)
+        else:
+            self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
+            self.queue.retry(entry, now)
+        return ScheduleOutcome(
+            info.key, info.uid, None, "BindingFailed", message, profile=info.scheduler_name
+        )
+
+    def finish_bindings(self, now: float, wait: float = 0.0) -> list[ScheduleOutcome]:
+        """The outcomes of the concurrent binds that have completed (waiting up to `wait`
+        seconds for all of them); a failed one releases its node and retries."""
+        if not self._in_flight:
+            return []
+        if wait > 0:
+            futures.wait([b.future for b in self._in_flight.values()], timeout=wait)
         out: list[ScheduleOutcome] = []
-        while max_attempts is None or len(out) < max_attempts:
+        while True:
+            try:
+                uid = self._completed.get_nowait()
+            except queue.Empty:
+                return out
+            b = self._in_flight.pop(uid, None)
+            if b is None:
+                continue
+            error = b.future.exception()
+            if error is not None and not isinstance(error, ApiError):
+                log.error("pod %s: binding failed: %r", b.entry.info.key, error)
+                error = ApiError(f"internal error: {error}")
+            out.append(self._bind_done(b.entry, b.fw, b.result, error, now))
+
+    @property
+    def relists(self) -> dict[str, int]:
+        """How often each informer had to list again (its watch fell too far behind)."""
+        return {i.kind.plural: i.relists for i in (self.nodes, self.cnrs, self.pods)}
+
+    @property
+    def bindings_in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def close(self, timeout: float = 30.0) -> list[ScheduleOutcome]:
+        """Wait for the binds in flight (up to `timeout`) and stop the binder threads."""
+        out = self.finish_bindings(self._now, wait=timeout)
+        if self._binder is not None:
+            self._binder.shutdown(wait=False, cancel_futures=True)
+        return out
+
+    def run_until_idle(self, now: float, max_attempts: int | None = None) -> list[ScheduleOutcome]:
+        """Schedule every pod due at `now`; pods in backoff wait for a later `now`. With
+        concurrent binds, the outcomes are those of the binds completed meanwhile (a pod
+        whose bind is still in flight is reported by a later call)."""
+        out: list[ScheduleOutcome] = []
+        attempts = 0
+        while max_attempts is None or attempts < max_attempts:
             outcome = self.schedule_one(now)
             if outcome is None:
                 break
-            out.append(outcome)
+            attempts += 1
+            if outcome.reason != REASON_BINDING:
+                out.append(outcome)
+            out.extend(self.finish_bindings(now))
+        out.extend(self.finish_bindings(now))
         return out
 
     # --- writing back ---------------------------------------------------------------------
