@@ -4,16 +4,21 @@ cpus by `katalyst agent` — checked on the node the way Katalyst's get_cpuset.s
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from pykatalyst.topology.cpuset import CPUSet
 from tests.e2e.conftest import Component, Kubectl, LocalNode, wait_until
 from tests.e2e.pykatalyst_e2e import (
+    BURN,
     container_cpus,
     example,
     fit_to_node,
     pod_cgroup_knob,
+    reclaimed_millicpu,
     running_pods,
     start_components,
 )
@@ -72,3 +77,61 @@ def test_example_pods_get_their_cpus(
     parent = Path("/sys/fs/cgroup/cpu/kubepods/besteffort/cpu.idle").read_text().strip()
     assert "1" in (idle, parent)
     assert agent.alive() and scheduler.alive()
+
+
+def test_reclaimed_capacity_falls_while_a_shared_pod_burns_and_recovers(
+    kubectl: Kubectl,
+    local_node: LocalNode,
+    namespace: str,
+    components: Callable[..., Component],
+    tmp_path: Path,
+) -> None:
+    """A dedicated pod takes one of the node's two cpus; the other is the share pool, which
+    reclaimed pods may use while shared pods leave it idle. A shared pod that burns that cpu
+    takes it back: the CNR's reclaimed cpu falls, and comes back when the pod goes."""
+    start_components(components, tmp_path, local_node.name)
+    node = local_node.name
+    dedicated = fit_to_node(example("dedicated-normal-pod.yaml")[0], namespace)
+    kubectl.apply(dedicated)
+    name = dedicated["metadata"]["name"]
+    wait_until("the dedicated pod Running", lambda: running_pods(kubectl, namespace, [name]), 120)
+
+    def settled() -> tuple[int] | None:
+        # Three samples a sliding window apart that agree, once the agent has published a
+        # figure from a full window (it starts from 0).
+        samples = []
+        for _ in range(3):
+            samples.append(reclaimed_millicpu(kubectl, node))
+            time.sleep(2)
+        steady = max(samples) - min(samples) <= 250
+        return (min(samples),) if steady and min(samples) >= 400 else None
+
+    try:
+        (baseline,) = wait_until("a steady reclaimed capacity", settled, 90, interval=0)
+    except AssertionError:
+        baseline = reclaimed_millicpu(kubectl, node)
+    if baseline < 400:
+        pytest.skip(
+            f"background load leaves only {baseline}m reclaimable on this node: too little "
+            "to show a fall"
+        )
+    burner = fit_to_node(example("shared-normal-pod.yaml")[0], namespace, command=BURN)
+    burner["metadata"]["name"] = "burner"
+    for part in ("requests", "limits"):
+        burner["spec"]["containers"][0]["resources"][part]["cpu"] = "1"
+    kubectl.apply(burner)
+    wait_until("the burner Running", lambda: running_pods(kubectl, namespace, ["burner"]), 120)
+    (low,) = wait_until(
+        "reclaimed capacity to fall while the shared pod burns",
+        lambda: (v := reclaimed_millicpu(kubectl, node)) <= baseline - 300 and (v,),
+        60,
+        interval=1,
+    )
+    kubectl.run("delete", "pod", "burner", "-n", namespace, "--grace-period=1")
+    (back,) = wait_until(
+        "reclaimed capacity to recover",
+        lambda: (v := reclaimed_millicpu(kubectl, node)) >= baseline - 200 and (v,),
+        90,
+        interval=1,
+    )
+    assert low < back
