@@ -1043,6 +1043,26 @@ class Agent:
         self._spd_cache[key] = (now, targets)
         return targets
 
+    def _native_demand(
+        self, valid: Mapping[str, PodSpec], now: float
+    ) -> dict[str, tuple[float, float]]:
+        """(Σ request, Σ usage) of cpu cores and memory bytes over the pods with native
+        requests (reclaimed pods ask for none), for the realtime overcommit ratio."""
+        cpu_req = cpu_use = mem_req = mem_use = 0.0
+        for s in valid.values():
+            if s.level == names.QOS_RECLAIMED_CORES or s.finished:
+                continue
+            cpu_req += s.request_cores
+            mem_req += s.memory_request
+            pc = self._cgroups.get(s.uid)
+            if pc is None:
+                continue
+            cpu_use += self.metrics.cpu_usage(pc.cgroup, now) or 0.0
+            mem = self.metrics.memory(pc.cgroup, now)
+            if mem is not None and mem.rss is not None:
+                mem_use += mem.rss
+        return {names.RESOURCE_CPU: (cpu_req, cpu_use), names.RESOURCE_MEMORY: (mem_req, mem_use)}
+
     def _reclaimed_usage(self, valid: Mapping[str, PodSpec], now: float) -> float | None:
         total = 0.0
         seen = False
@@ -1374,6 +1394,9 @@ class Agent:
             {p: t for p, t in self._steps.items() if p in inp_pools},
         )
         out = self.reporter.report(inp, now)
+        out["overcommit"] = self.reporter.publish_overcommit(
+            self._native_demand(valid, now), self.config.overcommit, now
+        )
         out["topology_policy"] = {"value": policy, "source": policy_source}
         out["numa_memory_reserve"] = reserve_terms
         return out

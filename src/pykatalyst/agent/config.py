@@ -195,6 +195,20 @@ class AdvisorConfig(_Section):
         return self
 
 
+class OvercommitAdviceConfig(_Section):
+    """The realtime overcommit ratio the agent publishes on its CNR (Katalyst's
+    overcommitment-aware sys-advisor plugin; docs/controllers.md)."""
+
+    enabled: bool = Field(True, description="publish the realtime overcommit ratio")
+    period_s: Seconds = Field(10.0, gt=0, description="how often it is worked out")
+    cpu_target_load: float = Field(0.6, gt=0, le=1, description="cpu usage / allocatable to aim at")
+    memory_target_load: float = Field(0.8, gt=0, le=1, description="same for memory")
+    cpu_estimated_pod_load: float = Field(
+        0.4, gt=0, le=1, description="the least usage / request assumed of a pod's cpu"
+    )
+    memory_estimated_pod_load: float = Field(0.8, gt=0, le=1, description="same for memory")
+
+
 class ReporterConfig(_Section):
     """Headroom reporting to the CNR and the Node (Katalyst's headroom_reporter)."""
 
@@ -298,6 +312,7 @@ class AgentConfig(_Section):
     cpu: CpuPolicyConfig = Field(default_factory=CpuPolicyConfig)
     advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
     reporter: ReporterConfig = Field(default_factory=ReporterConfig)
+    overcommit: OvercommitAdviceConfig = Field(default_factory=OvercommitAdviceConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     kubelet: KubeletConfig = Field(default_factory=KubeletConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)

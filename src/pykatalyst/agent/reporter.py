@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pykatalyst.agent.config import ReporterConfig
+from pykatalyst.agent import overcommit
+from pykatalyst.agent.config import OvercommitAdviceConfig, ReporterConfig
 from pykatalyst.api import names
 from pykatalyst.api.crds import new_cnr
 from pykatalyst.api.quantity import Quantity
@@ -239,6 +240,8 @@ class Reporter:
         self._last_node_figures: dict[str, str] | None = None
         self._last_node_write: float | None = None
         self._last_pools: str | None = None
+        self._overcommit_at: float | None = None
+        self._last_overcommit: dict[str, str | None] | None = None
         self._cnr_exists = False
 
     def report(self, inp: ReportInput, now: float) -> dict[str, Any]:
@@ -300,6 +303,57 @@ class Reporter:
             out["error"] = str(exc)
         return out
 
+    def publish_overcommit(
+        self,
+        used: Mapping[str, tuple[float, float]],
+        cfg: OvercommitAdviceConfig,
+        now: float,
+    ) -> dict[str, Any]:
+        """Work out and publish the realtime overcommit ratio per resource. `used` maps
+        cpu / memory to (Σ native request, Σ usage) of the node's pods with requests."""
+        if not cfg.enabled:
+            return {"state": "off (overcommit.enabled=false)"}
+        if self._overcommit_at is not None and now - self._overcommit_at < cfg.period_s:
+            return {"state": "not due"}
+        try:
+            node = self.cluster.get(names.NODE, self.node_name)
+        except ApiError as exc:
+            return {"error": f"cannot read the Node: {exc}"}
+        self._overcommit_at = now
+        meta = node.get("metadata")
+        ann = meta.get("annotations") if isinstance(meta, dict) else None
+        ann = ann if isinstance(ann, dict) else {}
+        loads = {
+            names.RESOURCE_CPU: (cfg.cpu_target_load, cfg.cpu_estimated_pod_load),
+            names.RESOURCE_MEMORY: (cfg.memory_target_load, cfg.memory_estimated_pod_load),
+        }
+        ratios: dict[str, float] = {}
+        out: dict[str, Any] = {}
+        for resource, (target, estimated) in loads.items():
+            request, usage = used.get(resource, (0.0, 0.0))
+            alloc = _original_allocatable(node, ann, resource)
+            ratio, terms = overcommit.realtime_ratio(
+                overcommit.Demand(alloc, request, usage), target, estimated
+            )
+            ratios[resource] = ratio
+            out[resource] = terms
+        wanted = overcommit.cnr_annotations(ratios, ann)
+        if wanted != self._last_overcommit:
+            try:
+                self.cluster.patch(
+                    names.CUSTOM_NODE_RESOURCE,
+                    self.node_name,
+                    {"metadata": {"annotations": wanted}},
+                )
+            except ApiError as exc:
+                return {**out, "error": f"cannot annotate the CNR: {exc}"}
+            self._last_overcommit = wanted
+            out["state"] = "written"
+        else:
+            out["state"] = "unchanged"
+        out["annotations"] = wanted
+        return out
+
     def _publish_pools(self, inp: ReportInput) -> str:
         value = pools_annotation(inp.pools, inp.pod_cpus, inp.provision)
         if value == self._last_pools:
@@ -354,3 +408,25 @@ class Reporter:
         self._last_node_figures = figures
         self._last_node_write = now
         return "written"
+
+
+def _original_allocatable(node: Mapping[str, Any], ann: Mapping[str, Any], resource: str) -> float:
+    """The kubelet's allocatable before any overcommit: the webhook's `original_*`
+    annotation when the Node has one, else its status. Cores or bytes; 0 when unknown."""
+    key = (
+        names.ORIGINAL_ALLOCATABLE_CPU_ANNOTATION
+        if resource == names.RESOURCE_CPU
+        else names.ORIGINAL_ALLOCATABLE_MEMORY_ANNOTATION
+    )
+    status = node.get("status")
+    alloc = status.get("allocatable") if isinstance(status, dict) else None
+    raw = ann.get(key)
+    if raw is None and isinstance(alloc, dict):
+        raw = alloc.get(resource)
+    try:
+        q = Quantity.parse(str(raw)) if raw is not None else None
+    except ValueError:
+        return 0.0
+    if q is None:
+        return 0.0
+    return q.milli_value() / 1000.0 if resource == names.RESOURCE_CPU else float(q.value())
