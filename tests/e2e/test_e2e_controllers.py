@@ -450,9 +450,13 @@ def test_dynamic_config_tiers_canary_and_conflict_on_the_api_server(
         kubectl.apply(_aqc(namespace, "pool-a", pool_spec))
         want = {n[0]: "pool-a", n[1]: "", n[2]: "", n[3]: "only-n3", n[4]: "global"}
         wait_until("the canary pick per node", lambda: _picks(kubectl, n) == want, 90, 1)
-        status = kubectl.json("get", aqc.plural, "pool-a", "-n", namespace)["status"]
-        assert (status["targetNodes"], status["canaryNodes"]) == (3, 1)
-        assert status["updatedTargetNodes"] == 1
+
+        # The config's own status follows the nodes' (written in the same round or the next).
+        def rollout() -> tuple[Any, ...]:
+            st = kubectl.json("get", aqc.plural, "pool-a", "-n", namespace).get("status") or {}
+            return (st.get("targetNodes"), st.get("canaryNodes"), st.get("updatedTargetNodes"))
+
+        wait_until("the pool config's rollout status 3/1/1", lambda: rollout() == (3, 1, 1), 30, 1)
         # The whole pool.
         pool_spec["updateStrategy"] = {"rollingUpdate": {"canary": "100%"}}
         kubectl.apply(_aqc(namespace, "pool-a", pool_spec))
