@@ -129,8 +129,15 @@ def test_overcommit_kcc_and_lifecycle_on_a_fake_node(
     )
     ann = _annotations(kubectl, node)
     assert ann[names.MEMORY_OVERCOMMIT_RATIO_ANNOTATION] == "1"
-    status = kubectl.json("get", "noc", node).get("status") or {}
-    assert status.get("matchedNodeList") == [node]
+    # The config's status follows the Node's annotations (same round or the next).
+    wait_until(
+        "the config's matchedNodeList",
+        lambda: (
+            (kubectl.json("get", "noc", node).get("status") or {}).get("matchedNodeList") == [node]
+        ),
+        30,
+        1,
+    )
     kubectl.run("delete", "noc", node)
     wait_until("the annotations gone", lambda: CPU not in _annotations(kubectl, node), 60)
 
