@@ -165,7 +165,7 @@ def _refusal(write: Callable[[], object]) -> str:
 @pytest.fixture
 def setup(kubectl: Kubectl, namespace: str, tmp_path: Path) -> Iterator[_Setup]:
     if not POLICY.is_file():
-        pytest.skip(f"{POLICY} is missing")
+        pytest.skip(f"the node-restriction policy {POLICY} is not in this checkout")
     s = _Setup(kubectl, namespace, tmp_path)
     try:
         s.up()
