@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from pykatalyst.agent import cpu_policy, cpu_state, kubelet_cpu, memory_policy
+from pykatalyst.agent import cpu_policy, cpu_state, kubelet_cpu, memory_policy, net_policy
 from pykatalyst.agent.advisor import (
     HeadroomSmoother,
     MemoryUser,
@@ -49,7 +49,15 @@ from pykatalyst.agent.config import (
     reclaim_setting,
 )
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest, Layout
-from pykatalyst.agent.host.base import CpuQuota, Host, HostSample, Knob, KnobValue, PodCgroup
+from pykatalyst.agent.host.base import (
+    CpuQuota,
+    Host,
+    HostSample,
+    Knob,
+    KnobValue,
+    NetShape,
+    PodCgroup,
+)
 from pykatalyst.agent.host.kubelet import KubeletView
 from pykatalyst.agent.metrics import MetricStore
 from pykatalyst.agent.plan import (
@@ -205,6 +213,8 @@ class Agent:
         self._restore_cpu_state()
         self._events_sent: set[tuple[str, str, str]] = set()
         self._last_desired: dict[str, dict[Knob, KnobValue]] | None = None
+        self._net_shape: NetShape | None = None  # the egress shape last applied
+        self._net_error = ""
         self._last_enforce: float | None = None
         self._last_config_read: float | None = None
         self.config_status: dict[str, Any] = {"source": None, "state": "agent config"}
@@ -702,7 +712,9 @@ class Agent:
                     for cgroup, knobs in overrides.items():
                         desired[cgroup] = {**desired.get(cgroup, {}), **knobs}
 
+        net_terms = self._network(valid, desired, warnings)
         enforce_terms = self._enforce(now, desired, specs, events, warnings)
+        enforce_terms["network"] = net_terms
         report_terms = self._report(now, lay, cpu_fig, mem_fig, valid, plan)
         self._emit_events(events, now)
         return AgentPlan(
@@ -1345,6 +1357,38 @@ class Agent:
         for note in getattr(report, "notes", ()):
             warnings.append(note)
         return out
+
+    def _network(
+        self,
+        valid: Mapping[str, PodSpec],
+        desired: dict[str, dict[Knob, KnobValue]],
+        warnings: list[str],
+    ) -> dict[str, Any]:
+        """Egress QoS (net_policy): classid knobs into `desired`, the device's shape
+        applied when it changes."""
+        cfg = self.config.network
+        if not cfg.enabled and self._net_shape is None:
+            return {"enabled": False}
+        pods = []
+        for uid, s in valid.items():
+            pc = self._cgroups.get(uid)
+            if pc is not None:
+                cgs = (pc.cgroup, *(c.cgroup for c in pc.containers))
+                pods.append(net_policy.NetPod(s.key, s.level, cgs))
+        plan = net_policy.decide(cfg, pods, self.host.cgroup_version)
+        for cg, knobs in plan.knobs.items():
+            desired[cg] = {**desired.get(cg, {}), **knobs}
+        terms = dict(plan.terms)
+        if self.dry_run or plan.shape == self._net_shape:
+            return terms
+        result = self.host.apply_net(plan.shape)
+        terms["commands"] = list(result.commands)
+        if result.ok:
+            self._net_shape = plan.shape
+        elif result.error != self._net_error:
+            warnings.append(f"network shaping: {result.error}")
+        self._net_error = result.error
+        return terms
 
     def _pod_by_cgroup(self, specs: Mapping[str, PodSpec]) -> dict[str, PodSpec]:
         out: dict[str, PodSpec] = {}
