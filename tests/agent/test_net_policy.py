@@ -208,7 +208,8 @@ def test_agent_removes_its_shaping_when_network_qos_is_turned_off() -> None:
     n = Node(ON)
     n.pod("web", cpu="1")
     n.tick()
-    n.agent._set_config(reclaiming({"network": {"enabled": False}}))
+    off = reclaiming({"network": {"enabled": False}})
+    n.agent.settings.base = n.agent.settings.config = off  # the configuration in force
     n.tick()
     assert n.host.net_shapes[-1] is None
     count = len(n.host.net_shapes)
