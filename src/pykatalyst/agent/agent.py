@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pykatalyst.agent import cpu_policy, cpu_state, kubelet_cpu, memory_policy
+from pykatalyst.agent import cpu_policy, cpu_state, kubelet_cpu, memory_policy, net_policy
 from pykatalyst.agent import decide as steps
 from pykatalyst.agent.advisor import (
     HeadroomSmoother,
@@ -52,7 +52,7 @@ from pykatalyst.agent.config import (
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, Layout
 from pykatalyst.agent.dynamic_config import AgentSettings
 from pykatalyst.agent.executor import KnobEnforcer, KnobWriter
-from pykatalyst.agent.host.base import CpuQuota, Host, Knob, KnobValue, PodCgroup
+from pykatalyst.agent.host.base import CpuQuota, Host, Knob, KnobValue, NetShape, PodCgroup
 from pykatalyst.agent.host.kubelet import KubeletView
 from pykatalyst.agent.inputs import EvictionInput, EvictionStage, TickInputs
 from pykatalyst.agent.metrics import MetricStore
@@ -180,6 +180,8 @@ class Agent:
         self._restore_cpu_state()
         self._events_sent: set[tuple[str, str, str]] = set()
         self._writer = KnobWriter(enforcer, dry_run)
+        self._net_shape: NetShape | None = None  # the egress shape last applied
+        self._net_error = ""
         # The headroom smoothers (cpu, memory): retuned, history kept, when the config changes.
         self._cpu_smoother = HeadroomSmoother(0, 0, 0, 0, 0, 0)
         self._mem_smoother = HeadroomSmoother(0, 0, 0, 0, 0, 0)
@@ -387,7 +389,9 @@ class Agent:
         warnings, events = list(plan.warnings), list(plan.events)
         desired = dict(plan.desired)  # eviction overrides may narrow this tick's knobs
         actions = self._evict(inp, d, desired, warnings)
+        net_terms = self._network(d.valid, desired, warnings)
         enforce_terms = self._enforce(inp.now, desired, inp.specs, events, warnings)
+        enforce_terms["network"] = net_terms
         report_terms = self._report(
             inp.now, d.layout, plan.reclaimed_cpu, plan.reclaimed_memory, d.valid, plan
         )
@@ -1085,6 +1089,38 @@ class Agent:
                     warnings.append(msg)
         warnings.extend(outcome.notes)
         return outcome.terms
+
+    def _network(
+        self,
+        valid: Mapping[str, PodSpec],
+        desired: dict[str, Mapping[Knob, KnobValue]],
+        warnings: list[str],
+    ) -> dict[str, Any]:
+        """Egress QoS (net_policy): classid knobs into `desired`, the device's shape
+        applied when it changes."""
+        cfg = self.config.network
+        if not cfg.enabled and self._net_shape is None:
+            return {"enabled": False}
+        pods = []
+        for uid, s in valid.items():
+            pc = self._cgroups.get(uid)
+            if pc is not None:
+                cgs = (pc.cgroup, *(c.cgroup for c in pc.containers))
+                pods.append(net_policy.NetPod(s.key, s.level, cgs))
+        plan = net_policy.decide(cfg, pods, self.host.cgroup_version)
+        for cg, knobs in plan.knobs.items():
+            desired[cg] = {**desired.get(cg, {}), **knobs}
+        terms = dict(plan.terms)
+        if self.dry_run or plan.shape == self._net_shape:
+            return terms
+        result = self.host.apply_net(plan.shape)
+        terms["commands"] = list(result.commands)
+        if result.ok:
+            self._net_shape = plan.shape
+        elif result.error != self._net_error:
+            warnings.append(f"network shaping: {result.error}")
+        self._net_error = result.error
+        return terms
 
     def _pod_by_cgroup(self, specs: Mapping[str, PodSpec]) -> dict[str, PodSpec]:
         out: dict[str, PodSpec] = {}
