@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
 
 from pykatalyst.agent.eviction.config import EvictionConfig
 from pykatalyst.agent.eviction.executor import EvictionExecutor
@@ -32,11 +33,12 @@ from pykatalyst.agent.eviction.types import (
     pod_info,
 )
 from pykatalyst.agent.state import ParsedPods
-from pykatalyst.api import names
+from pykatalyst.api import config_fields, names
 from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
 from pykatalyst.api.objects import CustomNodeResource
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import ApiError, Cluster
+from pykatalyst.cluster.skips import Skip, SkippedObjects, skip_reason
 
 if TYPE_CHECKING:
     from pykatalyst.agent.agent import EvictionInput
@@ -45,6 +47,13 @@ if TYPE_CHECKING:
     from pykatalyst.agent.state import PodSpec
 
 NON_SHARE_POOLS = (names.POOL_RESERVE, names.POOL_RECLAIM, names.POOL_DEDICATED)
+
+
+def _problem(exc: ValueError) -> str:
+    """A config model's refusal as `katalyst validate` words it."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(str(p) for p in config_fields.problems_of(exc))
+    return str(exc)
 
 
 class EvictionStage:
@@ -79,6 +88,8 @@ class EvictionStage:
         self.manager = EvictionManager(node, cfg)
         self.recorder = EvictionRecorder(registry, cfg.records_limit, records_path)
         self.executor = EvictionExecutor(cluster, node, self.recorder, dry_run=dry_run)
+        # the agent's objects-skipped counter, in the registry its /metrics serves
+        self.skips = SkippedObjects("agent", self.executor.events, registry)
         self._pods = Informer(cluster, names.POD, field_selector=f"spec.nodeName={node}")
         # What the agent's own parse of the pod lacks (priority, annotations, labels, owners)
         # per (uid, resourceVersion): a tick only adds the agent's figures and the usage.
@@ -94,28 +105,46 @@ class EvictionStage:
         """Overlay the AdminQoSConfiguration's `evictionConfig` every `config_ttl_s`: the
         one named by `admin_qos` ("namespace/name"), else the one the node's
         CustomNodeConfig targets, as the agent does for its own settings. A missing or
-        invalid object keeps the configuration in force."""
+        invalid object keeps the configuration in force; an unreadable one is counted in
+        `katalyst_agent_objects_skipped_total` (the CNC's Warning Event is written here,
+        the AdminQoSConfiguration's by the agent's own config read)."""
         if self._config_read is not None and now - self._config_read < self.config_ttl_s:
             return
         self._config_read = now
-        ref = self.admin_qos or self._admin_qos_from_cnc()
+        ref = self.admin_qos or self._admin_qos_from_cnc(now)
         if ref is None:
             self.set_config(self.base_config)
             return
         ns, _, name = ref.partition("/")
         try:
-            aqc = AdminQoSConfiguration.from_json(
-                self.cluster.get(names.ADMIN_QOS_CONFIGURATION, name, ns)
-            )
-            self.set_config(self.base_config.with_admin_qos(aqc))
-            self.config_warning = None
-        except (ApiError, ValueError) as exc:
+            raw = self.cluster.get(names.ADMIN_QOS_CONFIGURATION, name, ns)
+        except ApiError as exc:
             self.config_warning = f"eviction config from {ref}: {exc} (keeping the current one)"
-
-    def _admin_qos_from_cnc(self) -> str | None:
+            return
         try:
-            cnc = CustomNodeConfig.from_json(self.cluster.get(names.CUSTOM_NODE_CONFIG, self.node))
-        except (ApiError, ValueError):
+            self.set_config(self.base_config.with_admin_qos(AdminQoSConfiguration.from_json(raw)))
+            self.config_warning = None
+        except ValueError as exc:
+            problem = _problem(exc)
+            self.config_warning = f"eviction config from {ref}: {problem} (keeping the current one)"
+            kind = names.ADMIN_QOS_CONFIGURATION
+            skip = Skip.of(kind, raw, skip_reason(raw), f"{ref} is invalid: {problem}")
+            self.skips.report([skip], now, event=False)
+
+    def _admin_qos_from_cnc(self, now: float) -> str | None:
+        try:
+            raw = self.cluster.get(names.CUSTOM_NODE_CONFIG, self.node)
+        except ApiError:
+            return None
+        try:
+            cnc = CustomNodeConfig.from_json(raw)
+        except ValueError as exc:
+            message = (
+                f"CustomNodeConfig {self.node} is unreadable: {_problem(exc)} (the agent on "
+                f"{self.node} takes no dynamic config from it)"
+            )
+            kind = names.CUSTOM_NODE_CONFIG
+            self.skips.report([Skip.of(kind, raw, skip_reason(raw), message)], now)
             return None
         for target in cnc.status.katalyst_custom_config_list:
             if target.config_type.resource == names.ADMIN_QOS_CONFIGURATION.plural:
