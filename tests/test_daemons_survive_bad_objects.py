@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
-from pykatalyst.agent.eviction import EvictionStage
+from pykatalyst.agent.factory import build_agent
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
 from pykatalyst.cluster.clock import VirtualClock
@@ -286,13 +286,8 @@ def test_the_agent_counts_an_unreadable_dynamic_config_and_tells_it_once(
     _store(cluster, kind, name, "spec" if aqc else "status", value)
     base = AgentConfig.model_validate({"admin_qos_config": "default/bad"} if aqc else {})
     registry = CollectorRegistry()
-    stage = EvictionStage(
-        "node-1", cluster, admin_qos=base.admin_qos_config, config_ttl_s=15, registry=registry
-    )
     host = InMemoryHost(CPUTopology.synthetic(1, 4, 2, memory_per_numa=16 * GIB))
-    agent = Agent(
-        "node-1", cluster, host, clock, base, Enforcer(host, None, clock), eviction_stages=[stage]
-    )
+    agent = build_agent("node-1", cluster, host, clock, base, registry=registry)
     for _ in range(3):
         agent.reconcile()
         clock.advance(60)

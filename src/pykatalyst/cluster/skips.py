@@ -58,6 +58,7 @@ class Skip:
     message: str
     event_reason: str = names.EVENT_REASON_INVALID_CONFIG
     generation: int = 0
+    tell: bool = True  # False: another part of the component writes the object's Event
 
     @classmethod
     def of(
@@ -67,6 +68,8 @@ class Skip:
         reason: str,
         message: str,
         event_reason: str = names.EVENT_REASON_INVALID_CONFIG,
+        *,
+        tell: bool = True,
     ) -> Skip:
         meta = obj.get("metadata")
         meta = meta if isinstance(meta, Mapping) else {}
@@ -81,6 +84,7 @@ class Skip:
             message,
             event_reason,
             gen if isinstance(gen, int) and not isinstance(gen, bool) else 0,
+            tell,
         )
 
     @property
@@ -144,7 +148,7 @@ class SkippedObjects:
             with self._lock:
                 got = self.counts.get((s.kind.kind, s.reason), 0)
                 self.counts[(s.kind.kind, s.reason)] = got + 1
-            if not event or self.recorder is None:
+            if not event or not s.tell or self.recorder is None:
                 continue
             version = str(s.generation) if s.generation else s.resource_version
             told = (s.kind.kind, s.namespace, s.name, s.uid, version, s.reason)
