@@ -211,3 +211,8 @@ class Host(Protocol):
         """Why `value` cannot be written to `knob` here (None when it can), naming the
         accepted values."""
         ...
+
+    def cpu_usage_s(self, cgroup: str) -> float | None:
+        """The cgroup's cumulative cpu time in seconds, read now (one file: cheap enough to
+        call between samples); None when unknown."""
+        ...
