@@ -365,17 +365,20 @@ class Agent:
         cpu_fig, mem_fig = self._headroom(
             now, alloc.reclaim, reclaimed_usage, valid, cap, lay.dedicated
         )
-        desired = self._desired(now, inp.specs, valid, lay, alloc, estimates, pins)
+        pod_plans, knobs = self._pod_plans(
+            now, inp.specs, valid, lay, alloc.pools, alloc.reclaimed_cpus, estimates
+        )
+        desired = self._with_root(self._without_pinned(knobs, valid, pins), alloc)
         warnings.extend(steps.failed_warnings(lay, valid))
         plan = AgentPlan(
             node=self.node_name,
             time=now,
             topology=self._topo_terms,
             pools=tuple(steps.pool_plans(lay, alloc, pool_terms)),
-            pods=tuple(desired[0]),
+            pods=tuple(pod_plans),
             reclaimed_cpu=cpu_fig,
             reclaimed_memory=mem_fig,
-            desired=desired[1],
+            desired=desired,
             warnings=tuple(warnings),
             events=tuple(events),
             dry_run=self.dry_run,
@@ -462,28 +465,26 @@ class Agent:
         self._snb_domains = snb_domains
         return pool_terms, estimates, sizes, snb_sizes
 
-    def _desired(
+    def _without_pinned(
         self,
-        now: float,
-        specs: Mapping[str, PodSpec],
+        desired: dict[str, dict[Knob, KnobValue]],
         valid: Mapping[str, PodSpec],
-        lay: Layout,
-        alloc: steps.Allocation,
-        estimates: Mapping[tuple[str, str], tuple[float, str]],
         pins: kubelet_cpu.KubeletPins | None,
-    ) -> tuple[list[PodPlan], dict[str, dict[Knob, KnobValue]]]:
-        """The pods' plans and every cgroup's desired knobs, the reclaimed root's too."""
-        pod_plans, desired = self._pod_plans(
-            now, specs, valid, lay, alloc.pools, alloc.reclaimed_cpus, estimates
-        )
-        if pins is not None:
-            # The kubelet alone writes the cpusets of the containers it pinned.
-            mine = {u: self._match(valid[u]).containers for u in pins.by_pod if u in valid}
-            desired = kubelet_cpu.strip_pinned(desired, kubelet_cpu.pinned_cgroups(pins, mine))
+    ) -> dict[str, dict[Knob, KnobValue]]:
+        """The kubelet alone writes the cpusets of the containers it pinned."""
+        if pins is None:
+            return desired
+        mine = {u: self._match(valid[u]).containers for u in pins.by_pod if u in valid}
+        return kubelet_cpu.strip_pinned(desired, kubelet_cpu.pinned_cgroups(pins, mine))
+
+    def _with_root(
+        self, desired: dict[str, dict[Knob, KnobValue]], alloc: steps.Allocation
+    ) -> dict[str, dict[Knob, KnobValue]]:
+        """The reclaimed root's knobs (cpu.idle, the reclaim pool's quota) with the pods'."""
         root = self._reclaimed_root()
         if root is not None:
             desired[root] = self._root_knobs(len(alloc.reclaim))
-        return pod_plans, desired
+        return desired
 
     def _evict(
         self,
