@@ -322,6 +322,12 @@ def main() -> int:
     ap.add_argument(
         "--reclaimed-memory", default="192Mi", help="the vm pod's reclaimed_memory request"
     )
+    ap.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="also write each mode's figures to FILE (benchmarks/calibrate_sim.py reads it)",
+    )
     args = ap.parse_args()
     if args.setup:
         return setup()
@@ -358,7 +364,26 @@ def main() -> int:
         finally:
             bench.close()
     report(merged, background, " ".join(load))
+    if args.json is not None:
+        write_json(args.json, merged, background)
     return 0
+
+
+def write_json(path: Path, merged: dict[str, list[Result]], background: float) -> None:
+    """Each mode's figures, for comparing with the simulator's latency model."""
+    modes = {
+        r.name: {
+            "p50_ms": r.pct(0.5),
+            "p99_ms": r.pct(0.99),
+            "pods_busy": r.pods_busy,
+            "node_busy": r.node_busy,
+            "steal": r.steal,
+            "requests": len(r.latencies_ms),
+        }
+        for r in summarize(merged)
+    }
+    cpus = len(os.sched_getaffinity(0))
+    path.write_text(json.dumps({"cpus": cpus, "background": background, "modes": modes}))
 
 
 if __name__ == "__main__":
