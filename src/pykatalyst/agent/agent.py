@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from pykatalyst.agent import cpu_policy, cpu_state, kubelet_cpu, memory_policy
+from pykatalyst.agent import cpu_policy, cpu_state, isolation, kubelet_cpu, memory_policy
 from pykatalyst.agent.advisor import (
     HeadroomSmoother,
     MemoryUser,
@@ -84,9 +84,8 @@ from pykatalyst.topology.machine import CPUTopology
 log = logging.getLogger("pykatalyst.agent")
 
 OOM_PRIORITY_IGNORED = (
-    "oom_priority is not applied on this node: Katalyst enforces it with its eBPF OOM "
-    "priority program, and the kubelet owns the processes' oom_score_adj; the kernel's "
-    "OOM killer follows the kubelet's QoS-class scores"
+    "oom_priority is not applied on this node: the agent's memory_advisor.oom_priority is "
+    "off, so the kernel's OOM killer follows the kubelet's QoS-class oom_score_adj"
 )
 
 REDISCOVER_PERIOD_S = 30.0
@@ -211,6 +210,7 @@ class Agent:
         self._config_events_sent: set[tuple[str, str, str]] = set()
         self._root_key: str | None = None  # reset by each discovery
         self._root: str | None = None
+        self._dropped_at: dict[str, float] = {}  # reclaimed pod uid -> its last cache drop
         self._container_ids: set[str] = set()
         rc = self.config.reporter
         self._cpu_smoother = HeadroomSmoother(
@@ -495,7 +495,11 @@ class Agent:
                 self._event_once(events, s, "InvalidQoS", s.error)
             else:
                 valid[uid] = s
-                if s.qos is not None and s.qos.enhancements.oom_priority is not None:
+                if (
+                    s.qos is not None
+                    and s.qos.enhancements.oom_priority is not None
+                    and not cfg.memory_advisor.oom_priority
+                ):
                     self._event_once(events, s, "OOMPriorityIgnored", OOM_PRIORITY_IGNORED)
                 if s.qos is not None and s.qos.warnings:
                     warned = "; ".join(str(w) for w in s.qos.warnings)
@@ -668,6 +672,21 @@ class Agent:
         root = self._reclaimed_root()
         if root is not None:
             desired[root] = self._root_knobs(len(reclaim))
+        managed = [p for p in pod_plans if p.pool != UNMANAGED]
+        iso = isolation.isolation_pass(
+            now,
+            cfg,
+            self.host,
+            topo,
+            managed,
+            valid,
+            sample,
+            root,
+            lay.bound_numas,
+            self._dropped_at,
+        )
+        isolation.merge(desired, iso.desired)
+        self._dropped_at = dict(iso.dropped_at)
         for uid, why in lay.failed.items():
             warnings.append(f"{valid[uid].key}: {why}")
 
@@ -684,6 +703,8 @@ class Agent:
             events=tuple(events),
             dry_run=self.dry_run,
             config=dict(self.config_status),
+            memory=iso.memory,
+            io=iso.io,
         )
 
         # eviction (extension point)
@@ -721,6 +742,8 @@ class Agent:
             report=report_terms,
             dry_run=self.dry_run,
             config=dict(self.config_status),
+            memory=plan.memory,
+            io=plan.io,
         )
 
     # --- steps --------------------------------------------------------------------------------
