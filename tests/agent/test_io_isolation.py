@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from pykatalyst.agent.config import AgentConfig
-from pykatalyst.agent.enforcer import Enforcer, decode_desired, encode_desired
+from pykatalyst.agent.enforcer import CheckpointError, Enforcer, decode_desired, encode_desired
 from pykatalyst.agent.host import cgroupfs
 from pykatalyst.agent.host.base import IoLatency, IoLimit, IoLimits, Knob, KnobWrite
 from pykatalyst.agent.io_policy import LevelIo, decide_io, io_knobs, misordered
@@ -227,3 +227,16 @@ def test_a_latency_target_on_cgroup_v1_is_unsupported_and_said_once(tmp_path: Pa
     pod = node.pod_cgroup("p1")
     result = host.apply([KnobWrite(pod, Knob.IO_LATENCY, IoLatency.of({"8:0": 100}))])
     assert result.failed and result.failed[0].unsupported
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"a": {"io.max": "7:0 wbps=1"}},
+        {"a": {"io.latency": {"8:0": "5ms"}}},
+        {"a": {"io.max": [{"dev": 1}]}},
+    ],
+)
+def test_a_checkpoint_with_unreadable_io_values_is_refused(raw: dict[str, object]) -> None:
+    with pytest.raises(CheckpointError, match="io\\."):
+        decode_desired(raw, cgroupfs.check_knob_value)

@@ -4,7 +4,9 @@ advisor and memory_enhancement semantics)."""
 
 from __future__ import annotations
 
+import errno
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -365,3 +367,27 @@ def test_oom_score_adj_goes_to_every_process_of_the_cgroup(tmp_path: Path, versi
     # a process started since (an exec into the container) has another value: rewritten
     node.add_task(cg, 4003)
     assert Knob.OOM_SCORE_ADJ not in host.read_knobs(cg)
+
+
+def test_a_reclaim_that_frees_less_than_asked_is_still_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = make_kubelet_tree(tmp_path, [FakePod("p1", "besteffort")], version=2)
+    host = node.host()
+    pod = node.pod_cgroup("p1")
+    real_write = os.write
+
+    def short(fd: int, data: bytes) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("memory.reclaim"):
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", short)
+    assert host.apply([KnobWrite(pod, Knob.MEMORY_RECLAIM, GI)]).applied
+
+    # any other refusal is still a failure
+    def refuse(fd: int, data: bytes) -> int:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "write", refuse)
+    assert host.apply([KnobWrite(pod, Knob.MEMORY_RECLAIM, GI)]).failed

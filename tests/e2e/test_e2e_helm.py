@@ -315,6 +315,20 @@ def release(local_node: LocalNode, tmp_path_factory: pytest.TempPathFactory) -> 
             "4m",
             timeout=300,
         )
+        # `helm install --wait` holds a DaemonSet ready while no more than its maxUnavailable
+        # (1) pods are unready, so on a one-node cluster it returns before the agent pod's
+        # first readiness probe: wait for every component's pods as a user would.
+        try:
+            wait_until(
+                "every component's pods Ready",
+                lambda: all(
+                    rel.pods(c) and all(_ready(p) for p in rel.pods(c)) for c in COMPONENTS
+                ),
+                120,
+                interval=2,
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{rel.describe()}") from None
         yield rel
     finally:
         kubectl.run("delete", "namespace", workloads, "--wait=true", check=False, timeout=180)

@@ -581,7 +581,9 @@ def _decode_value(knob: Knob, raw: Any) -> KnobValue:
         except TypeError as e:
             raise CheckpointError(f"{knob.value}: {e}") from e
     if knob is Knob.IO_LATENCY:
-        if not isinstance(raw, dict):
+        if not isinstance(raw, dict) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in raw.values()
+        ):
             raise CheckpointError(f"{knob.value}: expected {{device: target_us}}, got {raw!r}")
         return IoLatency.of(raw)
     if raw is not None and not (isinstance(raw, int) and not isinstance(raw, bool)):

@@ -12,6 +12,7 @@ from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.host.base import Host, HostSample, Knob, KnobValue
 from pykatalyst.agent.plan import PodPlan, Terms
 from pykatalyst.agent.state import PodSpec
+from pykatalyst.api import names
 from pykatalyst.api.qos import OOM_PRIORITY_RANGES
 from pykatalyst.topology.machine import CPUTopology
 
@@ -50,7 +51,7 @@ def isolation_pass(
         numa_memory=sample.numa_memory,
         reclaimed_numas=tuple(memory_policy.unbound_mems(topology, bound_numas)),
         root=root,
-        root_usage=host.memory_usage(root) if root is not None and mcfg.guard else None,
+        root_usage=_reclaimed_usage(pods, sample),
         top=_top(host) if mcfg.protection != "none" else None,
     )
     mem = memory_policy.decide_memory(inp, mcfg, dropped_at)
@@ -97,6 +98,20 @@ def _memory_pod(p: PodPlan, s: PodSpec, sample: HostSample) -> memory_policy.Mem
         cache=stats.memory_cache if stats is not None else None,
         numas=tuple(p.mems),
     )
+
+
+def _reclaimed_usage(pods: Iterable[memory_policy.MemoryPod], sample: HostSample) -> int | None:
+    """What the reclaimed pods use, from this tick's sample (None when a pod's is unknown):
+    the reclaimed root's charge without reading it again."""
+    total = 0
+    for p in pods:
+        if p.level != names.QOS_RECLAIMED_CORES:
+            continue
+        stats = sample.cgroups.get(p.cgroup)
+        if stats is None or stats.memory_usage is None:
+            return None
+        total += stats.memory_usage
+    return total
 
 
 def _top(host: Host) -> str | None:

@@ -665,7 +665,7 @@ class LinuxHost:
             files = cgroupfs.render_knob(w.knob, w.value, version)
         for f in files:
             failure = self._write_file(w, d, f)
-            if failure is not None:
+            if failure is not None and not _partly_reclaimed(w, failure):
                 return failure
         return None
 
@@ -893,6 +893,11 @@ def _task_state(stat: bytes) -> bytes | None:
         return None
     rest = stat[end + 1 :].split(None, 1)
     return rest[0] if rest else None
+
+
+def _partly_reclaimed(w: KnobWrite, failure: WriteFailure) -> bool:
+    """memory.reclaim answers EAGAIN when it freed less than asked: what it could is done."""
+    return w.knob is Knob.MEMORY_RECLAIM and failure.errno == errno_mod.EAGAIN
 
 
 def _reader(d: str) -> Callable[[str], str | None]:
