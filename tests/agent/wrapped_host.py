@@ -11,6 +11,8 @@ from pykatalyst.agent.host.base import (
     Knob,
     KnobValue,
     KnobWrite,
+    NetApplyResult,
+    NetShape,
     PodCgroup,
 )
 from pykatalyst.agent.host.linux import LinuxHost
@@ -50,8 +52,14 @@ class WrappedHost:
     def memory_usage(self, cgroup: str) -> int | None:
         return self.inner.memory_usage(cgroup)
 
+    def cpu_usage_s(self, cgroup: str) -> float | None:
+        return self.inner.cpu_usage_s(cgroup)
+
     def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
         return self.inner.same_value(knob, desired, actual)
 
     def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
         return self.inner.knob_problem(knob, value)
+
+    def apply_net(self, shape: NetShape | None) -> NetApplyResult:
+        return self.inner.apply_net(shape)

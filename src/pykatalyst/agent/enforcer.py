@@ -79,6 +79,7 @@ _MACHINE_WIDE: Final = frozenset(
         Knob.MEMORY_MIN,
         Knob.MEMORY_RECLAIM,
         Knob.IO_LATENCY,
+        Knob.NET_CLS_CLASSID,
     }
 )
 

@@ -24,6 +24,8 @@ from pykatalyst.agent.host.base import (
     KnobValue,
     KnobWrite,
     MemoryInfo,
+    NetApplyResult,
+    NetShape,
     NumaMemory,
     PodCgroup,
     WriteFailure,
@@ -158,11 +160,17 @@ class SimHost:
     def memory_usage(self, cgroup: str) -> int | None:
         return None  # the sample's per-cgroup stats carry usage
 
+    def cpu_usage_s(self, cgroup: str) -> float | None:
+        return None  # the simulator's agents run no fast watch: their pools follow the period
+
     def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
         return cgroupfs.values_equal(knob, desired, actual, self.cgroup_version, self.page_size)
 
     def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
         return cgroupfs.check_knob_value(knob, value)
+
+    def apply_net(self, shape: NetShape | None) -> NetApplyResult:
+        return NetApplyResult(False, "the simulator has no network to shape", unsupported=True)
 
     def topology(self) -> CPUTopology:
         return self._topology

@@ -85,6 +85,11 @@ MAX_OOM_SCORE_ADJ: Final = 1000
 
 # The v1 controllers the agent reads or writes.
 V1_CONTROLLERS: Final = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
+# v1 controllers whose knobs are written when the machine mounts them (net_cls is often
+# not mounted at all; its knob is then unsupported).
+OPTIONAL_V1_CONTROLLERS: Final = ("net_cls",)
+# The largest net_cls class id (a u32: tc major in the high 16 bits, minor in the low).
+MAX_CLASSID: Final = 0xFFFF_FFFF
 # v1 throttle files, in IoLimit's field order.
 _V1_THROTTLE: Final = (
     ("rbps", "blkio.throttle.read_bps_device"),
@@ -136,6 +141,8 @@ def knob_controller(knob: Knob) -> str:
         return "cpu"  # OOM_SCORE_ADJ: the processes are listed in the cpu hierarchy
     if knob in (Knob.IO_WEIGHT, Knob.IO_MAX, Knob.IO_LATENCY):
         return "blkio"
+    if knob is Knob.NET_CLS_CLASSID:
+        return "net_cls"
     return "memory"
 
 
@@ -161,6 +168,7 @@ def knob_files(knob: Knob, version: int) -> tuple[str, ...]:
             Knob.IO_WEIGHT: ("blkio.bfq.weight",),
             Knob.IO_MAX: tuple(name for _, name in _V1_THROTTLE),
             Knob.IO_LATENCY: (),
+            Knob.NET_CLS_CLASSID: ("net_cls.classid",),
         }[knob]
     return {
         Knob.CPU_SHARES: ("cpu.weight",),
@@ -173,6 +181,7 @@ def knob_files(knob: Knob, version: int) -> tuple[str, ...]:
         Knob.IO_WEIGHT: ("io.weight",),
         Knob.IO_MAX: ("io.max",),
         Knob.IO_LATENCY: ("io.latency",),
+        Knob.NET_CLS_CLASSID: (),  # v2 has no net_cls: sockets are matched by cgroup
     }[knob]
 
 
@@ -195,6 +204,7 @@ def _accepted(knob: Knob) -> str:
         Knob.IO_WEIGHT: f"an int in [{MIN_IO_WEIGHT}, {MAX_IO_WEIGHT}] (io.weight units)",
         Knob.IO_MAX: "IoLimits whose devices are 'MAJ:MIN' with limits None or ints > 0",
         Knob.IO_LATENCY: "IoLatency whose devices are 'MAJ:MIN' with targets in µs > 0",
+        Knob.NET_CLS_CLASSID: f"an int in [0, {MAX_CLASSID:#x}] (0: no class)",
     }[knob]
 
 
@@ -232,6 +242,8 @@ def check_knob_value(knob: Knob, value: KnobValue) -> str | None:
             isinstance(d, str) and _DEVICE.match(d) and _is_int(t) and t > 0
             for d, t in value.targets
         )
+    elif knob is Knob.NET_CLS_CLASSID:
+        ok = _is_int(value) and 0 <= value <= MAX_CLASSID  # type: ignore[operator]
     else:
         ok = value is None or (_is_int(value) and value > 0)  # type: ignore[operator]
     if ok:
@@ -266,6 +278,8 @@ def render_knob(knob: Knob, value: KnobValue, version: int) -> tuple[KnobFile, .
         return (KnobFile(ctl, knob_files(knob, version)[0], str(value)),)
     if knob is Knob.CPU_IDLE:
         return (KnobFile(ctl, "cpu.idle", str(value)),)
+    if knob is Knob.NET_CLS_CLASSID:
+        return (KnobFile(ctl, "net_cls.classid", str(value)),) if version == 1 else ()
     if knob is Knob.CPU_SHARES:
         assert isinstance(value, int)
         if version == 1:
@@ -437,7 +451,7 @@ def parse_knob(knob: Knob, version: int, read: Callable[[str], str | None]) -> K
     first = texts[0]
     if knob in (Knob.CPUSET_CPUS, Knob.CPUSET_MEMS):
         return CPUSet.parse(first)
-    if knob is Knob.CPU_IDLE:
+    if knob in (Knob.CPU_IDLE, Knob.NET_CLS_CLASSID):
         return int(first)
     if knob is Knob.CPU_SHARES:
         return int(first) if version == 1 else weight_to_shares(int(first))
@@ -586,7 +600,7 @@ def detect_mounts(root: Path, cgroup_root: Path | None = None) -> CgroupMounts:
     unified: Path | None = None
     for entry in entries:
         if entry.fs_type == "cgroup":
-            for ctl in V1_CONTROLLERS:
+            for ctl in V1_CONTROLLERS + OPTIONAL_V1_CONTROLLERS:
                 if ctl in entry.options and ctl not in v1:
                     v1[ctl] = _under(root, entry.mount_point)
         elif entry.fs_type == "cgroup2" and unified is None:
@@ -605,7 +619,8 @@ def _probe_dir(base: Path) -> CgroupMounts:
     if base.is_dir():
         for child in sorted(base.iterdir()):
             for ctl in child.name.split(","):
-                if ctl in V1_CONTROLLERS and ctl not in controllers and child.is_dir():
+                known = ctl in V1_CONTROLLERS or ctl in OPTIONAL_V1_CONTROLLERS
+                if known and ctl not in controllers and child.is_dir():
                     controllers[ctl] = child
     if "cpu" not in controllers:
         raise FileNotFoundError(

@@ -34,11 +34,14 @@ from pykatalyst.agent.host.base import (
     KnobValue,
     KnobWrite,
     MemoryInfo,
+    NetApplyResult,
+    NetShape,
     NumaMemory,
     PodCgroup,
     WriteFailure,
 )
 from pykatalyst.agent.host.cgroupfs import CgroupMounts, KnobFile
+from pykatalyst.agent.host.netshape import NetShaper
 from pykatalyst.agent.host.procfs import (
     CpuTimes,
     RunQueueWait,
@@ -114,6 +117,7 @@ class LinuxHost:
         driver: Driver = "auto",
         kubepods: str = "kubepods",
         page_size: int | None = None,
+        net_shaper: NetShaper | None = None,
     ) -> None:
         if driver not in _DRIVERS:
             raise ValueError(f"driver: invalid value {driver!r}; accepted: {', '.join(_DRIVERS)}")
@@ -135,12 +139,13 @@ class LinuxHost:
         self._prev_kswapd: tuple[float, int] | None = None
         # String paths on the sampling hot path: pathlib costs more than the reads.
         self._bases: dict[str, str] = {}
-        for ctl in cgroupfs.V1_CONTROLLERS:
+        for ctl in cgroupfs.V1_CONTROLLERS + cgroupfs.OPTIONAL_V1_CONTROLLERS:
             base = self._mounts.controller_dir(ctl)
             if base is not None:
                 self._bases[ctl] = str(base)
         self._proc = str(self._root / "proc")
         self._proc_b = os.fsencode(self._proc)
+        self._net = net_shaper or NetShaper(cgroup2_mount=self._mounts.unified)
 
     # -- what kind of machine --------------------------------------------------------------
 
@@ -551,6 +556,19 @@ class LinuxHost:
         text = self._read(d / name)
         return int(text) if text is not None and text.strip().isdigit() else None
 
+    def cpu_usage_s(self, cgroup: str) -> float | None:
+        """Cumulative cpu seconds of the cgroup (v1 cpuacct.usage, v2 cpu.stat usage_usec);
+        None when unknown."""
+        cg = cgroup.strip("/")
+        if self.cgroup_version == 2:
+            d = self._sdir(cg, "cpu")
+            usec = None if d is None else _pick(_read_bytes(f"{d}/cpu.stat") or b"", _USAGE_V2)
+            value = None if not usec else usec.get(b"usage_usec")
+            return None if value is None else value / 1e6
+        d = self._sdir(cg, "cpuacct")
+        nsec = None if d is None else _int_or_none(_read_bytes(f"{d}/cpuacct.usage"))
+        return None if nsec is None or nsec < 0 else nsec / 1e9
+
     # -- knobs -----------------------------------------------------------------------------
 
     def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
@@ -611,6 +629,10 @@ class LinuxHost:
                     w, f"{path}: writing {w.value} failed: {name} ({e.strerror})", errno=e.errno
                 )
         return None
+
+    def apply_net(self, shape: NetShape | None) -> NetApplyResult:
+        """Egress shaping with tc and nft (`netshape`)."""
+        return self._net.apply(shape)
 
     def apply(self, writes: Sequence[KnobWrite]) -> ApplyResult:
         applied: list[KnobWrite] = []
@@ -770,6 +792,7 @@ def _needles(*keys: str) -> tuple[tuple[bytes, bytes], ...]:
 # The keys of the flat keyed files that samples use, per cgroup version.
 _CPU_STAT_V1: Final = _needles("nr_periods", "nr_throttled", "throttled_time")
 _CPU_STAT_V2: Final = _needles("usage_usec", "nr_periods", "nr_throttled", "throttled_usec")
+_USAGE_V2: Final = _needles("usage_usec")
 _MEM_STAT_V1: Final = _needles("total_rss", "total_cache", "total_shmem", "total_inactive_file")
 _MEM_STAT_V1_OWN: Final = _needles("rss", "cache", "shmem", "inactive_file")
 _MEM_STAT_V2: Final = _needles("anon", "file", "shmem", "inactive_file")
