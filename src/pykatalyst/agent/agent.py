@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pykatalyst.agent import cpu_policy, cpu_state, kubelet_cpu, memory_policy, net_policy
+from pykatalyst.agent import (
+    cpu_policy,
+    cpu_state,
+    isolation,
+    kubelet_cpu,
+    memory_policy,
+    net_policy,
+)
 from pykatalyst.agent import decide as steps
 from pykatalyst.agent.advisor import (
     HeadroomSmoother,
@@ -87,9 +94,8 @@ __all__ = ["Agent", "Decision", "EvictionInput", "EvictionStage", "KnobEnforcer"
 log = logging.getLogger("pykatalyst.agent")
 
 OOM_PRIORITY_IGNORED = (
-    "oom_priority is not applied on this node: Katalyst enforces it with its eBPF OOM "
-    "priority program, and the kubelet owns the processes' oom_score_adj; the kernel's "
-    "OOM killer follows the kubelet's QoS-class scores"
+    "oom_priority is not applied on this node: the agent's memory_advisor.oom_priority is "
+    "off, so the kernel's OOM killer follows the kubelet's QoS-class oom_score_adj"
 )
 
 REDISCOVER_PERIOD_S = 30.0
@@ -207,6 +213,7 @@ class Agent:
         self._first_seen: dict[str, float] = {}
         self._root_key: str | None = None  # reset by each discovery
         self._root: str | None = None
+        self._dropped_at: dict[str, float] = {}  # reclaimed pod uid -> its last cache drop
         self._container_ids: set[str] = set()
 
     @property
@@ -369,6 +376,7 @@ class Agent:
             now, inp.specs, valid, lay, alloc.pools, alloc.reclaimed_cpus, estimates
         )
         desired = self._with_root(self._without_pinned(knobs, valid, pins), alloc)
+        iso = self._isolate(inp, valid, lay, (pod_plans, desired))
         warnings.extend(steps.failed_warnings(lay, valid))
         plan = AgentPlan(
             node=self.node_name,
@@ -383,6 +391,8 @@ class Agent:
             events=tuple(events),
             dry_run=self.dry_run,
             config=dict(inp.config_status),
+            memory=iso.memory,
+            io=iso.io,
         )
         return Decision(plan, lay, valid)
 
@@ -418,7 +428,8 @@ class Agent:
             if s.error is not None:
                 self._event_once(events, s, "InvalidQoS", s.error)
                 continue
-            if s.qos is not None and s.qos.enhancements.oom_priority is not None:
+            applied = self.config.memory_advisor.oom_priority
+            if s.qos is not None and s.qos.enhancements.oom_priority is not None and not applied:
                 self._event_once(events, s, "OOMPriorityIgnored", OOM_PRIORITY_IGNORED)
             if s.qos is not None and s.qos.warnings:
                 warned = "; ".join(str(w) for w in s.qos.warnings)
@@ -485,6 +496,31 @@ class Agent:
         if root is not None:
             desired[root] = self._root_knobs(len(alloc.reclaim))
         return desired
+
+    def _isolate(
+        self,
+        inp: TickInputs,
+        valid: Mapping[str, PodSpec],
+        lay: Layout,
+        desired: tuple[list[PodPlan], dict[str, dict[Knob, KnobValue]]],
+    ) -> isolation.IsolationResult:
+        """Memory and disk I/O knobs (agent/isolation.py), merged into the desired ones."""
+        managed = [p for p in desired[0] if p.pool != UNMANAGED]
+        iso = isolation.isolation_pass(
+            inp.now,
+            inp.config,
+            self.host,
+            self.topology,
+            managed,
+            valid,
+            inp.sample,
+            self._reclaimed_root(),
+            lay.bound_numas,
+            self._dropped_at,
+        )
+        isolation.merge(desired[1], iso.desired)
+        self._dropped_at = dict(iso.dropped_at)
+        return iso
 
     def _evict(
         self,
