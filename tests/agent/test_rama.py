@@ -431,3 +431,35 @@ def test_the_simulated_run_queue_waits_longer_the_busier_the_cpu() -> None:
     waits = [run_queue_wait_us(r / 10) for r in range(11)]
     assert waits == sorted(waits) and waits[0] == 0.0
     assert 400 < run_queue_wait_us(0.82) < 520
+
+
+def test_an_invalid_spd_is_counted_told_on_the_object_and_the_pool_keeps_its_defaults() -> None:
+    node = Node(RAMA)
+    kind = names.SERVICE_PROFILE_DESCRIPTOR
+    node.cluster.create(
+        kind,
+        {
+            "apiVersion": kind.api_version,
+            "kind": kind.kind,
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {
+                "targetRef": {"kind": "Deployment", "name": "web", "apiVersion": "apps/v1"},
+                "systemIndicator": "cpu_sched_wait=200",
+            },
+        },
+        "default",
+    )
+    pod = pod_json("web", cpu="2", annotations={names.SPD_NAME_ANNOTATION: "web"})
+    node.cluster.create(names.POD, pod, "default")
+    node.tick()
+    node.host.sched_wait_us = [300.0] * TOPO.num_cpus
+    step = node.share(node.tick()).terms["provision"]
+    default = node.agent.config.advisor.rama.indicator_targets["cpu_sched_wait"]
+    assert step["indicators"]["cpu_sched_wait"]["target"] == default
+    assert node.agent.node_state.skips.counts == {(kind.kind, "invalid"): 1}
+    (event,) = [
+        e for e in node.cluster.list(names.EVENT).items if e["involvedObject"]["kind"] == kind.kind
+    ]
+    assert event["type"] == "Warning" and event["reason"] == names.EVENT_REASON_INVALID_CONFIG
+    assert "spec.systemIndicator" in event["message"], event["message"]
+    assert "default indicator targets" in event["message"]

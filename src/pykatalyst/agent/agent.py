@@ -81,11 +81,12 @@ from pykatalyst.agent.reporter import (
     milli_cpu,
 )
 from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
-from pykatalyst.api import names
+from pykatalyst.api import config_fields, names
 from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.protocol import ApiError, Cluster
+from pykatalyst.cluster.skips import Skip, skip_reason
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
@@ -856,11 +857,25 @@ class Agent:
         hit = self._spd_cache.get(key)
         if hit is not None and now - hit[0] < self.base_config.config_ttl_s:
             return hit[1]
+        kind = names.SERVICE_PROFILE_DESCRIPTOR
         try:
-            raw = self.cluster.get(names.SERVICE_PROFILE_DESCRIPTOR, s.spd_name, s.namespace)
-            targets = spd_targets(raw)
+            raw = self.cluster.get(kind, s.spd_name, s.namespace)
         except ApiError:
-            targets = {}
+            raw = None
+        targets: dict[str, float] = {}
+        if raw is not None:
+            body = {**raw, "apiVersion": kind.api_version, "kind": kind.kind}
+            problems = config_fields.config_problems(body)
+            if problems:
+                message = (
+                    f"{kind.kind} {s.namespace}/{s.spd_name} is invalid: "
+                    f"{'; '.join(str(p) for p in problems)} (the agent sizes the pool of "
+                    f"{s.key} on its default indicator targets)"
+                )
+                skip = Skip.of(kind, raw, skip_reason(raw), message)
+                self.node_state.skips.report([skip], now)
+            else:
+                targets = spd_targets(raw)
         self._spd_cache[key] = (now, targets)
         return targets
 
