@@ -1451,6 +1451,42 @@ def test_pending_and_unready_pods_may_be_evicted_past_the_budget(cluster: Cluste
     assert cluster.get(POD_DISRUPTION_BUDGET, "web", "default")["status"]["disruptionsAllowed"] == 0
 
 
+# Budgets the real server refuses, with the status code and what its message says.
+REFUSED_BUDGETS = [
+    ("x", 400, "Go struct field PodDisruptionBudget.spec of type v1.PodDisruptionBudgetSpec"),
+    (
+        {"minAvailable": {"x": 1}},
+        400,
+        "Go struct field PodDisruptionBudgetSpec.spec.minAvailable of type int32",
+    ),
+    ({"selector": "x"}, 400, "PodDisruptionBudgetSpec.spec.selector of type v1.LabelSelector"),
+    ({"minAvailable": "abc"}, 422, 'spec.minAvailable: Invalid value: "abc": a valid percent'),
+    ({"maxUnavailable": -1}, 422, "spec.maxUnavailable: Invalid value: -1: must be greater"),
+    ({"minAvailable": "150%"}, 422, 'Invalid value: "150%": must not be greater than 100%'),
+    ({"minAvailable": 1, "maxUnavailable": 1}, 422, "cannot be both set"),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "code", "message"), REFUSED_BUDGETS, ids=[repr(s) for s, _, _ in REFUSED_BUDGETS]
+)
+def test_a_malformed_budget_is_refused_naming_the_field(
+    cluster: Cluster, spec: Any, code: int, message: str
+) -> None:
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "bad-budget", "namespace": "default"},
+        "spec": spec,
+    }
+    with pytest.raises(ApiError) as err:
+        cluster.create(POD_DISRUPTION_BUDGET, body)
+    assert err.value.code == code
+    assert message in err.value.message, err.value.message
+    with pytest.raises(NotFound):
+        cluster.get(POD_DISRUPTION_BUDGET, "bad-budget", "default")
+
+
 # --- admission ----------------------------------------------------------------------------
 
 

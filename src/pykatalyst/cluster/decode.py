@@ -65,6 +65,9 @@ I64 = Scalar("int64")
 BOOL = Scalar("bool")
 QTY = Scalar("resource.Quantity")
 TIME = Scalar("v1.Time")
+# kube's intstr.IntOrString: an int32 or a string; a value of another JSON type is refused
+# as the int32 the decoder tried last.
+INT_OR_STRING = Scalar("int32")
 STRS = ListOf(STR)
 STR_MAP = MapOf(STR)
 RESOURCE_LIST = MapOf(QTY)
@@ -320,8 +323,32 @@ NODE = _struct(
     "v1.Node", apiVersion=STR, kind=STR, metadata=OBJECT_META, spec=NODE_SPEC, status=NODE_STATUS
 )
 
-SCHEMAS: Final[Mapping[str, Struct]] = {"pods": POD, "nodes": NODE}
-"""The core kinds (by plural) whose bodies are decoded."""
+PDB = _struct(
+    "v1.PodDisruptionBudget",
+    metadata=OBJECT_META,
+    spec=_struct(
+        "v1.PodDisruptionBudgetSpec",
+        minAvailable=INT_OR_STRING,
+        maxUnavailable=INT_OR_STRING,
+        selector=LABEL_SELECTOR,
+        unhealthyPodEvictionPolicy=STR,
+    ),
+    status=_struct(
+        "v1.PodDisruptionBudgetStatus",
+        observedGeneration=I64,
+        disruptionsAllowed=I32,
+        currentHealthy=I32,
+        desiredHealthy=I32,
+        expectedPods=I32,
+    ),
+)
+
+SCHEMAS: Final[Mapping[str, Struct]] = {
+    "pods": POD,
+    "nodes": NODE,
+    "poddisruptionbudgets": PDB,
+}
+"""The built-in kinds (by plural) whose bodies are decoded."""
 
 
 def _json_type(value: Any) -> str:
@@ -376,7 +403,10 @@ class _Decoder:
             return self.quantity(value, path)
         if value is None:
             return {BOOL.go: False, I32.go: 0, I64.go: 0}.get(spec.go, "")
-        if spec.go in ("string", "v1.Time"):
+        if spec is INT_OR_STRING:
+            lo, hi = INT32
+            ok = isinstance(value, str) or (type(value) is int and lo <= value <= hi)
+        elif spec.go in ("string", "v1.Time"):
             ok = isinstance(value, str)
         elif spec.go == "bool":
             ok = isinstance(value, bool)

@@ -68,6 +68,7 @@ from pykatalyst.cluster.strategy import (
     CRDStrategy,
     EventStrategy,
     NamespaceStrategy,
+    PodDisruptionBudgetStrategy,
     Strategy,
     bump_generation,
     check_type,
@@ -88,6 +89,7 @@ _STRATEGIES: Final[dict[tuple[str, str], type[Strategy]]] = {
     ("", "pods"): pods.PodStrategy,
     ("", "namespaces"): NamespaceStrategy,
     ("", "events"): EventStrategy,
+    ("policy", "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
     (CRD.group, CRD.plural): CRDStrategy,
 }
 _STRATEGIC_REFUSED: Final = (

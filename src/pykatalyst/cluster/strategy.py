@@ -335,3 +335,50 @@ def crd_kind(crd: JSON) -> tuple[Kind, bool]:
         tuple(names.get("shortNames") or ()),
     )
     return kind, "status" in (storage.get("subresources") or {})
+
+
+_PERCENT = re.compile(r"[0-9]+%")
+
+
+class PodDisruptionBudgetStrategy(Strategy):
+    """policy/v1 PodDisruptionBudget: decoded as the real server types it (a budget of
+    another JSON type is a 400), and its budget checked as kube-apiserver validates it."""
+
+    def decode(self, obj: JSON) -> JSON:
+        return decode("poddisruptionbudgets", obj)
+
+    def validate_create(self, st: KindStore, obj: JSON) -> None:
+        self._validate(st, obj)
+
+    def validate_update(self, st: KindStore, name: str, old: JSON, new: JSON) -> None:
+        self._validate(st, new)
+
+    @staticmethod
+    def _validate(st: KindStore, obj: JSON) -> None:
+        name = str(obj["metadata"].get("name", ""))
+        spec = field_of(obj, "spec")
+        for key in ("minAvailable", "maxUnavailable"):
+            value = spec.get(key)
+            if value is None:
+                continue
+            path = f"spec.{key}"
+            if isinstance(value, int):
+                if value < 0:
+                    message = f"Invalid value: {value}: must be greater than or equal to 0"
+                    raise st.invalid(name, path, message)
+            elif not _PERCENT.fullmatch(value):
+                raise st.invalid(
+                    name,
+                    path,
+                    f'Invalid value: "{value}": a valid percent string must be a numeric '
+                    "string followed by an ending '%' (e.g. '1%',  or '93%', regex used for "
+                    "validation is '[0-9]+%')",
+                )
+            elif int(value[:-1]) > 100:
+                raise st.invalid(
+                    name, path, f'Invalid value: "{value}": must not be greater than 100%'
+                )
+        if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+            raise st.invalid(
+                name, "spec", "Invalid value: minAvailable and maxUnavailable cannot be both set"
+            )
