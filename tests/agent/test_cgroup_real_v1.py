@@ -165,7 +165,7 @@ def test_cpus_move_from_child_to_child_in_an_order_the_kernel_accepts(
 
 def test_sample_sees_the_busy_loop(testbed: CgroupTestbed) -> None:
     _pods(testbed)
-    testbed.spawn(SHARED, "web", BUSY)
+    spinner = testbed.spawn(SHARED, "web", BUSY)
     testbed.spawn(SHARED, "sidecar", SLEEP)
     host = testbed.host()
     busy, idle = (
@@ -173,13 +173,18 @@ def test_sample_sees_the_busy_loop(testbed: CgroupTestbed) -> None:
         testbed.container_cgroup(SHARED, "sidecar"),
     )
     pod = testbed.pod_cgroup(SHARED)
-    host.sample(time.time(), [busy, idle, pod])
+    t0, cpu0 = time.time(), _process_cpu_s(spinner.pid)
+    host.sample(t0, [busy, idle, pod])
     time.sleep(1.0)
-    sample = host.sample(time.time(), [busy, idle, pod])
+    t1, cpu1 = time.time(), _process_cpu_s(spinner.pid)
+    sample = host.sample(t1, [busy, idle, pod])
     b, i, p = sample.cgroups[busy], sample.cgroups[idle], sample.cgroups[pod]
     assert b.cpu_usage_cores is not None and i.cpu_usage_cores is not None
-    # a spinning process uses a good share of a cpu even on a loaded machine; a sleeper ~0
-    assert b.cpu_usage_cores > 0.2
+    # The spinner's rate is what the kernel says the process itself used over the same
+    # second (however little of a cpu a loaded machine left it, in 10 ms ticks); a sleeper ~0.
+    own = (cpu1 - cpu0) / (t1 - t0)
+    assert own > 0.02, f"the spinner got {own:.3f} of a cpu: the machine is too loaded"
+    assert b.cpu_usage_cores == pytest.approx(own, rel=0.2, abs=0.05)
     assert i.cpu_usage_cores < 0.05
     assert p.cpu_usage_cores is not None and p.cpu_usage_cores >= b.cpu_usage_cores * 0.9
     assert i.nr_running == 0
@@ -362,3 +367,9 @@ def test_agent_overlap_mode_and_root_quota_on_the_real_hierarchy(testbed: Cgroup
     # ... and no more cpu time in all than the reclaim pool's size
     assert testbed.read(root, "cpu.cfs_quota_us") == str(reclaim.size * 100_000)
     assert reclaim.size <= len(cpus)
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User + system cpu seconds of a process, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
