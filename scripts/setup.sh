@@ -12,3 +12,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt
     .venv/bin/python -m pip install --quiet -c constraints.txt -e '.[dev]'
     touch "$stamp"
 fi
+# The agent shapes egress with tc (iproute2) and nft (nftables); install them where missing.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+    && { ! command -v tc >/dev/null || ! command -v nft >/dev/null; }; then
+    apt-get install -y -qq iproute2 nftables >/dev/null || echo "setup: could not install iproute2/nftables" >&2
+fi

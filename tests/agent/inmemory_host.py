@@ -22,6 +22,8 @@ from pykatalyst.agent.host.base import (
     KnobValue,
     KnobWrite,
     MemoryInfo,
+    NetApplyResult,
+    NetShape,
     PodCgroup,
     WriteFailure,
 )
@@ -71,6 +73,8 @@ class InMemoryHost:
         self.fail_knobs: set[tuple[str, Knob]] = set()
         self.silent: set[str] = set()  # cgroups whose stats the machine stops reporting
         self.discover_calls = 0
+        self.net_shapes: list[NetShape | None] = []  # every shape the agent applied
+        self.net_error = ""  # when set, apply_net fails with it
         self.sched_wait_us: list[float] = []  # per cpu, as /proc/schedstat would give it
 
     # -- test controls ---------------------------------------------------------------------
@@ -181,6 +185,12 @@ class InMemoryHost:
 
     def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
         return cgroupfs.check_knob_value(knob, value)
+
+    def apply_net(self, shape: NetShape | None) -> NetApplyResult:
+        if self.net_error:
+            return NetApplyResult(False, self.net_error)
+        self.net_shapes.append(shape)
+        return NetApplyResult(True)
 
     def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
         return dict(self.knobs.get(cgroup, {}))

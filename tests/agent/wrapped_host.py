@@ -11,6 +11,8 @@ from pykatalyst.agent.host.base import (
     Knob,
     KnobValue,
     KnobWrite,
+    NetApplyResult,
+    NetShape,
     PodCgroup,
 )
 from pykatalyst.agent.host.linux import LinuxHost
@@ -55,3 +57,6 @@ class WrappedHost:
 
     def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
         return self.inner.knob_problem(knob, value)
+
+    def apply_net(self, shape: NetShape | None) -> NetApplyResult:
+        return self.inner.apply_net(shape)

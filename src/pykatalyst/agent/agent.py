@@ -21,16 +21,23 @@ desired knobs change, or every `resync_period_s` (default: every period) to undo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
-from pykatalyst.agent import cpu_policy, cpu_state, kubelet_cpu, memory_policy, regions
+from pykatalyst.agent import (
+    cpu_policy,
+    cpu_state,
+    kubelet_cpu,
+    memory_policy,
+    net_policy,
+    regions,
+)
+from pykatalyst.agent import decide as steps
 from pykatalyst.agent.advisor import (
     HeadroomSmoother,
     MemoryUser,
@@ -48,16 +55,18 @@ from pykatalyst.agent.config import (
     AgentConfig,
     reclaim_setting,
 )
-from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest, Layout
-from pykatalyst.agent.host.base import CpuQuota, Host, HostSample, Knob, KnobValue, PodCgroup
+from pykatalyst.agent.cpu_policy import DedicatedAssignment, Layout
+from pykatalyst.agent.dynamic_config import AgentSettings
+from pykatalyst.agent.host.base import CpuQuota, Host, Knob, KnobValue, NetShape, PodCgroup
 from pykatalyst.agent.host.kubelet import KubeletView
+from pykatalyst.agent.inputs import EvictionInput, EvictionStage, TickInputs
 from pykatalyst.agent.metrics import MetricStore
+from pykatalyst.agent.node_state import NodeState, NodeView
 from pykatalyst.agent.plan import (
     AgentPlan,
     ContainerPlan,
     PlanEvent,
     PodPlan,
-    PoolPlan,
     ReclaimedFigure,
     knob_value_json,
 )
@@ -71,15 +80,15 @@ from pykatalyst.agent.reporter import (
     milli_cpu,
 )
 from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
-from pykatalyst.api import config_fields, names
-from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
+from pykatalyst.api import names
 from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
-from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
+from pykatalyst.cluster.protocol import ApiError, Cluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
+
+__all__ = ["Agent", "Decision", "EvictionInput", "EvictionStage", "KnobEnforcer"]
 
 log = logging.getLogger("pykatalyst.agent")
 
@@ -109,24 +118,19 @@ class KnobEnforcer(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class EvictionInput:
-    """What an eviction stage sees: the tick's plan (already advised and allocated, not yet
-    enforced), the pods on the node, the metric store and the raw sample."""
-
-    now: float
-    plan: AgentPlan
-    pods: Mapping[str, PodSpec]
-    metrics: MetricStore
-    sample: HostSample
-
-
-EvictionStage = Callable[[EvictionInput], Sequence[Any]]
-
-
-@dataclass(frozen=True, slots=True)
 class _Shared:
     spec: PodSpec
     ramping: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What `decide` made of one tick's inputs: the plan before eviction and enforcement,
+    and the layout and managed pods the executor reports from."""
+
+    plan: AgentPlan
+    layout: Layout
+    valid: Mapping[str, PodSpec]
 
 
 class Agent:
@@ -143,6 +147,7 @@ class Agent:
         dry_run: bool = False,
         publish: bool = True,
         kubelet: KubeletView | None = None,
+        node_state: NodeState | None = None,
     ) -> None:
         self.node_name = node_name
         self.cluster = cluster
@@ -161,10 +166,15 @@ class Agent:
         self.metrics = MetricStore(self.config.metrics.insurance_period_s)
         self.reporter = Reporter(node_name, cluster, self.config.reporter)
         self.events = EventRecorder(cluster, names.AGENT_COMPONENT, node_name)
-        self._informer = Informer(cluster, names.POD, field_selector=f"spec.nodeName={node_name}")
-        self._objects: dict[str, JSON] = {}
-        self._objects_dirty = True
-        self._informer.add_handler(self._on_pod)
+        # The one holder of the node's pods and dynamic config, shared with the stages.
+        self.node_state = node_state or NodeState(
+            node_name,
+            cluster,
+            admin_qos=self.base_config.admin_qos_config,
+            config_ttl_s=self.base_config.config_ttl_s,
+        )
+        self.settings = AgentSettings(node_name, self.base_config)
+        self._pods_version = -1
         self._cache = PodCache()
         self._specs: dict[str, PodSpec] = {}
         self._cgroups: dict[str, PodCgroup] = {}
@@ -180,14 +190,13 @@ class Agent:
         self._order_key: Mapping[str, PodSpec] | None = None
         self._first_tick = True
         self._first_seen: dict[str, float] = {}
-        self._dedicated: dict[str, DedicatedAssignment] = {}
-        self._snb: dict[str, int] = {}
+        self.placement = cpu_state.CpuState()  # dedicated, NUMA-bound and pool cpus
         self._snb_domains: dict[int, CPUSet] = {}
-        self._pools: dict[str, CPUSet] = {}
         self._regulators: dict[str, RegulatorState] = {}
         self._isolated: frozenset[str] = frozenset()
         self._isolation_states: dict[tuple[str, str], regions.IsolationState] = {}
         self._borrowed: dict[str, CPUSet] = {}
+        self._dedicated_regulators: dict[str, RegulatorState] = {}
         self._rama: dict[str, dict[str, PIDState]] = {}  # pool -> indicator -> controller
         self._rama_next: dict[str, dict[str, PIDState]] = {}
         self._spd_cache: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
@@ -207,11 +216,10 @@ class Agent:
         )
         self._restore_cpu_state()
         self._events_sent: set[tuple[str, str, str]] = set()
-        self._last_desired: dict[str, dict[Knob, KnobValue]] | None = None
+        self._last_desired: dict[str, Mapping[Knob, KnobValue]] | None = None
+        self._net_shape: NetShape | None = None  # the egress shape last applied
+        self._net_error = ""
         self._last_enforce: float | None = None
-        self._last_config_read: float | None = None
-        self.config_status: dict[str, Any] = {"source": None, "state": "agent config"}
-        self._config_events_sent: set[tuple[str, str, str]] = set()
         self._root_key: str | None = None  # reset by each discovery
         self._root: str | None = None
         self._container_ids: set[str] = set()
@@ -233,142 +241,12 @@ class Agent:
             float(rc.min_reclaimed_for_report_memory),
         )
 
+    @property
+    def config_status(self) -> dict[str, Any]:
+        """Where the configuration in force comes from (the plan's `config`)."""
+        return self.settings.status
+
     # --- cluster input ----------------------------------------------------------------------
-
-    def _on_pod(self, event: str, old: JSON | None, new: JSON | None) -> None:
-        obj = new if new is not None else old
-        if obj is None:
-            return
-        uid = str((obj.get("metadata") or {}).get("uid", ""))
-        if event == "DELETED":
-            self._objects.pop(uid, None)
-        elif new is not None:
-            self._objects[uid] = new
-        self._objects_dirty = True
-
-    def _refresh_config(self, now: float, warnings: list[str], events: list[PlanEvent]) -> None:
-        if (
-            self._last_config_read is not None
-            and now - self._last_config_read < self.base_config.config_ttl_s
-        ):
-            if self.config_status["state"] == "invalid":
-                warnings.append(self.config_status["warning"])
-            return
-        self._last_config_read = now
-        ref = self.base_config.admin_qos_config
-        try:
-            if ref is None:
-                ref = self._admin_qos_from_cnc(warnings)
-            if ref is None:
-                self._set_config(self.base_config)
-                self.config_status = {"source": None, "state": "agent config"}
-                return
-            ns, _, name = ref.partition("/")
-            raw = self.cluster.get(names.ADMIN_QOS_CONFIGURATION, name, ns)
-        except ApiError as exc:
-            warnings.append(f"dynamic config {ref}: {exc} (keeping the current configuration)")
-            return
-        self._apply_admin_qos(ref, raw, warnings, events)
-
-    def _apply_admin_qos(
-        self, ref: str, raw: JSON, warnings: list[str], events: list[PlanEvent]
-    ) -> None:
-        """Overlay one AdminQoSConfiguration. An invalid one keeps the configuration in
-        force, says which field is wrong and what is accepted (warning, Event, and the
-        plan's `config`); fields pykatalyst does not implement are listed once per version
-        of the object (log line and Event), never fatal."""
-        meta = raw.get("metadata") or {}
-        version = str(meta.get("resourceVersion", ""))
-        status: dict[str, Any] = {"source": ref, "resourceVersion": version}
-        try:
-            cfg = self.base_config.with_admin_qos(AdminQoSConfiguration.from_json(raw))
-        except ValidationError as exc:
-            problems = "; ".join(str(p) for p in config_fields.problems_of(exc))
-            warning = f"dynamic config {ref} is invalid: {problems} (keeping the current one)"
-            self.config_status = {**status, "state": "invalid", "error": problems}
-            self.config_status["warning"] = warning
-            warnings.append(warning)
-            self._config_event(events, raw, "InvalidConfig", f"{warning}.", version)
-            return
-        except ValueError as exc:
-            warning = f"dynamic config {ref} is invalid: {exc} (keeping the current one)"
-            self.config_status = {**status, "state": "invalid", "error": str(exc)}
-            self.config_status["warning"] = warning
-            warnings.append(warning)
-            self._config_event(events, raw, "InvalidConfig", f"{warning}.", version)
-            return
-        self._set_config(cfg)
-        ignored = [u.path for u in config_fields.not_taking_effect(raw)]
-        if self.config_status.get("source") != ref:
-            # Coming back to a config told about before is news again.
-            applied = names.EVENT_REASON_CONFIG_APPLIED
-            self._config_events_sent = {k for k in self._config_events_sent if k[1] != applied}
-        self.config_status = {**status, "state": "in force", "not_implemented": ignored}
-        self._config_event(
-            events,
-            raw,
-            names.EVENT_REASON_CONFIG_APPLIED,
-            f"{ref} (resourceVersion {version}) is in force on node {self.node_name}",
-            version,
-            "Normal",
-        )
-        if ignored and self._config_event(
-            events,
-            raw,
-            "FieldsNotImplemented",
-            f"pykatalyst does not act on these fields of {ref}: {', '.join(ignored)}",
-            version,
-            "Normal",
-        ):
-            _log.info("dynamic config %s: not implemented, ignored: %s", ref, ", ".join(ignored))
-
-    def _config_event(
-        self,
-        events: list[PlanEvent],
-        raw: JSON,
-        reason: str,
-        message: str,
-        version: str,
-        type_: str = "Warning",
-    ) -> bool:
-        meta = raw.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        sent = (key, reason, version)
-        if sent in self._config_events_sent:
-            return False
-        self._config_events_sent.add(sent)
-        kind = names.ADMIN_QOS_CONFIGURATION
-        events.append(
-            PlanEvent(
-                kind.kind,
-                key,
-                reason,
-                message,
-                type_,
-                api_version=kind.api_version,
-                uid=str(meta.get("uid", "")),
-            )
-        )
-        return True
-
-    def _admin_qos_from_cnc(self, warnings: list[str]) -> str | None:
-        try:
-            raw = self.cluster.get(names.CUSTOM_NODE_CONFIG, self.node_name)
-        except ApiError:
-            return None
-        try:
-            cnc = CustomNodeConfig.from_json(raw)
-        except ValidationError as exc:
-            problems = "; ".join(str(p) for p in config_fields.problems_of(exc))
-            warnings.append(
-                f"CustomNodeConfig {self.node_name} is unreadable: {problems} (no dynamic "
-                "config from it)"
-            )
-            return None
-        for target in cnc.status.katalyst_custom_config_list:
-            if target.config_type.resource == names.ADMIN_QOS_CONFIGURATION.plural:
-                return f"{target.config_namespace}/{target.config_name}"
-        return None
 
     def _set_config(self, cfg: AgentConfig) -> None:
         if cfg == self.config:
@@ -391,6 +269,25 @@ class Agent:
             )
         self.metrics.insurance_period_s = cfg.metrics.insurance_period_s
 
+    def _parse_pods(self, view: NodeView, now: float) -> dict[str, PodSpec]:
+        """The node's pods that have not finished, parsed once per resourceVersion."""
+        if view.pods_version != self._pods_version:
+            self._specs = {
+                uid: s
+                for uid, s in self._cache.refresh(view.pods.values()).items()
+                if not s.finished
+            }
+            self._pods_version = view.pods_version
+        specs = self._specs
+        for uid in specs:
+            if uid not in self._first_seen:
+                self._first_seen[uid] = -math.inf if self._first_tick else now
+        if len(self._first_seen) > len(specs):
+            self._first_seen = {u: t for u, t in self._first_seen.items() if u in specs}
+            self._matched = {u: m for u, m in self._matched.items() if u in specs}
+        self._first_tick = False
+        return specs
+
     # --- cpu placement across restarts ------------------------------------------------------
 
     def _restore_cpu_state(self) -> None:
@@ -409,9 +306,7 @@ class Agent:
             )
             return
         if state is not None:
-            self._dedicated = dict(state.dedicated)
-            self._snb = dict(state.snb)
-            self._pools = dict(state.pools)
+            self.placement = state
             self._cpu_rebuild = False
 
     def _rebuild_cpu_state(self, specs: Mapping[str, PodSpec]) -> None:
@@ -434,8 +329,10 @@ class Agent:
             else:
                 snb[s.uid] = cpus
         state = cpu_state.from_cgroups(self.topology, dedicated, snb)
-        self._dedicated = {**state.dedicated, **self._dedicated}
-        self._snb = {**state.snb, **self._snb}
+        held = self.placement
+        self.placement = cpu_state.CpuState(
+            {**state.dedicated, **held.dedicated}, {**state.snb, **held.snb}, held.pools
+        )
         if state.dedicated or state.snb:
             log.info(
                 "cpu placement rebuilt from cgroups: %d dedicated, %d NUMA-bound shared pods",
@@ -448,144 +345,154 @@ class Agent:
         if ck is None or self.dry_run:
             return
         try:
-            ck.save(cpu_state.CpuState(self._dedicated, self._snb, self._pools))
+            ck.save(self.placement)
         except OSError as exc:
             warnings.append(f"cannot checkpoint the cpu placement to {ck.path}: {exc}")
 
     # --- the loop -----------------------------------------------------------------------------
 
     def reconcile(self, now: float | None = None) -> AgentPlan:
+        """One tick: gather the inputs, decide the plan, execute it."""
         now = self.clock.now() if now is None else now
+        inputs = self.gather(now)
+        return self.execute(inputs, self.decide(inputs))
+
+    def gather(self, now: float) -> TickInputs:
+        """Read the node's pods and config (one holder), the cgroups, and one sample."""
         warnings: list[str] = []
         events: list[PlanEvent] = []
-        self._refresh_config(now, warnings, events)
-        cfg = self.config
-        topo = self.topology
-
-        # pods on this node
-        try:
-            self._informer.sync()
-        except ApiError as exc:
-            warnings.append(f"cannot list pods: {exc} (using the last known pods)")
-        if self._objects_dirty:
-            self._specs = {
-                uid: s
-                for uid, s in self._cache.refresh(self._objects.values()).items()
-                if not s.finished
-            }
-            self._objects_dirty = False
-        specs = self._specs
-        for uid in specs:
-            if uid not in self._first_seen:
-                self._first_seen[uid] = -math.inf if self._first_tick else now
-        if len(self._first_seen) > len(specs):
-            self._first_seen = {u: t for u, t in self._first_seen.items() if u in specs}
-            self._matched = {u: m for u, m in self._matched.items() if u in specs}
-        self._first_tick = False
-
-        # cgroups and samples
+        view = self.node_state.refresh(now)
+        self._set_config(self.settings.update(view.config, warnings, events))
+        warnings.extend(view.warnings)
+        specs = self._parse_pods(view, now)
         self._discover(now, specs)
         if self._cpu_rebuild:
             self._cpu_rebuild = False
             self._rebuild_cpu_state(specs)
         sample = self.host.sample(now, self._cgroup_list(specs))
         self.metrics.ingest(sample)
+        return TickInputs(
+            now,
+            view,
+            self.config,
+            dict(self.config_status),
+            specs,
+            sample,
+            tuple(warnings),
+            tuple(events),
+        )
 
-        # classify
-        valid: dict[str, PodSpec] = {}
-        for uid, s in specs.items():
-            if s.error is not None:
-                self._event_once(events, s, "InvalidQoS", s.error)
-            else:
-                valid[uid] = s
-                if s.qos is not None and s.qos.enhancements.oom_priority is not None:
-                    self._event_once(events, s, "OOMPriorityIgnored", OOM_PRIORITY_IGNORED)
-                if s.qos is not None and s.qos.warnings:
-                    warned = "; ".join(str(w) for w in s.qos.warnings)
-                    self._event_once(events, s, "QoSWarning", f"Pod {s.key}: {warned}")
-        dedicated_reqs = sorted(
-            (
-                self._dedicated_request(s)
-                for s in valid.values()
-                if s.level == names.QOS_DEDICATED_CORES
-            ),
-            key=lambda r: valid[r.uid].created_key,
-        )
-        reclaim_min = cpu_policy.reclaim_minimum(
-            topo, cfg.cpu, cfg.advisor.min_reclaimed_for_allocate_cpu
-        )
-        snb_reqs = sorted(
-            (
-                cpu_policy.SnbRequest(
-                    s.uid,
-                    s.key,
-                    s.request_cores,
-                    s.qos.enhancements.numa_ids if s.qos else None,
-                    s.memory_request,
-                )
-                for s in valid.values()
-                if s.level == names.QOS_SHARED_CORES and s.qos is not None and s.qos.numa_binding
-            ),
-            key=lambda r: valid[r.uid].created_key,
-        )
+    def decide(self, inp: TickInputs) -> Decision:
+        """The tick's plan: layout, pool sizes, cpusets, reclaimed figures, pod knobs."""
+        now, cfg, topo = inp.now, inp.config, self.topology
+        warnings, events = list(inp.warnings), list(inp.events)
+        valid = steps.classify(inp.specs)
+        self._pod_events(inp.specs, events)
         pins = None if self._kubelet is None else self._kubelet.observe(_refs(valid))
-        previous, foreign, kex = self._dedicated, CPUSet(), CPUSet()
-        if pins is not None:
-            previous, foreign = kubelet_cpu.kubelet_previous(topo, pins, dedicated_reqs, previous)
-            kex = pins.exclusive
-        try:
-            lay = cpu_policy.layout(
-                topo,
-                cfg.cpu,
-                dedicated_reqs,
-                previous,
-                reclaim_min,
-                snb_reqs,
-                self._snb,
-                foreign=foreign,
-                kubelet_exclusive=kex,
-            )
-        except cpu_policy.CpuPolicyError as exc:
-            warnings.append(f"cpu policy: {exc}; running without a reserve pool")
-            lay = cpu_policy.layout(
-                topo,
-                cfg.cpu.model_copy(update={"reserved_cpus": 0, "reserved_cpu_list": None}),
-                dedicated_reqs,
-                previous,
-                reclaim_min,
-                snb_reqs,
-                self._snb,
-                foreign=foreign,
-                kubelet_exclusive=kex,
-            )
-        self._dedicated = dict(lay.dedicated)
-        self._snb = dict(lay.snb)
+        lay, lay_warnings = steps.layout(topo, cfg, valid, self.placement, pins)
+        warnings.extend(lay_warnings)
         for uid, why in lay.failed.items():
             self._event_once(events, valid[uid], "DedicatedPlacementFailed", why)
         for uid, why in lay.snb_failed.items():
             self._event_once(events, valid[uid], "NUMABindingFailed", why)
+        pool_terms, estimates, sizes, snb_sizes = self._advise(now, valid, lay)
+        alloc = steps.allocate(
+            topo, cfg, lay, sizes, snb_sizes, self._snb_domains, self.placement.pools
+        )
+        # Regions the reclaim pool borrows from: share pools in overlap mode, idle cpus of
+        # numa_exclusive dedicated pods; reclaimed pods run there under SCHED_IDLE.
+        borrowed, borrowed_size, region_terms = self._borrow(
+            now, lay, alloc.pools, sizes, snb_sizes, valid
+        )
+        alloc = steps.lend(lay, alloc, borrowed, borrowed_size, region_terms)
+        warnings.extend(alloc.warnings)
+        self.placement = cpu_state.CpuState(lay.dedicated, lay.snb, alloc.pools)
+        self._save_cpu_state(warnings)
+        # headroom: over the cpus reclaimed pods get, capped at the reclaimed cores size
+        # when some are lent, so that a region's slack is not published twice.
+        reclaimed_usage = self._reclaimed_usage(valid, now)
+        cap = float(alloc.reclaimed_cores_size) if alloc.overlap else None
+        cpu_fig, mem_fig = self._headroom(
+            now, alloc.reclaimed_cpus, reclaimed_usage, valid, cap, lay.dedicated
+        )
+        desired = self._desired(now, inp.specs, valid, lay, alloc, estimates, pins)
+        warnings.extend(steps.failed_warnings(lay, valid))
+        plan = AgentPlan(
+            node=self.node_name,
+            time=now,
+            topology=self._topo_terms,
+            pools=tuple(steps.pool_plans(lay, alloc, pool_terms)),
+            pods=tuple(desired[0]),
+            reclaimed_cpu=cpu_fig,
+            reclaimed_memory=mem_fig,
+            desired=desired[1],
+            warnings=tuple(warnings),
+            events=tuple(events),
+            dry_run=self.dry_run,
+            config=dict(inp.config_status),
+        )
+        return Decision(plan, lay, valid)
 
-        # advise: share pools (the unbound ones, then the NUMA-bound ones per NUMA node)
-        shared: dict[str, list[_Shared]] = {names.POOL_SHARE: []}
-        snb: dict[int, dict[str, list[_Shared]]] = {}
+    def execute(self, inp: TickInputs, d: Decision) -> AgentPlan:
+        """Run the eviction stages on the plan, enforce its knobs, report, send Events."""
+        plan = d.plan
+        warnings, events = list(plan.warnings), list(plan.events)
+        desired = dict(plan.desired)  # eviction overrides may narrow this tick's knobs
+        actions = self._evict(inp, d, desired, warnings)
+        net_terms = self._network(d.valid, desired, warnings)
+        enforce_terms = self._enforce(inp.now, desired, inp.specs, events, warnings)
+        enforce_terms["network"] = net_terms
+        report_terms = self._report(
+            inp.now, d.layout, plan.reclaimed_cpu, plan.reclaimed_memory, d.valid, plan
+        )
+        self._emit_events(events, inp.now)
+        return dataclasses.replace(
+            plan,
+            warnings=tuple(warnings),
+            events=tuple(events),
+            eviction_actions=tuple(actions),
+            enforce=enforce_terms,
+            desired=desired,
+            report=report_terms,
+            config=dict(self.config_status),
+        )
+
+    # --- steps --------------------------------------------------------------------------------
+
+    def _pod_events(self, specs: Mapping[str, PodSpec], events: list[PlanEvent]) -> None:
+        """Say, once each, which pods are left alone and which annotations are ignored."""
+        for s in specs.values():
+            if s.error is not None:
+                self._event_once(events, s, "InvalidQoS", s.error)
+                continue
+            if s.qos is not None and s.qos.enhancements.oom_priority is not None:
+                self._event_once(events, s, "OOMPriorityIgnored", OOM_PRIORITY_IGNORED)
+            if s.qos is not None and s.qos.warnings:
+                warned = "; ".join(str(w) for w in s.qos.warnings)
+                self._event_once(events, s, "QoSWarning", f"Pod {s.key}: {warned}")
+
+    def _advise(
+        self, now: float, valid: Mapping[str, PodSpec], lay: Layout
+    ) -> tuple[
+        dict[str, dict[str, Any]],
+        dict[tuple[str, str], tuple[float, str]],
+        dict[str, int],
+        dict[int, dict[str, int]],
+    ]:
+        """Size the share pools: the unbound ones (an isolated pod's pool among them), then
+        the NUMA-bound ones per NUMA node."""
+        topo = self.topology
+
+        def members(groups: Mapping[str, list[PodSpec]]) -> dict[str, list[_Shared]]:
+            return {p: [_Shared(s, self._ramping(s, now)) for s in ms] for p, ms in groups.items()}
+
         isolated, isolation_sizes = self._isolate(now, valid, lay)
-        for s in valid.values():
-            if s.level == names.QOS_SHARED_CORES:
-                member = _Shared(s, self._ramping(s, now))
-                pool = s.pool or names.POOL_SHARE
-                numa = lay.snb.get(s.uid)
-                if s.uid in isolated:
-                    shared[regions.isolation_pool_name(s.uid)] = [member]
-                elif numa is None:
-                    shared.setdefault(pool, []).append(member)
-                else:
-                    region = cpu_policy.snb_pool_name(pool, numa)
-                    snb.setdefault(numa, {}).setdefault(region, []).append(member)
+        unbound, bound = steps.snb_groups(valid, lay, isolated)
         nb_share = len(lay.share_numas) / max(topo.num_numa_nodes, 1)
         states: dict[str, RegulatorState] = {}
         pool_terms, estimates, sizes = self._advise_scope(
             now,
-            shared,
+            members(unbound),
             len(lay.share_domain),
             lay.reserved_for_reclaim,
             nb_share,
@@ -594,12 +501,12 @@ class Agent:
         )
         snb_domains: dict[int, CPUSet] = {}
         snb_sizes: dict[int, dict[str, int]] = {}
-        for numa, numa_pools in sorted(snb.items()):
+        for numa, numa_pools in sorted(bound.items()):
             domain = lay.bound_leftover & topo.cpus_in_numa(numa)
             snb_domains[numa] = domain
             t, e, z = self._advise_scope(
                 now,
-                numa_pools,
+                members(numa_pools),
                 len(domain),
                 lay.snb_reserved_for_reclaim.get(numa, 1),
                 1 / max(topo.num_numa_nodes, 1),
@@ -608,80 +515,24 @@ class Agent:
             pool_terms.update(t)
             estimates.update(e)
             snb_sizes[numa] = z
-        self._rama, self._rama_next = self._rama_next, {}
-
-        # allocate
-        pools = cpu_policy.assign_pools(topo, lay.share_domain, sizes, self._pools)
-        for name, cpus in pools.items():
-            if not cpus:
-                # A machine too small for one cpu per pool: the pools share the domain.
-                pools[name] = lay.share_domain
-                warnings.append(f"pool {name} has no cpu of its own: it shares {lay.share_domain}")
-        bound_used = CPUSet()
-        for numa, z in snb_sizes.items():
-            placed = cpu_policy.assign_pools(topo, snb_domains[numa], z, self._pools)
-            for name, cpus in placed.items():
-                if not cpus:
-                    placed[name] = snb_domains[numa]
-                    warnings.append(f"pool {name} has no cpu of its own")
-                bound_used = bound_used | placed[name]
-            pools.update(placed)
-        self._pools = pools
-        self._snb_domains = snb_domains
-        self._save_cpu_state(warnings)
-        unbound_used = CPUSet().union(*(pools[n] for n in sizes))
-        reclaim = (lay.share_domain - unbound_used) | (lay.bound_leftover - bound_used)
-        # Regions the reclaim pool borrows from: share pools in overlap mode, idle cpus of
-        # numa_exclusive dedicated pods; reclaimed pods run there under SCHED_IDLE.
-        borrowed, borrowed_size, region_terms = self._borrow(
-            now, lay, pools, sizes, snb_sizes, states, valid, isolation_sizes
-        )
         self._regulators = states
-        overlap = CPUSet().union(*borrowed.values()) - reclaim
-        if not reclaim and not overlap:
-            # The reclaim pool is never empty: overlap the share domain (reclaimed pods run
-            # SCHED_IDLE there, so they only take what shared pods leave).
-            reclaim = lay.share_domain
-            warnings.append(f"no cpu left for the reclaim pool: it overlaps {reclaim}")
-        reclaimed_cpus = reclaim | overlap
-        # What reclaimed pods may use in all: the pool proper and what each region lends.
-        reclaim_size = len(reclaim)
-        if overlap:
-            reclaim_size = min(len(reclaimed_cpus), len(reclaim) + borrowed_size)
-        pool_plans = []
-        if lay.reserve:
-            pool_plans.append(PoolPlan(names.POOL_RESERVE, lay.reserve))
-        for name in sorted(pools):
-            pool_plans.append(PoolPlan(name, pools[name], terms=pool_terms.get(name, {})))
-        # The reclaim pool is where reclaimed pods run: its own cpus and what is lent.
-        pool_plans.append(
-            PoolPlan(
-                names.POOL_RECLAIM,
-                reclaimed_cpus,
-                terms={
-                    "own_cpus": str(reclaim),
-                    "share_domain_cpus": len(lay.share_domain),
-                    "reserved_for_reclaim": lay.reserved_for_reclaim,
-                    "numa_bound_leftover_cpus": len(lay.bound_leftover),
-                    "overlap_cpus": str(overlap),
-                    "reclaimed_pods_cpus": str(reclaimed_cpus),
-                    "reclaimed_cores_size": reclaim_size,
-                    "regions": region_terms,
-                },
-            )
-        )
+        self._rama, self._rama_next = self._rama_next, {}
+        self._snb_domains = snb_domains
+        return pool_terms, estimates, sizes, snb_sizes
 
-        # headroom: over the cpus reclaimed pods get, capped at the reclaimed cores size
-        # when some are lent, so that a region's slack is not published twice.
-        reclaimed_usage = self._reclaimed_usage(valid, now)
-        cap = float(reclaim_size) if overlap else None
-        cpu_fig, mem_fig = self._headroom(
-            now, reclaimed_cpus, reclaimed_usage, valid, cap, lay.dedicated
-        )
-
-        # per-pod plans and knobs
+    def _desired(
+        self,
+        now: float,
+        specs: Mapping[str, PodSpec],
+        valid: Mapping[str, PodSpec],
+        lay: Layout,
+        alloc: steps.Allocation,
+        estimates: Mapping[tuple[str, str], tuple[float, str]],
+        pins: kubelet_cpu.KubeletPins | None,
+    ) -> tuple[list[PodPlan], dict[str, dict[Knob, KnobValue]]]:
+        """The pods' plans and every cgroup's desired knobs, the reclaimed root's too."""
         pod_plans, desired = self._pod_plans(
-            now, specs, valid, lay, pools, reclaimed_cpus, estimates
+            now, specs, valid, lay, alloc.pools, alloc.reclaimed_cpus, estimates
         )
         if pins is not None:
             # The kubelet alone writes the cpusets of the containers it pinned.
@@ -689,63 +540,35 @@ class Agent:
             desired = kubelet_cpu.strip_pinned(desired, kubelet_cpu.pinned_cgroups(pins, mine))
         root = self._reclaimed_root()
         if root is not None:
-            desired[root] = self._root_knobs(reclaim_size)
-        for uid, why in lay.failed.items():
-            warnings.append(f"{valid[uid].key}: {why}")
+            desired[root] = self._root_knobs(alloc.reclaimed_cores_size)
+        return pod_plans, desired
 
-        plan = AgentPlan(
-            node=self.node_name,
-            time=now,
-            topology=self._topo_terms,
-            pools=tuple(pool_plans),
-            pods=tuple(pod_plans),
-            reclaimed_cpu=cpu_fig,
-            reclaimed_memory=mem_fig,
-            desired=desired,
-            warnings=tuple(warnings),
-            events=tuple(events),
-            dry_run=self.dry_run,
-            config=dict(self.config_status),
-        )
-
-        # eviction (extension point)
+    def _evict(
+        self,
+        inp: TickInputs,
+        d: Decision,
+        desired: dict[str, Mapping[Knob, KnobValue]],
+        warnings: list[str],
+    ) -> list[Any]:
+        """Run the eviction stages in order; a stage that raises is reported and skipped.
+        An action's `knob_overrides` (throttling before evicting) narrow this tick's knobs."""
         actions: list[Any] = []
-        if self.eviction_stages:
-            inp = EvictionInput(now, plan, valid, self.metrics, sample)
-            for stage in self.eviction_stages:
-                try:
-                    actions.extend(stage(inp))
-                except Exception as exc:  # a broken stage must not stop the loop
-                    warnings.append(f"eviction stage {getattr(stage, '__name__', stage)}: {exc}")
-            for action in actions:
-                # Throttling before evicting: an action may narrow knobs of this tick.
-                overrides = getattr(action, "knob_overrides", None)
-                if isinstance(overrides, Mapping):
-                    for cgroup, knobs in overrides.items():
-                        desired[cgroup] = {**desired.get(cgroup, {}), **knobs}
-
-        enforce_terms = self._enforce(now, desired, specs, events, warnings)
-        report_terms = self._report(now, lay, cpu_fig, mem_fig, valid, plan)
-        self._emit_events(events, now)
-        return AgentPlan(
-            node=plan.node,
-            time=plan.time,
-            topology=plan.topology,
-            pools=plan.pools,
-            pods=plan.pods,
-            reclaimed_cpu=plan.reclaimed_cpu,
-            reclaimed_memory=plan.reclaimed_memory,
-            desired=plan.desired,
-            warnings=tuple(warnings),
-            events=tuple(events),
-            eviction_actions=tuple(actions),
-            enforce=enforce_terms,
-            report=report_terms,
-            dry_run=self.dry_run,
-            config=dict(self.config_status),
+        if not self.eviction_stages:
+            return actions
+        stage_input = EvictionInput(
+            inp.now, d.plan, d.valid, self.metrics, inp.sample, node=inp.node
         )
-
-    # --- steps --------------------------------------------------------------------------------
+        for stage in self.eviction_stages:
+            try:
+                actions.extend(stage(stage_input))
+            except Exception as exc:  # a broken stage must not stop the loop
+                warnings.append(f"eviction stage {getattr(stage, '__name__', stage)}: {exc}")
+        for action in actions:
+            overrides = getattr(action, "knob_overrides", None)
+            if isinstance(overrides, Mapping):
+                for cgroup, knobs in overrides.items():
+                    desired[cgroup] = {**desired.get(cgroup, {}), **knobs}
+        return actions
 
     def _discover(self, now: float, specs: Mapping[str, PodSpec]) -> None:
         # Discovery walks the cgroup tree: do it when a pod appears whose cgroup is not
@@ -830,7 +653,7 @@ class Agent:
         an idle cgroup: a kubelet restarted under an idle root fails to start. So the root
         is idled only when `reclaimed_root_cpu_idle` says it is not the kubelet's, and
         otherwise kept at cpu.idle=0 (undoing an earlier agent's setting). The quota, when
-        enabled, caps everything below the root at the reclaim pool's size (what Katalyst
+        enabled, caps everything below the root at the reclaimed cores size (what Katalyst
         writes for its quota knob)."""
         cfg = self.config
         idle = cfg.reclaimed_cpu_idle and cfg.reclaimed_root_cpu_idle
@@ -868,21 +691,6 @@ class Agent:
         m = match_cgroups(s, pc)
         self._matched[s.uid] = (s, pc, m)
         return m
-
-    def _dedicated_request(self, s: PodSpec) -> DedicatedRequest:
-        assert s.qos is not None
-        e = s.qos.enhancements
-        return DedicatedRequest(
-            uid=s.uid,
-            key=s.key,
-            cpus=max(1, math.ceil(s.request_cores - 1e-9)),
-            exclusive=e.numa_exclusive,
-            numa_number=e.numa_number,
-            numa_ids=e.numa_ids,
-            align_by_socket=e.align_by_socket,
-            distribute_evenly=e.distribute_evenly_across_numa,
-            memory=s.memory_request,
-        )
 
     def _ramping(self, s: PodSpec, now: float) -> bool:
         start = s.started_at if s.started_at is not None else self._first_seen.get(s.uid)
@@ -1008,13 +816,14 @@ class Agent:
         pools: Mapping[str, CPUSet],
         sizes: Mapping[str, int],
         snb_sizes: Mapping[int, Mapping[str, int]],
-        states: dict[str, RegulatorState],
         valid: Mapping[str, PodSpec],
-        isolation_sizes: Mapping[str, int],
     ) -> tuple[dict[str, CPUSet], int, dict[str, Any]]:
         """Cpus the reclaim pool borrows, by region (share pools in overlap mode, dedicated
         regions), the cores reclaimed pods may use there in all, and the terms."""
         cfg = self.config
+        states = self._regulators
+        prefix = f"{names.POOL_PREFIX_ISOLATION}-"
+        isolation_sizes = {p: z for p, z in sizes.items() if p.startswith(prefix)}
         out: dict[str, CPUSet] = {}
         total = 0
         terms: dict[str, Any] = {}
@@ -1048,7 +857,7 @@ class Agent:
                 out.update(got)
                 total += size
                 terms[scope] = t
-        for name, (cpus, size, t) in self._dedicated_regions(now, lay, states, valid).items():
+        for name, (cpus, size, t) in self._dedicated_regions(now, lay, valid).items():
             if cpus:
                 out[name] = cpus
                 total += size
@@ -1060,7 +869,6 @@ class Agent:
         self,
         now: float,
         lay: Layout,
-        states: dict[str, RegulatorState],
         valid: Mapping[str, PodSpec],
     ) -> dict[str, tuple[CPUSet, int, dict[str, Any]]]:
         """Per NUMA node of each numa_exclusive dedicated pod: the idle cpus reclaimed pods
@@ -1072,6 +880,7 @@ class Agent:
         reclaim_min = cpu_policy.reclaim_minimum(topo, cfg.cpu, adv.min_reclaimed_for_allocate_cpu)
         rfr = max(1, reclaim_min // max(topo.num_numa_nodes, 1))
         out: dict[str, tuple[CPUSet, int, dict[str, Any]]] = {}
+        states: dict[str, RegulatorState] = {}
         for uid, a in sorted(lay.dedicated.items()):
             if not a.exclusive or uid not in valid or not a.cpuset:
                 continue
@@ -1085,7 +894,7 @@ class Agent:
                 requirement, state, rterms = regulate(
                     estimate * len(cpus) / len(a.cpuset),
                     adv.reserved_for_allocate_cpu / max(topo.num_numa_nodes, 1),
-                    self._regulators.get(name),
+                    self._dedicated_regulators.get(name),
                     now,
                     min(adv.min_share_cpu_requirement, len(cpus)),
                     len(cpus),
@@ -1100,6 +909,7 @@ class Agent:
                 picked = regions.pick_cpus(topo, cpus, size, self._borrowed.get(name, CPUSet()))
                 t.update({"pod": s.key, "cpus": str(picked), "regulator": rterms})
                 out[name] = (picked, size, t)
+        self._dedicated_regulators = states
         return out
 
     def _pod_estimate(
@@ -1190,7 +1000,7 @@ class Agent:
     ) -> dict[str, float | None]:
         """The pool's indicators over the cpus it has now (Katalyst averages the per-cpu
         metrics over the pool's cpuset)."""
-        cpus = sorted(self._pools.get(pool, CPUSet()))
+        cpus = sorted(self.placement.pools.get(pool, CPUSet()))
         out: dict[str, float | None] = {}
         for name, series in (
             (CPU_SCHED_WAIT, self.metrics.cpu_sched_wait_us(now)),
@@ -1481,7 +1291,7 @@ class Agent:
     def _enforce(
         self,
         now: float,
-        desired: dict[str, dict[Knob, KnobValue]],
+        desired: dict[str, Mapping[Knob, KnobValue]],
         specs: Mapping[str, PodSpec],
         events: list[PlanEvent],
         warnings: list[str],
@@ -1528,6 +1338,38 @@ class Agent:
         for note in getattr(report, "notes", ()):
             warnings.append(note)
         return out
+
+    def _network(
+        self,
+        valid: Mapping[str, PodSpec],
+        desired: dict[str, Mapping[Knob, KnobValue]],
+        warnings: list[str],
+    ) -> dict[str, Any]:
+        """Egress QoS (net_policy): classid knobs into `desired`, the device's shape
+        applied when it changes."""
+        cfg = self.config.network
+        if not cfg.enabled and self._net_shape is None:
+            return {"enabled": False}
+        pods = []
+        for uid, s in valid.items():
+            pc = self._cgroups.get(uid)
+            if pc is not None:
+                cgs = (pc.cgroup, *(c.cgroup for c in pc.containers))
+                pods.append(net_policy.NetPod(s.key, s.level, cgs))
+        plan = net_policy.decide(cfg, pods, self.host.cgroup_version)
+        for cg, knobs in plan.knobs.items():
+            desired[cg] = {**desired.get(cg, {}), **knobs}
+        terms = dict(plan.terms)
+        if self.dry_run or plan.shape == self._net_shape:
+            return terms
+        result = self.host.apply_net(plan.shape)
+        terms["commands"] = list(result.commands)
+        if result.ok:
+            self._net_shape = plan.shape
+        elif result.error != self._net_error:
+            warnings.append(f"network shaping: {result.error}")
+        self._net_error = result.error
+        return terms
 
     def _pod_by_cgroup(self, specs: Mapping[str, PodSpec]) -> dict[str, PodSpec]:
         out: dict[str, PodSpec] = {}

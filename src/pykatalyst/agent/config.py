@@ -329,6 +329,107 @@ class KubeletConfig(_Section):
     timeout_s: Seconds = Field(2.0, description="deadline of each pod-resources call")
 
 
+# Katalyst's QoS levels in the order of their egress priority (HTB prio, lower first).
+NET_LEVELS = (
+    names.QOS_SYSTEM_CORES,
+    names.QOS_DEDICATED_CORES,
+    names.QOS_SHARED_CORES,
+    names.QOS_RECLAIMED_CORES,
+)
+_MAX_CLASSID = 0xFFFF_FFFF
+
+
+class NetLevelConfig(_Section):
+    """One QoS level's egress class: an HTB class on the egress device."""
+
+    class_id: int = Field(
+        gt=0,
+        le=_MAX_CLASSID,
+        description="the level's net class id (Katalyst's "
+        "--network-resource-plugin-class-id-<level>), 0xMMMMmmmm = tc class MMMM:mmmm",
+    )
+    rate_ratio: float = Field(ge=0, le=1, description="bandwidth guaranteed, share of capacity")
+    ceil_ratio: float = Field(gt=0, le=1, description="most it may borrow, share of capacity")
+    prio: int = Field(ge=0, le=7, description="HTB priority when borrowing (0 first)")
+
+    @model_validator(mode="after")
+    def _ceil(self) -> NetLevelConfig:
+        if self.ceil_ratio < self.rate_ratio:
+            raise ValueError(
+                f"ceil_ratio {self.ceil_ratio} is below rate_ratio {self.rate_ratio}; "
+                "accepted: rate_ratio <= ceil_ratio <= 1"
+            )
+        return self
+
+
+def _default_net_levels() -> dict[str, NetLevelConfig]:
+    rows = {  # class id, guaranteed share, ceiling, priority
+        names.QOS_SYSTEM_CORES: (0x1_0010, 0.05, 1.0, 0),
+        names.QOS_DEDICATED_CORES: (0x1_0020, 0.3, 1.0, 1),
+        names.QOS_SHARED_CORES: (0x1_0030, 0.5, 1.0, 1),
+        names.QOS_RECLAIMED_CORES: (0x1_0040, 0.05, 1.0, 7),
+    }
+    return {
+        level: NetLevelConfig(class_id=c, rate_ratio=r, ceil_ratio=ceil, prio=p)
+        for level, (c, r, ceil, p) in rows.items()
+    }
+
+
+class NetworkConfig(_Section):
+    """Egress QoS on the node: one HTB class per QoS level on the egress device, pods'
+    sockets classified into them (v1: net_cls.classid; v2: the socket's cgroup)."""
+
+    enabled: bool = Field(False, description="shape egress by QoS level (off, as Katalyst)")
+    device: str = Field("", description="the egress network device (e.g. eth0)")
+    link_mbit: float = Field(0.0, ge=0, description="the device's line rate in Mbit/s")
+    egress_ratio: float = Field(
+        0.94, gt=0, le=1, description="share of the line rate given out (Katalyst: 0.94)"
+    )
+    default_level: str = Field(
+        names.QOS_SHARED_CORES, description="the class of traffic no pod rule matches"
+    )
+    levels: dict[str, NetLevelConfig] = Field(default_factory=_default_net_levels)
+
+    @field_validator("levels", mode="before")
+    @classmethod
+    def _merge_levels(cls, value: Any) -> Any:
+        """Levels a config leaves out, and fields it leaves out, keep the defaults."""
+        if not isinstance(value, dict):
+            return value
+        merged: dict[str, Any] = {k: v.model_dump() for k, v in _default_net_levels().items()}
+        for key, given in value.items():
+            if key not in NET_LEVELS:
+                raise ValueError(f"unknown QoS level {key!r}; accepted: {', '.join(NET_LEVELS)}")
+            base = merged.get(key, {})
+            merged[key] = {**base, **given} if isinstance(given, dict) else given
+        return merged
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NetworkConfig:
+        if self.default_level not in NET_LEVELS:
+            raise ValueError(
+                f"default_level: {self.default_level!r}; accepted: {', '.join(NET_LEVELS)}"
+            )
+        ids = [lv.class_id for lv in self.levels.values()]
+        majors = {c >> 16 for c in ids}
+        if len(set(ids)) != len(ids) or len(majors) != 1 or 0 in majors:
+            raise ValueError(
+                f"levels.*.class_id: {[hex(c) for c in ids]}; accepted: distinct ids with one "
+                "tc major (0xMMMM0000, MMMM > 0) and minors other than 0 and 1"
+            )
+        if any(c & 0xFFFF in (0, 1) for c in ids):
+            raise ValueError("levels.*.class_id: minor 0 and 1 are the root qdisc and class")
+        total = sum(lv.rate_ratio for lv in self.levels.values())
+        if total > 1 + 1e-9:
+            raise ValueError(f"levels.*.rate_ratio add up to {total:.3f}; accepted: <= 1")
+        if self.enabled and (not self.device or self.link_mbit <= 0):
+            raise ValueError(
+                "network.enabled needs device (the egress device) and link_mbit > 0 "
+                f"(got device={self.device!r}, link_mbit={self.link_mbit})"
+            )
+        return self
+
+
 class AgentConfig(_Section):
     """Everything the agent can be told. Load from YAML with `load_config`."""
 
@@ -385,6 +486,9 @@ class AgentConfig(_Section):
         description="where the cpu placement (dedicated, SNB, pools) is checkpointed: 'auto' "
         "puts agent-cpu-state.json next to the enforcer's checkpoint, in the agent's state "
         "directory; None: not kept (a restart rebuilds it from the cgroups' cpusets)",
+    )
+    network: NetworkConfig = Field(
+        default_factory=NetworkConfig, description="egress QoS by level (docs/agent.md)"
     )
 
     @property

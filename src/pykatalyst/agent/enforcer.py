@@ -67,7 +67,7 @@ CHECKPOINT_VERSION: Final = 1
 # Knobs whose absence is the kernel's or the cgroup version's (cpu.idle before 5.15,
 # memory.high on v1): missing once means missing everywhere. Other missing files are
 # remembered per cgroup.
-_MACHINE_WIDE: Final = frozenset({Knob.CPU_IDLE, Knob.MEMORY_HIGH})
+_MACHINE_WIDE: Final = frozenset({Knob.CPU_IDLE, Knob.MEMORY_HIGH, Knob.NET_CLS_CLASSID})
 
 
 class DesiredStateError(ValueError):

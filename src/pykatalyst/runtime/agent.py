@@ -8,10 +8,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from pykatalyst.agent import factory
 from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig
-from pykatalyst.agent.enforcer import Enforcer
-from pykatalyst.agent.eviction import EvictionStage
 from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.host.kubelet import PodResourcesClient
 from pykatalyst.agent.metrics import AgentExporter
@@ -37,33 +36,22 @@ def build_agent(
     dry_run: bool,
     registry: CollectorRegistry | None = None,
 ) -> Agent:
-    """The agent as `katalyst agent` runs it: one enforcer, the eviction stage (its
-    counters in `registry`, the one the agent's /metrics serves)."""
-    # Trust the enforcer's own writes between the agent's drift resyncs.
-    enforcer = Enforcer(host, checkpoint, clock, verify_period_s=cfg.resync_s)
-    # The file's eviction section is the base; the AdminQoSConfiguration's evictionConfig
-    # is overlaid on it every config_ttl_s inside the stage.
-    eviction = EvictionStage(
-        node,
-        cluster,
-        cfg.eviction,
-        records_path=cfg.eviction.records_path,
-        dry_run=dry_run,
-        admin_qos=cfg.admin_qos_config,
-        config_ttl_s=cfg.config_ttl_s,
-        registry=registry,
-    )
-    kubelet = PodResourcesClient(cfg.kubelet.pod_resources_socket, cfg.kubelet.timeout_s)
-    return Agent(
+    """The agent as `katalyst agent` runs it: the eviction stage on the file's eviction
+    section (its counters in `registry`, the one the agent's /metrics serves), the
+    kubelet's pod-resources socket, and an enforcer that trusts its own writes between the
+    agent's drift resyncs."""
+    return factory.build_agent(
         node,
         cluster,
         host,
         clock,
         cfg,
-        enforcer,
-        eviction_stages=[eviction],
+        checkpoint=checkpoint,
+        eviction=cfg.eviction,
+        kubelet=PodResourcesClient(cfg.kubelet.pod_resources_socket, cfg.kubelet.timeout_s),
+        verify_period_s=cfg.resync_s,
+        registry=registry,
         dry_run=dry_run,
-        kubelet=kubelet,
     )
 
 

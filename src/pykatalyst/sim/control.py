@@ -6,7 +6,6 @@ through the cluster's API, as it would in production.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -103,24 +102,6 @@ def scheduler_config(policy: Policy) -> SchedulerConfig:
     return default_config()
 
 
-class Periodic:
-    """Runs an agent stage at most once per `period` of simulated time (the agent itself
-    may tick more often: on its period and whenever a pod starts on its node)."""
-
-    def __init__(self, stage: Callable[[Any], Sequence[Any]], period: float) -> None:
-        self.stage = stage
-        self.period = period
-        self.__name__ = str(getattr(stage, "__name__", "stage"))
-        self._last: float | None = None
-
-    def __call__(self, inp: Any) -> Sequence[Any]:
-        now = float(inp.now)
-        if self._last is not None and now - self._last < self.period - 1e-6:
-            return ()
-        self._last = now
-        return self.stage(inp)
-
-
 class SimControlPlane:
     def __init__(self, sim: PolicySim) -> None:
         self.sim = sim
@@ -139,9 +120,8 @@ class SimControlPlane:
             self._start_agents()
 
     def _start_agents(self) -> None:
-        from pykatalyst.agent.agent import Agent
         from pykatalyst.agent.config import parse_config
-        from pykatalyst.agent.enforcer import Enforcer
+        from pykatalyst.agent.factory import build_agent
 
         settings = self.sim.policy.agent
         data = dict(settings.config)
@@ -171,26 +151,15 @@ class SimControlPlane:
 
             eviction_config = EvictionConfig.model_validate(settings.eviction_config)
         for node in self.sim.nodes:
-            enforcer = Enforcer(node.host, None, self.sim.clock)
-            stages: list[Any] = []
-            if eviction_config is not None:
-                from prometheus_client import CollectorRegistry
-
-                from pykatalyst.agent.eviction import EvictionStage
-
-                stage = EvictionStage(
-                    node.name, self.sim.cluster, eviction_config, registry=CollectorRegistry()
-                )
-                stages.append(Periodic(stage, settings.eviction_period or settings.period))
             self.agents.append(
-                Agent(
+                build_agent(
                     node.name,
                     self.sim.cluster,
                     node.host,
                     self.sim.clock,
                     config,
-                    enforcer,
-                    eviction_stages=stages,
+                    eviction=eviction_config,
+                    eviction_period_s=settings.eviction_period or settings.period,
                 )
             )
 

@@ -24,6 +24,8 @@ from pykatalyst.agent.host.base import (
     KnobValue,
     KnobWrite,
     MemoryInfo,
+    NetApplyResult,
+    NetShape,
     NumaMemory,
     PodCgroup,
     WriteFailure,
@@ -163,6 +165,9 @@ class SimHost:
 
     def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
         return cgroupfs.check_knob_value(knob, value)
+
+    def apply_net(self, shape: NetShape | None) -> NetApplyResult:
+        return NetApplyResult(False, "the simulator has no network to shape", unsupported=True)
 
     def topology(self) -> CPUTopology:
         return self._topology

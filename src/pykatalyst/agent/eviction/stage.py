@@ -1,16 +1,18 @@
 """The eviction manager as a stage of the agent's loop.
 
 `Agent(..., eviction_stages=[EvictionStage(node, cluster)])` runs it every tick after the
-advisor and the allocation: it turns the tick's plan (pools, pods, the reclaimed figures
-about to be published), the metric store and the sample into an `EvictionSnapshot`, lets
-the manager decide, and applies the decision through the cluster. The returned actions
-(the `EvictionPlan` and the `ExecutionResult`) land in the agent plan's
-`eviction_actions`.
+advisor and the allocation (`agent.factory.build_agent` wires it so). It reads the node's
+pods and its AdminQoSConfiguration from the agent's node-state holder — the `NodeView` in
+the `EvictionInput` — so the stage and the agent act on one read of each; run on its own
+(`refresh_config`), it keeps a holder of its own. It turns the tick's plan (pools, pods,
+the reclaimed figures about to be published), the metric store and the sample into an
+`EvictionSnapshot`, lets the manager decide, and applies the decision through the
+cluster. The returned actions (the `EvictionPlan` and the `ExecutionResult`) land in the
+agent plan's `eviction_actions`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,11 +33,11 @@ from pykatalyst.agent.eviction.types import (
     ReclaimedCapacity,
     pod_info,
 )
+from pykatalyst.agent.node_state import ConfigRead, NodeState, NodeView
 from pykatalyst.agent.state import ParsedPods
 from pykatalyst.api import names
-from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
+from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.objects import CustomNodeResource
-from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import ApiError, Cluster
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ class EvictionStage:
         dry_run: bool = False,
         admin_qos: str | None = None,
         config_ttl_s: float = 15.0,
+        node_state: NodeState | None = None,
     ) -> None:
         cfg = config if config is not None else EvictionConfig()
         self.dry_run = dry_run
@@ -74,12 +77,13 @@ class EvictionStage:
         self.base_config = cfg
         self.admin_qos = admin_qos
         self.config_ttl_s = config_ttl_s
-        self._config_read: float | None = None
+        # The agent's holder when built with it; else one of its own, made on first use.
+        self._state = node_state
+        self._config_read: ConfigRead | None = None
         self.config_warning: str | None = None
         self.manager = EvictionManager(node, cfg)
         self.recorder = EvictionRecorder(registry, cfg.records_limit, records_path)
         self.executor = EvictionExecutor(cluster, node, self.recorder, dry_run=dry_run)
-        self._pods = Informer(cluster, names.POD, field_selector=f"spec.nodeName={node}")
         # What the agent's own parse of the pod lacks (priority, annotations, labels, owners)
         # per (uid, resourceVersion): a tick only adds the agent's figures and the usage.
         self._parsed: ParsedPods[PodInfo] = ParsedPods(_pod_metadata)
@@ -94,37 +98,42 @@ class EvictionStage:
         """Overlay the AdminQoSConfiguration's `evictionConfig` every `config_ttl_s`: the
         one named by `admin_qos` ("namespace/name"), else the one the node's
         CustomNodeConfig targets, as the agent does for its own settings. A missing or
-        invalid object keeps the configuration in force."""
-        if self._config_read is not None and now - self._config_read < self.config_ttl_s:
+        invalid object keeps the configuration in force. Inside an agent the stage takes
+        the agent's read instead (`EvictionInput.node`)."""
+        self.apply_config(self._own_state().config(now))
+
+    def apply_config(self, read: ConfigRead) -> None:
+        """Overlay one read of the node's dynamic config (once per read)."""
+        if read is self._config_read:
             return
-        self._config_read = now
-        ref = self.admin_qos or self._admin_qos_from_cnc()
-        if ref is None:
+        self._config_read = read
+        if read.ref is None:
             self.set_config(self.base_config)
             return
-        ns, _, name = ref.partition("/")
-        try:
-            aqc = AdminQoSConfiguration.from_json(
-                self.cluster.get(names.ADMIN_QOS_CONFIGURATION, name, ns)
-            )
-            self.set_config(self.base_config.with_admin_qos(aqc))
-            self.config_warning = None
-        except (ApiError, ValueError) as exc:
-            self.config_warning = f"eviction config from {ref}: {exc} (keeping the current one)"
+        problem = read.error
+        if read.raw is not None:
+            try:
+                aqc = AdminQoSConfiguration.from_json(read.raw)
+                self.set_config(self.base_config.with_admin_qos(aqc))
+                self.config_warning = None
+                return
+            except ValueError as exc:
+                problem = str(exc)
+        self.config_warning = (
+            f"eviction config from {read.ref}: {problem} (keeping the current one)"
+        )
 
-    def _admin_qos_from_cnc(self) -> str | None:
-        try:
-            cnc = CustomNodeConfig.from_json(self.cluster.get(names.CUSTOM_NODE_CONFIG, self.node))
-        except (ApiError, ValueError):
-            return None
-        for target in cnc.status.katalyst_custom_config_list:
-            if target.config_type.resource == names.ADMIN_QOS_CONFIGURATION.plural:
-                return f"{target.config_namespace}/{target.config_name}"
-        return None
+    def _own_state(self) -> NodeState:
+        if self._state is None:
+            self._state = NodeState(
+                self.node, self.cluster, admin_qos=self.admin_qos, config_ttl_s=self.config_ttl_s
+            )
+        return self._state
 
     def __call__(self, inp: EvictionInput) -> list[Any]:
-        self.refresh_config(inp.now)
-        snap = self.snapshot(inp)
+        view = inp.node if inp.node is not None else self._own_state().refresh(inp.now)
+        self.apply_config(view.config)
+        snap = self.snapshot(inp, view)
         plan = self.manager.decide(snap)
         self.last_plan = plan
         if not plan.ran:
@@ -134,18 +143,13 @@ class EvictionStage:
 
     # --- building the snapshot ------------------------------------------------------------
 
-    def snapshot(self, inp: EvictionInput) -> EvictionSnapshot:
-        # On an API error keep the last known objects: the agent's own pods are the authority.
-        with contextlib.suppress(ApiError):
-            self._pods.sync()
+    def snapshot(self, inp: EvictionInput, view: NodeView | None = None) -> EvictionSnapshot:
+        if view is None:
+            view = inp.node if inp.node is not None else self._own_state().refresh(inp.now)
         now = inp.now
         plan = inp.plan
         plans = {pp.uid: pp for pp in plan.pods}
-        objects = []
-        for uid, spec in inp.pods.items():
-            obj = self._pods.get(spec.name, spec.namespace)
-            if obj is not None and str((obj.get("metadata") or {}).get("uid", "")) == uid:
-                objects.append(obj)
+        objects = [view.pods[uid] for uid in inp.pods if uid in view.pods]
         parsed = self._parsed.refresh(objects)
         infos = [
             self._pod(uid, spec, parsed.get(uid), plans.get(uid), inp.metrics, inp.sample, now)

@@ -27,6 +27,7 @@ class Knob(enum.Enum):
     CPU_IDLE                 -> int, 0 or 1 (SCHED_IDLE for the whole cgroup)
     MEMORY_LIMIT             -> int | None, bytes (None = unlimited)
     MEMORY_HIGH              -> int | None, bytes (None = unlimited; v1 has no such file)
+    NET_CLS_CLASSID          -> int, u32 net class id (v1 net_cls; v2 has no such file)
     """
 
     CPUSET_CPUS = "cpuset.cpus"
@@ -36,6 +37,7 @@ class Knob(enum.Enum):
     CPU_IDLE = "cpu.idle"
     MEMORY_LIMIT = "memory.limit"
     MEMORY_HIGH = "memory.high"
+    NET_CLS_CLASSID = "net_cls.classid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +163,50 @@ class HostSample:
     cpu_psi_some_avg10: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class NetClass:
+    """One QoS level's egress class: an HTB class `classid` (0xMMMMmmmm = tc MMMM:mmmm)
+    under the device's root class, guaranteed `rate_bps` and borrowing up to `ceil_bps`,
+    lower `prio` borrowing first."""
+
+    level: str
+    classid: int
+    rate_bps: int
+    ceil_bps: int
+    prio: int
+
+
+@dataclass(frozen=True, slots=True)
+class NetMatch:
+    """Sockets whose traffic goes to class `classid`: those of the cgroup-v2 `cgroup` and
+    below (a path relative to the unified hierarchy), or, when `cgroup` is None, those whose
+    net_cls class id (cgroup v1) is `classid`."""
+
+    classid: int
+    cgroup: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NetShape:
+    """Egress shaping of one device: a root class of `capacity_bps`, one class per QoS
+    level, and the socket matches that put pods' traffic into them (anything else goes to
+    `default_classid`)."""
+
+    device: str
+    capacity_bps: int
+    default_classid: int
+    classes: tuple[NetClass, ...]
+    matches: tuple[NetMatch, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NetApplyResult:
+    ok: bool
+    error: str = ""  # names the command and what it said
+    unsupported: bool = False  # this host cannot shape traffic (no tc/nft, no device)
+    commands: tuple[str, ...] = ()  # what was run, for `explain`
+
+
 class Host(Protocol):
     """The machine, as the agent sees it."""
 
@@ -210,4 +256,9 @@ class Host(Protocol):
     def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
         """Why `value` cannot be written to `knob` here (None when it can), naming the
         accepted values."""
+        ...
+
+    def apply_net(self, shape: NetShape | None) -> NetApplyResult:
+        """Shape egress as `shape` says, replacing what the agent set before (None: remove
+        the agent's shaping). Not a cgroup knob: the device's qdisc and socket rules."""
         ...

@@ -72,6 +72,11 @@ _UNLIMITED_BYTES: Final = 1 << 62
 
 # The v1 controllers the agent reads or writes.
 V1_CONTROLLERS: Final = ("cpu", "cpuacct", "cpuset", "memory")
+# v1 controllers whose knobs are written when the machine mounts them (net_cls is often
+# not mounted at all; its knob is then unsupported).
+OPTIONAL_V1_CONTROLLERS: Final = ("net_cls",)
+# The largest net_cls class id (a u32: tc major in the high 16 bits, minor in the low).
+MAX_CLASSID: Final = 0xFFFF_FFFF
 
 
 # -- unit conversions ----------------------------------------------------------------------
@@ -113,6 +118,8 @@ def knob_controller(knob: Knob) -> str:
         return "cpuset"
     if knob in (Knob.CPU_SHARES, Knob.CPU_QUOTA, Knob.CPU_IDLE):
         return "cpu"
+    if knob is Knob.NET_CLS_CLASSID:
+        return "net_cls"
     return "memory"
 
 
@@ -130,12 +137,14 @@ def knob_files(knob: Knob, version: int) -> tuple[str, ...]:
             Knob.CPU_QUOTA: ("cpu.cfs_quota_us", "cpu.cfs_period_us"),
             Knob.MEMORY_LIMIT: ("memory.limit_in_bytes",),
             Knob.MEMORY_HIGH: (),
+            Knob.NET_CLS_CLASSID: ("net_cls.classid",),
         }[knob]
     return {
         Knob.CPU_SHARES: ("cpu.weight",),
         Knob.CPU_QUOTA: ("cpu.max",),
         Knob.MEMORY_LIMIT: ("memory.max",),
         Knob.MEMORY_HIGH: ("memory.high",),
+        Knob.NET_CLS_CLASSID: (),  # v2 has no net_cls: sockets are matched by cgroup
     }[knob]
 
 
@@ -151,6 +160,7 @@ def _accepted(knob: Knob) -> str:
         Knob.CPU_IDLE: "0 or 1",
         Knob.MEMORY_LIMIT: "None (unlimited) or a positive int of bytes",
         Knob.MEMORY_HIGH: "None (unlimited) or a positive int of bytes",
+        Knob.NET_CLS_CLASSID: f"an int in [0, {MAX_CLASSID:#x}] (0: no class)",
     }[knob]
 
 
@@ -173,6 +183,8 @@ def check_knob_value(knob: Knob, value: KnobValue) -> str | None:
         ok = _is_int(value) and MIN_SHARES <= value <= MAX_SHARES  # type: ignore[operator]
     elif knob is Knob.CPU_IDLE:
         ok = _is_int(value) and value in (0, 1)
+    elif knob is Knob.NET_CLS_CLASSID:
+        ok = _is_int(value) and 0 <= value <= MAX_CLASSID  # type: ignore[operator]
     else:
         ok = value is None or (_is_int(value) and value > 0)  # type: ignore[operator]
     if ok:
@@ -196,6 +208,8 @@ def render_knob(knob: Knob, value: KnobValue, version: int) -> tuple[KnobFile, .
         return (KnobFile(ctl, knob_files(knob, version)[0], str(value)),)
     if knob is Knob.CPU_IDLE:
         return (KnobFile(ctl, "cpu.idle", str(value)),)
+    if knob is Knob.NET_CLS_CLASSID:
+        return (KnobFile(ctl, "net_cls.classid", str(value)),) if version == 1 else ()
     if knob is Knob.CPU_SHARES:
         assert isinstance(value, int)
         if version == 1:
@@ -254,7 +268,7 @@ def parse_knob(knob: Knob, version: int, read: Callable[[str], str | None]) -> K
     first = texts[0]
     if knob in (Knob.CPUSET_CPUS, Knob.CPUSET_MEMS):
         return CPUSet.parse(first)
-    if knob is Knob.CPU_IDLE:
+    if knob in (Knob.CPU_IDLE, Knob.NET_CLS_CLASSID):
         return int(first)
     if knob is Knob.CPU_SHARES:
         return int(first) if version == 1 else weight_to_shares(int(first))
@@ -392,7 +406,7 @@ def detect_mounts(root: Path, cgroup_root: Path | None = None) -> CgroupMounts:
     unified: Path | None = None
     for entry in entries:
         if entry.fs_type == "cgroup":
-            for ctl in V1_CONTROLLERS:
+            for ctl in V1_CONTROLLERS + OPTIONAL_V1_CONTROLLERS:
                 if ctl in entry.options and ctl not in v1:
                     v1[ctl] = _under(root, entry.mount_point)
         elif entry.fs_type == "cgroup2" and unified is None:
@@ -411,7 +425,8 @@ def _probe_dir(base: Path) -> CgroupMounts:
     if base.is_dir():
         for child in sorted(base.iterdir()):
             for ctl in child.name.split(","):
-                if ctl in V1_CONTROLLERS and ctl not in controllers and child.is_dir():
+                known = ctl in V1_CONTROLLERS or ctl in OPTIONAL_V1_CONTROLLERS
+                if known and ctl not in controllers and child.is_dir():
                     controllers[ctl] = child
     if "cpu" not in controllers:
         raise FileNotFoundError(

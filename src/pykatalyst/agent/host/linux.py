@@ -32,11 +32,14 @@ from pykatalyst.agent.host.base import (
     KnobValue,
     KnobWrite,
     MemoryInfo,
+    NetApplyResult,
+    NetShape,
     NumaMemory,
     PodCgroup,
     WriteFailure,
 )
 from pykatalyst.agent.host.cgroupfs import CgroupMounts, KnobFile
+from pykatalyst.agent.host.netshape import NetShaper
 from pykatalyst.agent.host.procfs import (
     CpuTimes,
     RunQueueWait,
@@ -112,6 +115,7 @@ class LinuxHost:
         driver: Driver = "auto",
         kubepods: str = "kubepods",
         page_size: int | None = None,
+        net_shaper: NetShaper | None = None,
     ) -> None:
         if driver not in _DRIVERS:
             raise ValueError(f"driver: invalid value {driver!r}; accepted: {', '.join(_DRIVERS)}")
@@ -133,12 +137,13 @@ class LinuxHost:
         self._prev_kswapd: tuple[float, int] | None = None
         # String paths on the sampling hot path: pathlib costs more than the reads.
         self._bases: dict[str, str] = {}
-        for ctl in cgroupfs.V1_CONTROLLERS:
+        for ctl in cgroupfs.V1_CONTROLLERS + cgroupfs.OPTIONAL_V1_CONTROLLERS:
             base = self._mounts.controller_dir(ctl)
             if base is not None:
                 self._bases[ctl] = str(base)
         self._proc = str(self._root / "proc")
         self._proc_b = os.fsencode(self._proc)
+        self._net = net_shaper or NetShaper(cgroup2_mount=self._mounts.unified)
 
     # -- what kind of machine --------------------------------------------------------------
 
@@ -566,6 +571,10 @@ class LinuxHost:
             except (LookupError, ValueError):
                 continue
         return out
+
+    def apply_net(self, shape: NetShape | None) -> NetApplyResult:
+        """Egress shaping with tc and nft (`netshape`)."""
+        return self._net.apply(shape)
 
     def apply(self, writes: Sequence[KnobWrite]) -> ApplyResult:
         applied: list[KnobWrite] = []

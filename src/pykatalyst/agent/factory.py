@@ -1,0 +1,97 @@
+"""One way to wire a node agent: config + cluster + host + clock -> `Agent`.
+
+`katalyst agent` (`runtime.agent.build_agent`) and the simulator (`sim.control`) both build
+their agents here, so a node in the simulator runs the loop a real node runs: one
+node-state holder shared by the agent and its eviction stage, one enforcer, the eviction
+stage when there is an eviction config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from pykatalyst.agent.agent import Agent
+from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.enforcer import Enforcer
+from pykatalyst.agent.eviction import EvictionConfig, EvictionStage
+from pykatalyst.agent.host.base import Host
+from pykatalyst.agent.host.kubelet import KubeletView
+from pykatalyst.agent.inputs import EvictionInput
+from pykatalyst.agent.node_state import NodeState
+from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.protocol import Cluster
+
+
+class Periodic:
+    """Runs an agent stage at most once per `period` (the agent itself may tick more often:
+    the simulator ticks it on its period and whenever a pod starts on its node)."""
+
+    def __init__(self, stage: Callable[[EvictionInput], Sequence[Any]], period: float) -> None:
+        self.stage = stage
+        self.period = period
+        self.__name__ = str(getattr(stage, "__name__", "stage"))
+        self._last: float | None = None
+
+    def __call__(self, inp: EvictionInput) -> Sequence[Any]:
+        now = float(inp.now)
+        if self._last is not None and now - self._last < self.period - 1e-6:
+            return ()
+        self._last = now
+        return self.stage(inp)
+
+
+def build_agent(
+    node: str,
+    cluster: Cluster,
+    host: Host,
+    clock: Clock,
+    cfg: AgentConfig,
+    *,
+    checkpoint: Path | None = None,
+    eviction: EvictionConfig | None = None,
+    eviction_period_s: float | None = None,
+    kubelet: KubeletView | None = None,
+    verify_period_s: float = 0.0,
+    registry: CollectorRegistry | None = None,
+    dry_run: bool = False,
+) -> Agent:
+    """The agent for `node`.
+
+    `eviction` is the eviction stage's base config (no stage without one; the node's
+    AdminQoSConfiguration is overlaid on it, from the agent's read); with
+    `eviction_period_s` the stage runs at most that often. `checkpoint` and
+    `verify_period_s` go to the enforcer (trust its own writes that long between reads),
+    `kubelet` is where the agent learns the kubelet's cpu pins, `registry` holds the
+    eviction counters (a fresh one when None).
+    """
+    state = NodeState(node, cluster, admin_qos=cfg.admin_qos_config, config_ttl_s=cfg.config_ttl_s)
+    stages: list[Callable[[EvictionInput], Sequence[Any]]] = []
+    if eviction is not None:
+        stage = EvictionStage(
+            node,
+            cluster,
+            eviction,
+            records_path=eviction.records_path,
+            dry_run=dry_run,
+            admin_qos=cfg.admin_qos_config,
+            config_ttl_s=cfg.config_ttl_s,
+            registry=registry,
+            node_state=state,
+        )
+        stages.append(stage if eviction_period_s is None else Periodic(stage, eviction_period_s))
+    return Agent(
+        node,
+        cluster,
+        host,
+        clock,
+        cfg,
+        Enforcer(host, checkpoint, clock, verify_period_s=verify_period_s),
+        eviction_stages=stages,
+        dry_run=dry_run,
+        kubelet=kubelet,
+        node_state=state,
+    )

@@ -1,0 +1,184 @@
+"""Egress shaping of a Linux network device: the `tc` and `nft` commands for a `NetShape`.
+
+The device gets an HTB qdisc (handle ``MAJOR:``) with one root class ``MAJOR:1`` of the
+shape's capacity and one class per QoS level under it. Packets are put into those classes
+without a tc filter: HTB sends a packet whose priority (``skb->priority``) names one of its
+classes straight to that class, and an nftables ``output`` rule sets the priority from the
+sending socket — from its net_cls class id on cgroup v1 (``meta cgroup``), from its cgroup
+on v2 (``socket cgroupv2``). This works on kernels built without the cgroup tc classifier
+(``cls_cgroup``), which many are.
+
+nft resolves a ``socket cgroupv2`` path under /sys/fs/cgroup when it loads the rules; where
+the unified hierarchy is mounted elsewhere (hybrid v1 machines: /sys/fs/cgroup/unified) the
+command runs in a private mount namespace with that hierarchy bound over /sys/fs/cgroup.
+Rules are loaded as one nft transaction (the table is replaced whole), and a rule for a cgroup
+that no longer exists fails the transaction: the agent retries on its next tick.
+
+Only traffic sent from sockets in the network namespace where the rules live is classified:
+host-network pods on the node's device, or every socket of a namespace the caller names.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final
+
+from pykatalyst.agent.host.base import NetApplyResult, NetMatch, NetShape
+
+__all__ = [
+    "NFT_TABLE",
+    "NetShaper",
+    "Runner",
+    "nft_script",
+    "subprocess_runner",
+    "tc_commands",
+    "tc_handle",
+    "tc_remove_commands",
+]
+
+NFT_TABLE: Final = "pykatalyst"
+# A run of one command: argv and stdin in, exit status and what it printed out.
+Runner = Callable[[Sequence[str], str | None], tuple[int, str]]
+
+
+def tc_handle(classid: int) -> str:
+    """A class id in tc's notation: 0x00010040 -> '1:40' (both halves hex)."""
+    return f"{classid >> 16:x}:{classid & 0xFFFF:x}"
+
+
+def _major(shape: NetShape) -> int:
+    majors = {c.classid >> 16 for c in shape.classes}
+    if len(majors) != 1 or 0 in majors:
+        raise ValueError(f"shape classes must share one tc major > 0, not {sorted(majors)}")
+    return majors.pop()
+
+
+def tc_commands(shape: NetShape) -> list[list[str]]:
+    """The tc commands that set the device's qdisc and classes (idempotent: `replace`)."""
+    major = _major(shape)
+    tc = ["tc", "class", "replace", "dev", shape.device]
+    cap = f"{shape.capacity_bps}bit"
+    root = f"{major:x}:"
+    default = f"{shape.default_classid & 0xFFFF:x}"
+    qdisc = ["tc", "qdisc", "replace", "dev", shape.device, "root", "handle", root]
+    out = [
+        [*qdisc, "htb", "default", default],
+        [*tc, "parent", root, "classid", f"{root}1", "htb", "rate", cap, "ceil", cap],
+    ]
+    for c in shape.classes:
+        rates = ["rate", f"{c.rate_bps}bit", "ceil", f"{c.ceil_bps}bit", "prio", str(c.prio)]
+        out.append([*tc, "parent", f"{root}1", "classid", tc_handle(c.classid), "htb", *rates])
+    return out
+
+
+def tc_remove_commands(device: str) -> list[list[str]]:
+    return [["tc", "qdisc", "del", "dev", device, "root"]]
+
+
+def _rule(m: NetMatch) -> str:
+    prio = tc_handle(m.classid)
+    if m.cgroup is None:
+        return f"meta cgroup {m.classid:#x} meta priority set {prio}"
+    path = m.cgroup.strip("/")
+    if not path or any(ch in path for ch in '"\n\\'):
+        raise ValueError(f"cgroup path {m.cgroup!r} cannot go into an nft rule")
+    return f'socket cgroupv2 level {path.count("/") + 1} "{path}" meta priority set {prio}'
+
+
+def nft_script(shape: NetShape | None) -> str:
+    """The nft transaction that replaces the agent's table (None: removes it). Deeper
+    cgroups come last, so that their rule wins over an ancestor's (the last set counts)."""
+    head = [f"table inet {NFT_TABLE}", f"delete table inet {NFT_TABLE}"]
+    if shape is None:
+        return "\n".join(head) + "\n"
+    matches = sorted(
+        dict.fromkeys(shape.matches),
+        key=lambda m: (-1 if m.cgroup is None else m.cgroup.count("/"), m.cgroup or "", m.classid),
+    )
+    body = [
+        f"table inet {NFT_TABLE} {{",
+        "  chain egress {",
+        "    type filter hook output priority 0; policy accept;",
+        *(f"    {_rule(m)}" for m in matches),
+        "  }",
+        "}",
+    ]
+    return "\n".join(head + body) + "\n"
+
+
+def subprocess_runner(argv: Sequence[str], stdin: str | None) -> tuple[int, str]:
+    try:
+        done = subprocess.run(
+            list(argv), input=stdin, capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return 127, str(e)
+    return done.returncode, (done.stderr or done.stdout).strip()
+
+
+class NetShaper:
+    """Runs the commands of a shape. `netns` names a network namespace (/run/netns/NAME)
+    to shape inside instead of the caller's; `cgroup2_mount` is where the unified hierarchy
+    is mounted (needed for cgroup-v2 matches)."""
+
+    def __init__(
+        self,
+        run: Runner = subprocess_runner,
+        netns: str | None = None,
+        cgroup2_mount: Path | None = None,
+        which: Callable[[str], str | None] = shutil.which,
+    ) -> None:
+        self._run = run
+        self._netns = netns
+        self._cgroup2 = cgroup2_mount
+        self._which = which
+        self._device: str | None = None
+
+    def _wrap(self, argv: list[str], bind_cgroup2: bool) -> list[str]:
+        if self._netns is not None:
+            argv = ["nsenter", f"--net=/run/netns/{self._netns}", *argv]
+        if bind_cgroup2 and self._cgroup2 is not None and self._cgroup2 != Path("/sys/fs/cgroup"):
+            script = 'mount --make-rprivate / && mount --bind "$0" /sys/fs/cgroup && exec "$@"'
+            argv = ["unshare", "-m", "sh", "-c", script, str(self._cgroup2), *argv]
+        return argv
+
+    def _step(
+        self, argv: list[str], stdin: str | None, bind: bool, ran: list[str]
+    ) -> tuple[int, str]:
+        ran.append(" ".join(argv))
+        return self._run(self._wrap(argv, bind), stdin)
+
+    def apply(self, shape: NetShape | None) -> NetApplyResult:
+        missing = [t for t in ("tc", "nft") if self._which(t) is None]
+        if missing:
+            return NetApplyResult(
+                False, f"{' and '.join(missing)} not found (install iproute2, nftables)", True
+            )
+        ran: list[str] = []
+        steps: list[tuple[list[str], str | None, bool]] = []
+        if shape is None:
+            if self._device is not None:
+                steps += [(c, None, False) for c in tc_remove_commands(self._device)]
+            steps.append((["nft", "-f", "-"], nft_script(None), False))
+        else:
+            if self._device is not None and self._device != shape.device:
+                steps += [(c, None, False) for c in tc_remove_commands(self._device)]
+            steps += [(c, None, False) for c in tc_commands(shape)]
+            v2 = any(m.cgroup is not None for m in shape.matches)
+            steps.append((["nft", "-f", "-"], nft_script(shape), v2))
+        for argv, stdin, bind in steps:
+            rc, said = self._step(argv, stdin, bind, ran)
+            if rc != 0 and shape is not None and argv[:3] == ["tc", "qdisc", "replace"]:
+                # HTB cannot change its qdisc in place (shaping left by an earlier run, or
+                # another default class): the device's shaping starts over.
+                self._step(tc_remove_commands(shape.device)[0], None, False, ran)
+                rc, said = self._step(argv, stdin, bind, ran)
+            if rc != 0 and argv[:3] != ["tc", "qdisc", "del"]:
+                return NetApplyResult(
+                    False, f"{' '.join(argv)}: exit {rc}: {said}", False, tuple(ran)
+                )
+        self._device = None if shape is None else shape.device
+        return NetApplyResult(True, commands=tuple(ran))

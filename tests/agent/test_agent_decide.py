@@ -1,0 +1,121 @@
+"""The pure steps of the agent's tick: whatever the pool sizes asked for, the pools and the
+reclaim pool are cut from the machine as a user expects — inside the share domain, apart
+from each other, and the reclaim pool never empty."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pykatalyst.agent import decide, regions
+from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.cpu_state import CpuState
+from pykatalyst.agent.factory import Periodic
+from pykatalyst.agent.state import parse_pod
+from pykatalyst.api import names
+from pykatalyst.topology.cpuset import CPUSet
+from pykatalyst.topology.machine import CPUTopology
+
+POOLS = ("share", "share-web", "share-batch")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sockets=st.integers(1, 2),
+    cores=st.integers(2, 8),
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=len(POOLS)),
+    overlap=st.booleans(),
+)
+def test_pools_stay_apart_inside_the_share_domain(
+    sockets: int, cores: int, sizes: list[int], overlap: bool
+) -> None:
+    topo = CPUTopology.synthetic(sockets, cores, 2)
+    cfg = AgentConfig.model_validate({"cpu": {"overlap_reclaim_with_share": overlap}})
+    lay, _ = decide.layout(topo, cfg, {}, CpuState(), None)
+    wanted = dict(zip(POOLS, sizes, strict=False))
+    alloc = decide.allocate(topo, cfg, lay, wanted, {}, {}, {})
+    borrowed: dict[str, CPUSet] = {}
+    size = 0
+    if overlap:
+        borrowed, size, _ = regions.borrow_from_pools(
+            topo,
+            alloc.pools,
+            dict.fromkeys(alloc.pools, 1),
+            len(lay.share_domain),
+            lay.reserved_for_reclaim,
+            {},
+            reclaim_enabled=True,
+        )
+    alloc = decide.lend(lay, alloc, borrowed, size, {})
+    assert set(alloc.pools) == set(wanted)
+    assert alloc.reclaimed_cpus, "reclaimed pods always have somewhere to run"
+    assert 1 <= alloc.reclaimed_cores_size <= len(alloc.reclaimed_cpus)
+    shared_domain = any("shares" in w for w in alloc.warnings)
+    seen = CPUSet()
+    for name, cpus in alloc.pools.items():
+        assert cpus and cpus <= lay.share_domain
+        assert len(cpus) <= max(wanted[name], 1) or shared_domain
+        if not shared_domain:
+            assert not (cpus & seen), f"pool {name} overlaps another"
+        seen = seen | cpus
+    if not any("overlaps" in w for w in alloc.warnings):
+        assert not (alloc.reclaim & seen)
+    lent = CPUSet().union(*borrowed.values())
+    assert lent <= seen  # only pools' cpus are lent, never more than a pool has
+    assert all(len(c) <= len(alloc.pools[p]) for p, c in borrowed.items())
+    assert alloc.reclaimed_cpus == alloc.reclaim | lent
+    names_in_plan = [p.name for p in decide.pool_plans(lay, alloc, {})]
+    assert names_in_plan[-1] == names.POOL_RECLAIM and sorted(POOLS[: len(sizes)]) == sorted(
+        n for n in names_in_plan if n in wanted
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(previous=st.integers(1, 6), grow=st.integers(0, 6))
+def test_a_pool_keeps_the_cpus_it_had_when_it_grows(previous: int, grow: int) -> None:
+    topo = CPUTopology.synthetic(1, 8, 2)
+    cfg = AgentConfig()
+    lay, _ = decide.layout(topo, cfg, {}, CpuState(), None)
+    first = decide.allocate(topo, cfg, lay, {"share": previous}, {}, {}, {})
+    second = decide.allocate(topo, cfg, lay, {"share": previous + grow}, {}, {}, first.pools)
+    assert first.pools["share"] <= second.pools["share"]
+
+
+def test_invalid_pods_are_left_out_of_the_managed_set() -> None:
+    good = parse_pod(
+        {
+            "metadata": {"name": "a", "namespace": "d", "uid": "u1"},
+            "spec": {"containers": [{"name": "c"}]},
+        }
+    )
+    bad = parse_pod(
+        {
+            "metadata": {
+                "name": "b",
+                "namespace": "d",
+                "uid": "u2",
+                "annotations": {names.QOS_LEVEL_ANNOTATION: "gold_cores"},
+            },
+            "spec": {"containers": [{"name": "c"}]},
+        }
+    )
+    assert bad.error is not None
+    assert decide.classify({"u1": good, "u2": bad}) == {"u1": good}
+
+
+def test_a_periodic_stage_runs_at_most_once_per_period() -> None:
+    ran: list[float] = []
+
+    class Inp:
+        def __init__(self, now: float) -> None:
+            self.now = now
+
+    def stage(inp: Inp) -> list[str]:
+        ran.append(inp.now)
+        return ["acted"]
+
+    periodic = Periodic(stage, 60)  # type: ignore[arg-type]
+    # A tick a hair short of the period (float drift of a virtual clock) counts as due.
+    out = [periodic(Inp(t)) for t in (0, 30, 60 - 1e-9, 100, 121)]  # type: ignore[arg-type]
+    assert ran == [0, 60 - 1e-9, 121]
+    assert [bool(o) for o in out] == [True, False, True, False, True]
