@@ -62,6 +62,7 @@ from tests.fixtures.cgroup_testbed import (  # noqa: E402
     testbed_unavailable_reason,
 )
 
+from pykatalyst.agent.config import AgentConfig  # noqa: E402
 from pykatalyst.agent.enforcer import Enforcer  # noqa: E402
 from pykatalyst.agent.host.base import Knob, KnobValue  # noqa: E402
 from pykatalyst.agent.host.linux import LinuxHost  # noqa: E402
@@ -148,9 +149,16 @@ class AgentWorld:
     The cluster assigns pod uids (as an API server does); the testbed names the pod
     cgroups after them, so the agent finds them the way it does on a kubelet's node."""
 
-    def __init__(self, tb: CgroupTestbed, overlap: bool, idle_root: bool) -> None:
+    def __init__(
+        self,
+        tb: CgroupTestbed,
+        overlap: bool,
+        idle_root: bool,
+        config: AgentConfig | None = None,
+    ) -> None:
+        """`config` replaces the agent configuration this benchmark picks from `overlap`
+        and `idle_root`."""
         from pykatalyst.agent.agent import Agent
-        from pykatalyst.agent.config import AgentConfig
         from pykatalyst.api import names
         from pykatalyst.cluster.memory import MemoryCluster
 
@@ -169,17 +177,19 @@ class AgentWorld:
                 "status": {"capacity": {"cpu": ncpu}, "allocatable": {"cpu": ncpu}},
             },
         )
+        self.clock = clock
         self.host = tb.host()
         self.enforcer = Enforcer(self.host, clock=clock)
-        config = AgentConfig.model_validate(
-            {
-                "cpu": {"overlap_reclaim_with_share": overlap},
-                "reclaimed_root": "auto" if idle_root else "",
-                # the testbed's roots are not a kubelet's: idling them breaks nothing
-                "reclaimed_root_cpu_idle": idle_root,
-                "checkpoint_path": None,
-            }
-        )
+        if config is None:
+            config = AgentConfig.model_validate(
+                {
+                    "cpu": {"overlap_reclaim_with_share": overlap},
+                    "reclaimed_root": "auto" if idle_root else "",
+                    # the testbed's roots are not a kubelet's: idling them breaks nothing
+                    "reclaimed_root_cpu_idle": idle_root,
+                    "checkpoint_path": None,
+                }
+            )
         self.agent = Agent(
             self.node, self.cluster, self.host, clock, config, enforcer=self.enforcer
         )
@@ -215,7 +225,8 @@ class AgentWorld:
         }
         self.cluster.update_status(self.names.POD, {**created, "status": status})
         k8s_qos = "besteffort" if qos == self.names.QOS_RECLAIMED_CORES else "burstable"
-        milli = 1000 if k8s_qos == "burstable" else 0
+        cpu = requests.get("cpu")
+        milli = 0 if k8s_qos != "burstable" else 1000 if cpu is None else int(float(cpu) * 1000)
         self.tb.add_pod(uid, k8s_qos, {container: milli}, sandbox=True)
         self.tb.spawn(uid, SANDBOX, ["sleep", "3600"])  # the pause process
         return uid

@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 from pykatalyst.agent.eviction.types import pod_info as eviction_pod_info
 from pykatalyst.agent.state import parse_pod
 from pykatalyst.api import names
+from pykatalyst.api.digest import digest_pod
 from pykatalyst.api.manifests import Document
 from pykatalyst.api.qos import QoSError, parse_pod_qos
 from pykatalyst.cli.validate import Report, _check_document
+from pykatalyst.cluster.admission import AdmissionRequest
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import AdmissionRequest, MemoryCluster
+from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.controllers.backstop import read_reclaimed_pod
 from pykatalyst.scheduler.extender import ExtenderService
@@ -246,6 +248,7 @@ def _webhook(pod: Any) -> object:
 ENTRY_POINTS: dict[str, Callable[[Any], object]] = {
     "validate": _validate,
     "qos": _qos,
+    "pod digest": digest_pod,
     "agent pod parse": parse_pod,
     "scheduler pod parse": scheduler_pod_info,
     "eviction pod info": eviction_pod_info,

@@ -1,6 +1,7 @@
 """Every daemon loop against a stored object it cannot read: the object is skipped and
-said so (a status condition, an Event or a warning), the loop does not raise, and the
-other objects are still handled on the same tick.
+said so (a Warning Event on it and the component's `katalyst_<component>_objects_skipped`
+counter, besides a status condition or a plan warning where the component has one), the
+loop does not raise, and the other objects are still handled on the same tick.
 
 MemoryCluster, like a real API server, refuses an ill-typed Pod or Node (400); custom
 resources are stored as sent (a CRD schema with x-kubernetes-preserve-unknown-fields, or a
@@ -11,14 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
+from pykatalyst.agent.factory import build_agent
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
+from pykatalyst.cluster.admission import AdmissionRequest
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import AdmissionRequest, MemoryCluster
+from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.controllers.backstop import BackstopConfig
 from pykatalyst.runtime.controller import ControllerRunner
@@ -29,6 +33,22 @@ from pykatalyst.webhook.service import MUTATE_PODS, WebhookService
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json
 
 ILL_TYPED = ["x", 5, [1], {"targetType": 5, "nodeLabelSelectorAllowedKeyList": "x"}]
+SKIPPED = "katalyst_{}_objects_skipped_total"
+
+
+def _events_on(cluster: MemoryCluster, kind: Kind, name: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in cluster.list(names.EVENT).items
+        if e["involvedObject"].get("kind") == kind.kind and e["involvedObject"]["name"] == name
+    ]
+
+
+def _skipped(registry: CollectorRegistry, component: str, kind: Kind, reason: str) -> float:
+    value = registry.get_sample_value(
+        SKIPPED.format(component), {"kind": kind.kind, "reason": reason}
+    )
+    return value or 0.0
 
 
 def _store(cluster: MemoryCluster, kind: Kind, name: str, field: str, value: Any) -> None:
@@ -106,6 +126,107 @@ def test_the_controllers_skip_an_unreadable_config_and_serve_the_others(
     assert sorted(status.get("matchedNodeList") or []) == ["n1", "n2"]
 
 
+def _aqc_kcc(cluster: MemoryCluster) -> None:
+    kind = names.ADMIN_QOS_CONFIGURATION
+    cluster.create(
+        names.KATALYST_CUSTOM_CONFIG,
+        {
+            "apiVersion": names.KATALYST_CUSTOM_CONFIG.api_version,
+            "kind": names.KATALYST_CUSTOM_CONFIG.kind,
+            "metadata": {"name": "aqc", "namespace": "default"},
+            "spec": {
+                "targetType": {
+                    "group": kind.group,
+                    "version": kind.version,
+                    "resource": kind.plural,
+                }
+            },
+        },
+    )
+
+
+_TOLD = [
+    (names.KATALYST_CUSTOM_CONFIG, "spec", "x", "unreadable", names.EVENT_REASON_INVALID_CONFIG),
+    (names.KATALYST_CUSTOM_CONFIG, "spec", {"targetType": 5}, "invalid", "InvalidConfig"),
+    (
+        names.CUSTOM_NODE_CONFIG,
+        "status",
+        {"katalystCustomConfigList": 5},
+        "invalid",
+        "InvalidConfig",
+    ),
+    (names.CUSTOM_NODE_CONFIG, "status", "x", "unreadable", "InvalidConfig"),
+    (names.ADMIN_QOS_CONFIGURATION, "spec", "x", "unreadable", "InvalidConfig"),
+    (names.ADMIN_QOS_CONFIGURATION, "spec", {"priority": "high"}, "invalid", "InvalidConfig"),
+    (
+        names.NODE_OVERCOMMIT_CONFIG,
+        "spec",
+        {"nodeOvercommitSelectorVal": "pool", "resourceOvercommitRatio": {"cpu": "0.5"}},
+        "invalid",
+        names.EVENT_REASON_INVALID_OVERCOMMIT_CONFIG,
+    ),
+    (names.NODE_OVERCOMMIT_CONFIG, "spec", "x", "invalid", "InvalidOvercommitConfig"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value", "reason", "event_reason"),
+    _TOLD,
+    ids=[f"{k.kind}.{f}={v!r}" for k, f, v, _, _ in _TOLD],
+)
+def test_the_controller_counts_every_skip_and_tells_each_object_once(
+    kind: Kind, field: str, value: Any, reason: str, event_reason: str
+) -> None:
+    cluster, clock = _cluster()
+    _aqc_kcc(cluster)
+    name = "bad" if kind.namespaced else "n1"
+    _store(cluster, kind, name, field, value)
+    registry = CollectorRegistry()
+    runner = ControllerRunner(
+        cluster,
+        BackstopConfig(),
+        period_s=10,
+        registry=registry,
+        controllers=("overcommit", "kcc"),
+    )
+    for _ in range(3):
+        assert runner.step(clock.now()).error is None
+        clock.advance(10)
+    # counted on every reconcile that skipped it, for as long as it stays bad
+    assert _skipped(registry, "controller", kind, reason) == 3
+    (event,) = _events_on(cluster, kind, name)
+    assert event["type"] == "Warning" and event["reason"] == event_reason
+    assert event["count"] == 1  # told once per version of the object
+    assert event["source"]["component"] == names.CONTROLLER_COMPONENT
+    assert event["message"].startswith(("spec", "status", "NodeOvercommitConfig")), event
+
+
+def test_a_fixed_config_stops_being_counted_and_a_new_breakage_is_told_again() -> None:
+    cluster, clock = _cluster()
+    _store(cluster, names.KATALYST_CUSTOM_CONFIG, "bad", "spec", "x")
+    registry = CollectorRegistry()
+    runner = ControllerRunner(
+        cluster, BackstopConfig(), period_s=10, registry=registry, controllers=("kcc",)
+    )
+    kind = names.KATALYST_CUSTOM_CONFIG
+
+    def step() -> None:
+        assert runner.step(clock.now()).error is None
+        clock.advance(10)
+
+    step()
+    stored = cluster.get(kind, "bad", "default")
+    stored["spec"] = {"targetType": {"group": kind.group, "version": "v1alpha1", "resource": "x"}}
+    cluster.update(kind, stored)
+    step()
+    step()
+    assert _skipped(registry, "controller", kind, "unreadable") == 1
+    # the new spec is refused for another reason: a second Event says so
+    assert _skipped(registry, "controller", kind, "invalid") == 2
+    messages = sorted(e["message"] for e in _events_on(cluster, kind, "bad"))
+    assert len(messages) == 2 and any("not a served config type" in m for m in messages)
+
+
 @pytest.mark.parametrize("value", ["x", 5, {"targetType": 5}])
 def test_an_unreadable_kcc_is_marked_invalid_on_its_status(value: Any) -> None:
     cluster, clock = _cluster()
@@ -144,6 +265,70 @@ def test_the_agent_tick_runs_on_with_an_unreadable_dynamic_config(
     assert agent.config == base  # the configuration in force stays
     assert any("unreadable" in w or "invalid" in w for w in plan.warnings), plan.warnings
     assert cluster.get(names.CUSTOM_NODE_RESOURCE, "node-1")  # the tick still published
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "reason"),
+    [
+        (names.CUSTOM_NODE_CONFIG, "x", "unreadable"),
+        (names.CUSTOM_NODE_CONFIG, {"katalystCustomConfigList": 5}, "invalid"),
+        (names.ADMIN_QOS_CONFIGURATION, "x", "unreadable"),
+        (names.ADMIN_QOS_CONFIGURATION, {"config": 5}, "invalid"),
+    ],
+)
+def test_the_agent_counts_an_unreadable_dynamic_config_and_tells_it_once(
+    kind: Kind, value: Any, reason: str
+) -> None:
+    clock = VirtualClock(50_000)
+    cluster = MemoryCluster(clock=clock)
+    cluster.create(names.NODE, node_json("node-1"))
+    aqc = kind == names.ADMIN_QOS_CONFIGURATION
+    name = "bad" if aqc else "node-1"
+    _store(cluster, kind, name, "spec" if aqc else "status", value)
+    base = AgentConfig.model_validate({"admin_qos_config": "default/bad"} if aqc else {})
+    registry = CollectorRegistry()
+    host = InMemoryHost(CPUTopology.synthetic(1, 4, 2, memory_per_numa=16 * GIB))
+    agent = build_agent("node-1", cluster, host, clock, base, registry=registry)
+    for _ in range(3):
+        agent.reconcile()
+        clock.advance(60)
+    assert _skipped(registry, "agent", kind, reason) == 3  # every read of it, each 15s
+    (event,) = _events_on(cluster, kind, name)  # the agent's one Event on it
+    assert event["type"] == "Warning" and event["reason"] == names.EVENT_REASON_INVALID_CONFIG
+    assert event["source"] == {"component": names.AGENT_COMPONENT, "host": "node-1"}
+    assert event["count"] == 1
+    assert "config" in event["message"] or "katalystCustomConfigList" in event["message"]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("x", "unreadable"),
+        ({"targetRef": "x"}, "invalid"),
+        ({"targetRef": {"kind": "Deployment", "name": ""}}, "invalid"),
+    ],
+)
+def test_the_webhook_counts_an_unusable_spd_and_tells_it_once(value: Any, reason: str) -> None:
+    cluster, clock = _cluster()
+    _store(cluster, names.SERVICE_PROFILE_DESCRIPTOR, "bad", "spec", value)
+    service = WebhookService(cluster)
+    registry = CollectorRegistry()
+    registry.register(service.skips.total)
+    for _ in range(3):
+        service.sync(clock.now())
+        clock.advance(1)
+    kind = names.SERVICE_PROFILE_DESCRIPTOR
+    assert _skipped(registry, "webhook", kind, reason) == 3
+    (event,) = _events_on(cluster, kind, "bad")
+    assert event["reason"] == names.EVENT_REASON_INVALID_CONFIG and event["count"] == 1
+    assert event["source"]["component"] == names.WEBHOOK_COMPONENT
+    assert event["message"].startswith("spec"), event["message"]
+    # once the SPD names its workload it is no longer skipped
+    stored = cluster.get(kind, "bad", "default")
+    stored["spec"] = {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"}}
+    cluster.update(kind, stored)
+    service.sync(clock.now())
+    assert _skipped(registry, "webhook", kind, reason) == 3
 
 
 @pytest.mark.parametrize("value", ILL_TYPED)

@@ -74,15 +74,18 @@ def test_test_fixtures_are_not_modules_of_the_package() -> None:
 
 def test_the_daemons_do_not_load_the_in_memory_api_server() -> None:
     # A node agent, scheduler, controller or webhook image carries only what it runs: the
-    # in-memory API server is for tests, the simulator and `katalyst apiserver`.
+    # in-memory API server (its store, strategies, watches and HTTP face) is for tests,
+    # the simulator and `katalyst apiserver`.
     import subprocess
 
     code = (
         "import sys\n"
         "import pykatalyst.runtime.agent, pykatalyst.runtime.scheduler\n"
         "import pykatalyst.runtime.controller, pykatalyst.runtime.webhook\n"
-        "print(sorted(m for m in sys.modules if m == 'pykatalyst.cluster.memory'\n"
-        "             or m.startswith('pykatalyst.sim')))\n"
+        "server = {'memory', 'store', 'strategy', 'pods', 'watch', 'http', 'discovery',\n"
+        "          'tables', 'watchstream', 'responses'}\n"
+        "print(sorted(m for m in sys.modules if m.startswith('pykatalyst.sim')\n"
+        "             or m in {'pykatalyst.cluster.' + s for s in server}))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

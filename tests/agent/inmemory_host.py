@@ -76,6 +76,7 @@ class InMemoryHost:
         self.net_shapes: list[NetShape | None] = []  # every shape the agent applied
         self.net_error = ""  # when set, apply_net fails with it
         self.sched_wait_us: list[float] = []  # per cpu, as /proc/schedstat would give it
+        self.cpu_seconds: dict[str, float] = {}  # cumulative cpu time, by `advance`
 
     # -- test controls ---------------------------------------------------------------------
 
@@ -102,6 +103,15 @@ class InMemoryHost:
     def set_memory(self, uid: str, rss: int, cache: int = 0, container: str = "app") -> None:
         c = self.pods[uid].containers[container]
         c.rss, c.cache = rss, cache
+
+    def advance(self, seconds: float) -> None:
+        """Let `seconds` of time pass: every cgroup's cumulative cpu time grows by what its
+        load uses on its cpuset meanwhile."""
+        for pod in self.pods.values():
+            for c in pod.containers.values():
+                used = min(c.load, float(len(self.cpuset_of(c.cgroup)))) * seconds
+                for path in (c.cgroup, pod.cgroup):
+                    self.cpu_seconds[path] = self.cpu_seconds.get(path, 0.0) + used
 
     def cpuset_of(self, cgroup: str) -> CPUSet:
         v = self.knobs.get(cgroup, {}).get(Knob.CPUSET_CPUS)
@@ -179,6 +189,9 @@ class InMemoryHost:
 
     def memory_usage(self, cgroup: str) -> int | None:
         return None
+
+    def cpu_usage_s(self, cgroup: str) -> float | None:
+        return self.cpu_seconds.get(cgroup)
 
     def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
         return cgroupfs.values_equal(knob, desired, actual, self.cgroup_version, self.page_size)

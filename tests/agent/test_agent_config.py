@@ -64,6 +64,13 @@ def test_quantities_are_accepted_for_cores_and_bytes() -> None:
     assert cfg.reporter.min_step_memory == 1 << 30
 
 
+def test_the_fast_watch_is_on_and_takes_go_durations() -> None:
+    cfg = parse_config({})
+    assert cfg.reaction.enabled and cfg.reaction.period_s == 0.5
+    cfg = parse_config({"reaction": {"period_s": "250ms", "cooldown_s": "3s", "grow_band": 0.5}})
+    assert (cfg.reaction.period_s, cfg.reaction.cooldown_s) == (0.25, 3.0)
+
+
 @pytest.mark.parametrize(
     ("data", "field"),
     [
@@ -76,6 +83,9 @@ def test_quantities_are_accepted_for_cores_and_bytes() -> None:
         ({"period_s": 0}, "period_s"),
         ({"admin_qos_config": "no-namespace"}, "admin_qos_config"),
         ({"reclaimed_root": "kubepods/../etc"}, "reclaimed_root"),
+        ({"reaction": {"period_s": "0s"}}, "reaction.period_s"),
+        ({"reaction": {"cooldown_s": "soon"}}, "reaction.cooldown_s"),
+        ({"reaction": {"grow_band": -0.1}}, "reaction.grow_band"),
     ],
 )
 def test_invalid_config_is_refused_naming_the_field(data: dict[str, object], field: str) -> None:

@@ -16,6 +16,7 @@ from pykatalyst.agent.cpu_policy import (
     numa_hints,
     place_dedicated,
     place_snb,
+    reclaim_minimum,
     reserve_cpus,
 )
 from pykatalyst.topology.cpuset import CPUSet
@@ -194,3 +195,16 @@ def test_layout_with_snb_binds_the_node_and_keeps_its_reclaim_share() -> None:
     assert lay.share_domain == TOPO.cpus_in_numa(1 - n)
     assert lay.snb_reserved_for_reclaim == {n: 2}
     assert lay.reserved_for_reclaim == 2
+
+
+def test_a_reclaim_minimum_of_zero_lets_the_share_pools_have_every_cpu() -> None:
+    small = CPUTopology.synthetic(sockets=1, cores_per_socket=2, threads_per_core=1)
+    assert reclaim_minimum(small, CpuPolicyConfig(), 4.0) == 4  # Katalyst's defaults
+    # one of the two at 0 keeps a reclaim cpu per NUMA node
+    assert reclaim_minimum(small, CpuPolicyConfig(min_reclaim_pool_cpus=0), 0.5) == 1
+    assert reclaim_minimum(QUAD, CpuPolicyConfig(min_reclaim_pool_cpus=1), 0.0) == 4
+    zero = CpuPolicyConfig(min_reclaim_pool_cpus=0)
+    assert reclaim_minimum(small, zero, 0.0) == 0
+    lay = layout(small, zero, [], {}, 0)
+    assert lay.reserved_for_reclaim == 0 and lay.share_domain == small.all_cpus
+    assert layout(small, CpuPolicyConfig(), [], {}, 1).reserved_for_reclaim == 1

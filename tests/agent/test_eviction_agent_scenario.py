@@ -16,6 +16,7 @@ from pykatalyst.agent.eviction import EvictionPlan, EvictionStage
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.sim.kubelet import StandInKubelet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json, reclaiming
 
@@ -34,6 +35,7 @@ class Node:
     def __init__(self) -> None:
         self.clock = VirtualClock(50_000)
         self.cluster = MemoryCluster(clock=self.clock)
+        self.kubelet = StandInKubelet(self.cluster, self.clock)
         self.cluster.create(names.NODE, node_json(NODE))
         topo = CPUTopology.synthetic(
             sockets=2, cores_per_socket=12, threads_per_core=2, memory_per_numa=96 * GIB
@@ -73,7 +75,7 @@ class Node:
                 for v in action.evictions:
                     self.timeline.evictions.append((now, v.pod.name))
         # the kubelet's part: evicted pods stop and their cgroups go
-        if self.cluster.finalize_pod_deletions():
+        if self.kubelet.finish_deletions():
             live = {p["metadata"]["uid"] for p in self.cluster.list(names.POD).items}
             for uid in [u for u in self.host.pods if u not in live]:
                 self.host.remove_pod(uid)

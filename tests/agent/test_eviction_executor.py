@@ -24,6 +24,7 @@ from pykatalyst.api.crds import new_cnr
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON
+from pykatalyst.sim.kubelet import StandInKubelet
 
 GIB = 1 << 30
 NODE = "node-1"
@@ -126,7 +127,7 @@ def test_tutorial_reclaimed_overcommit_evicts_exactly_the_largest_pod() -> None:
     for _ in range(20):
         plan, _ = rig.round()
         assert not plan.evictions
-        rig.cluster.finalize_pod_deletions()
+        StandInKubelet(rig.cluster, rig.clock).finish_deletions()
     pods = rig.cluster.list(names.POD).items
     assert [p["metadata"]["name"] for p in pods] == ["reclaimed-large-pod-1"]
     (gone,) = rig.events(names.EVENT_REASON_EVICT_SUCCEEDED)

@@ -320,3 +320,21 @@ def test_an_explicit_cgroup_root_needs_no_mount_table(tmp_path: Path, version: i
     # and without either, the usual place is probed
     assert LinuxHost(root=tmp_path).cgroup_version == version
     assert node.host().driver == "cgroupfs"
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cumulative_cpu_time_is_read_without_disturbing_the_samples_rates(
+    tmp_path: Path, version: int
+) -> None:
+    node = _node(tmp_path, version)
+    host = node.host()
+    cg = node.container_cgroup(UID_SHARED, "web")
+    node.set_cpu_usage(cg, 100.0)
+    host.sample(1000.0, [cg])
+    node.set_cpu_usage(cg, 101.5)
+    assert host.cpu_usage_s(cg) == pytest.approx(101.5)
+    node.set_cpu_usage(cg, 104.0)
+    assert host.cpu_usage_s(cg) == pytest.approx(104.0)
+    # the sample's rate still runs from the previous sample, not from the reads between
+    assert host.sample(1002.0, [cg]).cgroups[cg].cpu_usage_cores == pytest.approx(2.0)
+    assert host.cpu_usage_s(f"{cg}-gone") is None

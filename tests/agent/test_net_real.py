@@ -1,4 +1,4 @@
-"""Egress QoS on a real kernel: reclaimed traffic yields to shared traffic.
+"""Egress QoS on a real kernel: reclaimed traffic yields to shared traffic (v2 and v1).
 
 Two network namespaces joined by a veth pair; the sending end is shaped as the agent shapes
 a node's device (`net_policy.decide` -> `NetShaper`: HTB + nftables). Two TCP senders
@@ -10,20 +10,25 @@ Needs root, iproute2, nftables, and a kernel with HTB and nft's socket cgroupv2 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pykatalyst.agent.config import NetworkConfig
 from pykatalyst.agent.host import cgroupfs
+from pykatalyst.agent.host.base import KnobWrite
+from pykatalyst.agent.host.linux import LinuxHost
 from pykatalyst.agent.host.netshape import NetShaper
 from pykatalyst.agent.net_policy import NetPod, decide
 from pykatalyst.api import names
@@ -93,8 +98,8 @@ def _unavailable() -> str | None:
 class Rig:
     tx: str
     rx: str
-    unified: Path
-    cgroups: dict[str, str]  # level -> cgroup path relative to the unified root
+    hierarchy: Path  # where the senders' cgroups are: the unified root, or net_cls's (v1)
+    cgroups: dict[str, str]  # level -> cgroup path relative to `hierarchy`
 
     @property
     def _in_rx(self) -> list[str]:
@@ -117,7 +122,7 @@ class Rig:
             assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         procs = []
         for i, level in enumerate(senders):
-            procs_file = self.unified / self.cgroups[level] / "cgroup.procs"
+            procs_file = self.hierarchy / self.cgroups[level] / "cgroup.procs"
             script = f'echo $$ > {procs_file} && exec "$0" "$@"'
             argv = [sys.executable, "-c", SENDER, RX_IP, str(5201 + i), str(SECONDS + 3.0)]
             procs.append(
@@ -171,7 +176,7 @@ def _setup(r: Rig, tag: str) -> Iterator[Rig]:
         r.run("ip", "-n", ns, "link", "set", dev, "up")
         r.run("ip", "-n", ns, "link", "set", "lo", "up")
     for cg in r.cgroups.values():
-        (r.unified / cg).mkdir(parents=True)
+        (r.hierarchy / cg).mkdir(parents=True)
     r.cgroups["device"] = vt
     yield r
 
@@ -184,7 +189,7 @@ def _shape(r: Rig, with_pods: bool) -> NetShaper:
         if with_pods
     ]
     plan = decide(cfg, pods, cgroup_version=2)
-    shaper = NetShaper(netns=r.tx, cgroup2_mount=r.unified)
+    shaper = NetShaper(netns=r.tx, cgroup2_mount=r.hierarchy)
     result = shaper.apply(plan.shape)
     assert result.ok, result.error
     return shaper
@@ -202,16 +207,22 @@ def _class_bytes(r: Rig) -> dict[str, int]:
     return {handle: int(n) for handle, n in found}
 
 
-def test_reclaimed_traffic_yields_to_shared_traffic(rig: Rig) -> None:
+def _measure(r: Rig) -> dict[str, Any]:
+    """The shared sender alone, then both (the reclaimed one first: it has the link when
+    the shared traffic comes), and what each HTB class sent meanwhile (Mbit)."""
+    shared, reclaimed = names.QOS_SHARED_CORES, names.QOS_RECLAIMED_CORES
+    solo = r.rates([shared])[shared]
+    before = _class_bytes(r)
+    both = r.rates([reclaimed, shared])
+    after = _class_bytes(r)
+    sent = {h: (after[h] - before.get(h, 0)) * 8 / 1e6 for h in after}
+    return {"solo": solo, "both": both, "sent": sent}
+
+
+def _check(m: dict[str, Any]) -> None:
     shared, reclaimed = names.QOS_SHARED_CORES, names.QOS_RECLAIMED_CORES
     cap = LINK_MBIT * NetworkConfig().egress_ratio
-    _shape(rig, with_pods=True)
-    solo = rig.rates([shared])[shared]
-    before = _class_bytes(rig)
-    # The reclaimed sender starts first: it has the link when the shared traffic comes.
-    both = rig.rates([reclaimed, shared])
-    after = _class_bytes(rig)
-    sent = {h: (after[h] - before.get(h, 0)) * 8 / 1e6 for h in after}
+    solo, both, sent = m["solo"], m["both"], m["sent"]
     print(f"capacity {cap:.1f} Mbit/s  shared solo {solo:.1f}  both {both}  by class {sent}")
     assert solo > 0.8 * cap
     assert both[shared] >= 0.85 * solo  # the shared sender keeps its rate
@@ -219,8 +230,13 @@ def test_reclaimed_traffic_yields_to_shared_traffic(rig: Rig) -> None:
     # each sender's traffic went through its level's class, as the kernel counted it
     assert sent["1:40"] >= 0.8 * both[reclaimed] * SECONDS
     assert sent["1:30"] >= 0.8 * both[shared] * SECONDS
+
+
+def test_reclaimed_traffic_yields_to_shared_traffic_v2(rig: Rig) -> None:
+    _shape(rig, with_pods=True)
+    _check(_measure(rig))
     # removing the shaping leaves the namespace's ruleset as it was
-    assert NetShaper(netns=rig.tx, cgroup2_mount=rig.unified).apply(None).ok
+    assert NetShaper(netns=rig.tx, cgroup2_mount=rig.hierarchy).apply(None).ok
     listed = subprocess.run(
         ["ip", "netns", "exec", rig.tx, "nft", "list", "tables"],
         capture_output=True,
@@ -228,3 +244,63 @@ def test_reclaimed_traffic_yields_to_shared_traffic(rig: Rig) -> None:
         check=True,
     )
     assert "pykatalyst" not in listed.stdout
+
+
+def _net_cls_mount() -> Path | None:
+    mounts = cgroupfs.parse_mounts(Path("/proc/self/mounts").read_text())
+    found = (m for m in mounts if m.fs_type == "cgroup" and "net_cls" in m.options)
+    return next((Path(m.mount_point) for m in found), None)
+
+
+def v1_child(tx: str, rx: str, device: str) -> None:
+    """The v1 run, in a mount namespace of its own (`unshare -m`): net_cls is mounted
+    there when the machine does not mount it, so nothing outside sees the mount; the class
+    ids are written by LinuxHost, the rules match them."""
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    existing = _net_cls_mount()
+    mount = existing or Path(tempfile.mkdtemp(prefix="pykatalyst-netcls-"))
+    if existing is None:
+        subprocess.run(
+            ["mount", "-t", "cgroup", "-o", "net_cls", "pykatalyst", str(mount)], check=True
+        )
+    base = f"pykatalyst-net-{secrets.token_hex(3)}"
+    levels = (names.QOS_SHARED_CORES, names.QOS_RECLAIMED_CORES)
+    cgroups = {level: f"{base}/pod-{level}" for level in levels}
+    try:
+        for cg in cgroups.values():
+            (mount / cg).mkdir(parents=True)
+        cfg = NetworkConfig(enabled=True, device=device, link_mbit=LINK_MBIT)
+        plan = decide(cfg, [NetPod(lv, lv, (cgroups[lv],)) for lv in levels], cgroup_version=1)
+        writes = [KnobWrite(cg, k, v) for cg, ks in plan.knobs.items() for k, v in ks.items()]
+        written = LinuxHost().apply(writes)
+        assert not written.failed, written.failed
+        shaped = NetShaper(netns=tx).apply(plan.shape)
+        assert shaped.ok, shaped.error
+        result = _measure(Rig(tx, rx, mount, {**cgroups, "device": device}))
+        result["classid"] = (mount / cgroups[levels[1]] / "net_cls.classid").read_text().strip()
+        print(json.dumps(result))
+    finally:
+        for cg in (*cgroups.values(), base):
+            with contextlib.suppress(OSError):
+                (mount / cg).rmdir()
+        if existing is None:
+            subprocess.run(["umount", str(mount)], check=False)
+            mount.rmdir()
+
+
+def test_reclaimed_traffic_yields_to_shared_traffic_v1(rig: Rig) -> None:
+    if "net_cls" not in Path("/proc/cgroups").read_text():
+        pytest.skip("this kernel has no net_cls controller")
+    code = "import sys; from tests.agent.test_net_real import v1_child; v1_child(*sys.argv[1:])"
+    done = subprocess.run(
+        ["unshare", "-m", sys.executable, "-c", code, rig.tx, rig.rx, rig.cgroups["device"]],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["classid"] == str(0x10040)  # Katalyst's knob, as the agent writes it
+    _check(result)

@@ -52,6 +52,9 @@ class WrappedHost:
     def memory_usage(self, cgroup: str) -> int | None:
         return self.inner.memory_usage(cgroup)
 
+    def cpu_usage_s(self, cgroup: str) -> float | None:
+        return self.inner.cpu_usage_s(cgroup)
+
     def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
         return self.inner.same_value(knob, desired, actual)
 

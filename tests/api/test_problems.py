@@ -45,8 +45,8 @@ def test_paths_values_and_messages() -> None:
 
 def test_the_agent_the_scheduler_and_scenarios_say_it_alike() -> None:
     with pytest.raises(ConfigError) as agent:
-        parse_config({"cpu": {"min_reclaim_pool_cpus": 0, "colour": "red"}})
-    assert "cpu.min_reclaim_pool_cpus: Input should be greater than or equal to 1 (got 0)" in str(
+        parse_config({"cpu": {"min_reclaim_pool_cpus": -1, "colour": "red"}})
+    assert "cpu.min_reclaim_pool_cpus: Input should be greater than or equal to 0 (got -1)" in str(
         agent.value
     )
     assert "cpu.colour: unknown field (got 'red')" in str(agent.value)

@@ -17,6 +17,7 @@ from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import AlreadyExists, BadRequest, Conflict, Gone, Invalid, NotFound
+from pykatalyst.sim.kubelet import StandInKubelet
 from tests.cluster.conformance import cnr, config_map, node, pod
 
 
@@ -105,26 +106,6 @@ def test_unknown_kind_message_names_the_resource() -> None:
         MemoryCluster().get(Kind("example.com", "v1", "Gadget", "gadgets", True), "g")
 
 
-def test_finalize_pod_deletions_plays_the_kubelet() -> None:
-    clock = VirtualClock(100.0)
-    mc = MemoryCluster(clock=clock)
-    mc.create(POD, pod("fast", node="n1", grace=5))
-    mc.create(POD, pod("slow", node="n1", grace=60))
-    held = pod("held", node="n1", grace=5)
-    held["metadata"]["finalizers"] = ["example.com/wait"]
-    mc.create(POD, held)
-    for name in ("fast", "slow", "held"):
-        mc.delete(POD, name, "default")
-    clock.advance(10)
-    assert mc.finalize_pod_deletions() == [("default", "fast")]
-    assert {o["metadata"]["name"] for o in mc.list(POD).items} == {"slow", "held"}
-    # The finalizer keeps "held" until it is removed; then it goes at once.
-    mc.patch(POD, "held", {"metadata": {"finalizers": None}}, "default")
-    assert {o["metadata"]["name"] for o in mc.list(POD).items} == {"slow"}
-    clock.advance(60)
-    assert mc.finalize_pod_deletions() == [("default", "slow")]
-
-
 def test_shorter_grace_on_a_second_delete_wins() -> None:
     mc = MemoryCluster(clock=VirtualClock(0))
     mc.create(POD, pod("p1", node="n1", grace=60))
@@ -202,7 +183,7 @@ def test_snapshot_round_trip() -> None:
         back.watch(POD, resource_version="1")
     # The terminating pod still finishes.
     clock.advance(20)
-    assert back.finalize_pod_deletions() == [("default", "p1")]
+    assert StandInKubelet(back, clock).finish_deletions() == [("default", "p1")]
     # New writes continue the version sequence.
     before = int(back.resource_version)
     assert before > int(mc.resource_version)
@@ -292,6 +273,7 @@ def test_watch_and_informer_replay_equals_list(steps: list[tuple[str, str]], win
     w = mc.watch(POD, resource_version=start, label_selector="app=web")
     inf = Informer(mc, POD, label_selector="app=web")
     inf.sync()
+    kubelet = StandInKubelet(mc, mc.clock)
     replay: dict[str, dict[str, object]] = {}
     gone = False
     for i, (op, name) in enumerate(steps):
@@ -307,7 +289,7 @@ def test_watch_and_informer_replay_equals_list(steps: list[tuple[str, str]], win
             elif op == "delete":
                 mc.delete(POD, name, "default", grace_period_seconds=0)
             else:
-                mc.finalize_pod_deletions()
+                kubelet.finish_deletions()
         except (NotFound, Conflict, AlreadyExists):
             pass
         if not gone:

@@ -454,6 +454,8 @@ HAND_KEPT: dict[str, list[Need]] = {
     "webhook": [
         _need(names.SERVICE_PROFILE_DESCRIPTOR, "list"),
         _need(names.SERVICE_PROFILE_DESCRIPTOR, "watch"),
+        _need(names.EVENT, "create"),
+        _need(names.EVENT, "patch"),
     ],
 }
 
@@ -842,6 +844,9 @@ def _run_webhook(cluster: RecordingCluster) -> None:
         "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web"}},
     }
     inner.create(names.SERVICE_PROFILE_DESCRIPTOR, spd, "default")
+    # one it cannot read: a Warning Event on it
+    bad = {"metadata": {"name": "bad", "namespace": "default"}, "spec": {"targetRef": "x"}}
+    inner.create(names.SERVICE_PROFILE_DESCRIPTOR, bad, "default")
     for _ in range(2):
         service.sync(cluster.clock.now())
     owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "u"}

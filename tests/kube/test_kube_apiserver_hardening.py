@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from pykatalyst.api.names import NODE, POD
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MAX_GRACE_SECONDS, MemoryCluster
+from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.cluster.strategy import MAX_GRACE_SECONDS
 from pykatalyst.runtime.apiserver import (
     ApiServer,
     StateSaver,

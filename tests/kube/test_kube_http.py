@@ -22,8 +22,8 @@ from pykatalyst.api.names import (
     RECLAIMED_MILLICPU,
 )
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.http import human_duration, jsonpath_cell
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.cluster.tables import human_duration, jsonpath_cell
 from pykatalyst.runtime.apiserver import ApiServer
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"

@@ -266,3 +266,48 @@ def test_a_tick_stuck_past_the_bound_fails_liveness() -> None:
     assert seen[0] is None
     assert seen[1] is not None and "running for 301s" in seen[1]
     assert host.alive() is None  # the tick ended: alive again
+
+
+def test_a_kick_runs_another_ticker_in_the_same_step_and_restarts_its_grid() -> None:
+    host = ComponentHost("demo")
+    runs: list[tuple[str, float]] = []
+    host.every("slow", 5.0, lambda now: runs.append(("slow", now)))
+
+    def fast(now: float) -> None:
+        runs.append(("fast", now))
+        if now == 1.5:
+            assert host.kick("slow", now)
+
+    host.every("fast", 0.5, fast)
+    for i in range(13):
+        host.step(i * 0.5)
+    slow = [t for name, t in runs if name == "slow"]
+    # 0 on its grid, 1.5 on the kick, then a whole period after the early run
+    assert slow == [0.0, 1.5]
+    host.step(6.0)
+    assert [t for name, t in runs if name == "slow"] == [0.0, 1.5]
+    host.step(6.5)
+    assert [t for name, t in runs if name == "slow"] == [0.0, 1.5, 6.5]
+    assert host.tickers[0].kicked == 1
+    assert host.tickers[0].skipped == 0
+    families = {f.name: f for f in text_string_to_metric_families(_exposition(host))}
+    kicked = families["katalyst_demo_ticks_kicked"].samples
+    assert [(s.labels["ticker"], s.value) for s in kicked if s.name.endswith("_total")] == [
+        ("slow", 1.0)
+    ]
+
+
+def test_kicking_a_ticker_that_is_due_anyway_or_unknown() -> None:
+    host = ComponentHost("demo")
+    host.every("slow", 5.0, lambda now: None)
+    assert not host.kick("slow", 0.0)  # has not run yet: due at once
+    host.step(0.0)
+    assert not host.kick("slow", 7.0)  # past its deadline already
+    with pytest.raises(ValueError, match="no ticker 'nope'"):
+        host.kick("nope", 1.0)
+
+
+def _exposition(host: ComponentHost) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(host.registry).decode()

@@ -6,8 +6,9 @@ import json
 
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import Forbidden, MemoryCluster
+from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.patch import json_patch
+from pykatalyst.cluster.protocol import Forbidden
 from pykatalyst.webhook.pods import validate_pod
 from pykatalyst.webhook.service import WebhookService, install
 from tests.webhook.helpers import pod, pod_request

@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pykatalyst.agent import (
     cpu_policy,
@@ -53,10 +53,12 @@ from pykatalyst.agent.config import (
     CPU_SCHED_WAIT,
     CPU_USAGE_RATIO,
     AgentConfig,
+    ReporterConfig,
     reclaim_setting,
 )
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, Layout
 from pykatalyst.agent.dynamic_config import AgentSettings
+from pykatalyst.agent.executor import KnobEnforcer, KnobWriter
 from pykatalyst.agent.host.base import CpuQuota, Host, Knob, KnobValue, NetShape, PodCgroup
 from pykatalyst.agent.host.kubelet import KubeletView
 from pykatalyst.agent.inputs import EvictionInput, EvictionStage, TickInputs
@@ -68,7 +70,6 @@ from pykatalyst.agent.plan import (
     PlanEvent,
     PodPlan,
     ReclaimedFigure,
-    knob_value_json,
 )
 from pykatalyst.agent.rama import PIDState, rama_requirement, region_targets, spd_targets
 from pykatalyst.agent.reporter import (
@@ -100,21 +101,9 @@ OOM_PRIORITY_IGNORED = (
 
 REDISCOVER_PERIOD_S = 30.0
 UNMANAGED = "(unmanaged)"
-SYSTEM_ALL_CPUS = "(all)"  # a system_cores pod without a cpuset_pool: every cpu but dedicated
 BESTEFFORT = "besteffort"  # the kubelet's QoS class whose cgroup holds reclaimed pods
 
 _log = logging.getLogger("pykatalyst.agent")
-
-
-class KnobEnforcer(Protocol):
-    """What the agent needs of the enforcer (`agent.enforcer.Enforcer`)."""
-
-    def apply(
-        self,
-        desired: Mapping[str, Mapping[Knob, KnobValue]],
-        dry_run: bool = False,
-        usage: Mapping[str, int] | None = None,
-    ) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,22 +163,7 @@ class Agent:
             config_ttl_s=self.base_config.config_ttl_s,
         )
         self.settings = AgentSettings(node_name, self.base_config)
-        self._pods_version = -1
-        self._cache = PodCache()
-        self._specs: dict[str, PodSpec] = {}
-        self._cgroups: dict[str, PodCgroup] = {}
-        self._last_discovery: float | None = None
-        self._unknown_at_discovery: set[str] = set()
-        self._sample_list: list[str] = []
-        self._sample_key: tuple[int, int] | None = None
-        self._matched: dict[str, tuple[PodSpec, PodCgroup | None, ContainerCgroups]] = {}
-        self._order: list[str] = []
-        self._plan_cache: dict[
-            str, tuple[tuple[Any, ...], PodPlan, list[tuple[str, dict[Knob, KnobValue]]]]
-        ] = {}
-        self._order_key: Mapping[str, PodSpec] | None = None
-        self._first_tick = True
-        self._first_seen: dict[str, float] = {}
+        self._init_caches()
         self.placement = cpu_state.CpuState()  # dedicated, NUMA-bound and pool cpus
         self._snb_domains: dict[int, CPUSet] = {}
         self._regulators: dict[str, RegulatorState] = {}
@@ -216,30 +190,35 @@ class Agent:
         )
         self._restore_cpu_state()
         self._events_sent: set[tuple[str, str, str]] = set()
-        self._last_desired: dict[str, Mapping[Knob, KnobValue]] | None = None
+        self._writer = KnobWriter(enforcer, dry_run)
         self._net_shape: NetShape | None = None  # the egress shape last applied
         self._net_error = ""
-        self._last_enforce: float | None = None
+        # The headroom smoothers (cpu, memory): retuned, history kept, when the config changes.
+        self._cpu_smoother = HeadroomSmoother(0, 0, 0, 0, 0, 0)
+        self._mem_smoother = HeadroomSmoother(0, 0, 0, 0, 0, 0)
+        _tune_smoothers(self._cpu_smoother, self._mem_smoother, self.config.reporter)
+
+    def _init_caches(self) -> None:
+        """What the tick remembers to stay cheap: parsed pods, cgroups, per-pod plans."""
+        self._pods_version = -1
+        self._cache = PodCache()
+        self._specs: dict[str, PodSpec] = {}
+        self._cgroups: dict[str, PodCgroup] = {}
+        self._last_discovery: float | None = None
+        self._unknown_at_discovery: set[str] = set()
+        self._sample_list: list[str] = []
+        self._sample_key: tuple[int, int] | None = None
+        self._matched: dict[str, tuple[PodSpec, PodCgroup | None, ContainerCgroups]] = {}
+        self._order: list[str] = []
+        self._plan_cache: dict[
+            str, tuple[tuple[Any, ...], PodPlan, list[tuple[str, dict[Knob, KnobValue]]]]
+        ] = {}
+        self._order_key: Mapping[str, PodSpec] | None = None
+        self._first_tick = True
+        self._first_seen: dict[str, float] = {}
         self._root_key: str | None = None  # reset by each discovery
         self._root: str | None = None
         self._container_ids: set[str] = set()
-        rc = self.config.reporter
-        self._cpu_smoother = HeadroomSmoother(
-            rc.sliding_window_s,
-            rc.headroom_sync_period_s,
-            rc.min_step_cpu,
-            rc.max_step_cpu,
-            rc.reserved_for_report_cpu,
-            rc.min_reclaimed_for_report_cpu,
-        )
-        self._mem_smoother = HeadroomSmoother(
-            rc.sliding_window_s,
-            rc.headroom_sync_period_s,
-            float(rc.min_step_memory),
-            float(rc.max_step_memory),
-            float(rc.reserved_for_report_memory),
-            float(rc.min_reclaimed_for_report_memory),
-        )
 
     @property
     def config_status(self) -> dict[str, Any]:
@@ -254,19 +233,7 @@ class Agent:
         self.config = cfg
         rc = cfg.reporter
         self.reporter.cfg = rc
-        for sm, cpu in ((self._cpu_smoother, True), (self._mem_smoother, False)):
-            sm.window_s = rc.sliding_window_s
-            sm.sample_period_s = rc.headroom_sync_period_s
-            sm.min_step = rc.min_step_cpu if cpu else float(rc.min_step_memory)
-            sm.max_step = rc.max_step_cpu if cpu else float(rc.max_step_memory)
-            sm.reserved_for_report = (
-                rc.reserved_for_report_cpu if cpu else float(rc.reserved_for_report_memory)
-            )
-            sm.min_for_report = (
-                rc.min_reclaimed_for_report_cpu
-                if cpu
-                else float(rc.min_reclaimed_for_report_memory)
-            )
+        _tune_smoothers(self._cpu_smoother, self._mem_smoother, rc)
         self.metrics.insurance_period_s = cfg.metrics.insurance_period_s
 
     def _parse_pods(self, view: NodeView, now: float) -> dict[str, PodSpec]:
@@ -729,14 +696,7 @@ class Agent:
         terms: dict[str, dict[str, Any]] = {}
         scope: dict[str, RegulatorState] = {}
         for pool, members in sorted(shared.items()):
-            requirement = 0.0
-            sources: dict[str, int] = {}
-            for m in members:
-                total, per = self._pod_estimate(m.spec, now, m.ramping)
-                requirement += total
-                for c, est in per.items():
-                    estimates[(m.spec.uid, c)] = est
-                    sources[est[1]] = sources.get(est[1], 0) + 1
+            requirement, _requests, sources = self._estimate_pool(members, now, estimates)
             if pool in pinned:
                 terms[pool] = {"isolated": True, "size": pinned[pool], "pods": len(members)}
                 continue
@@ -936,6 +896,26 @@ class Agent:
             per[c.name] = (est.cores, est.source)
         return sum(v[0] for v in per.values()), per
 
+    def _estimate_pool(
+        self,
+        members: Sequence[_Shared],
+        now: float,
+        estimates: dict[tuple[str, str], tuple[float, str]],
+    ) -> tuple[float, float, dict[str, int]]:
+        """The pool's canonical requirement (Σ container estimates), its Σ requests, and how
+        many estimates came from each source; each container's estimate into `estimates`."""
+        requirement = 0.0
+        req_total = 0.0
+        sources: dict[str, int] = {}
+        for m in members:
+            total, per = self._pod_estimate(m.spec, now, m.ramping)
+            requirement += total
+            for c, est in per.items():
+                estimates[(m.spec.uid, c)] = est
+                sources[est[1]] = sources.get(est[1], 0) + 1
+            req_total += m.spec.request_cores
+        return requirement, req_total, sources
+
     def _record_step(self, pool: str, size: int, terms: Mapping[str, Any], now: float) -> None:
         """Keep, per pool, the provision step that last changed its size: the CNR carries
         it (cpu_pools annotation) for `katalyst explain node`, and is rewritten only then."""
@@ -1080,7 +1060,6 @@ class Agent:
     ) -> tuple[ReclaimedFigure, ReclaimedFigure]:
         cfg = self.config
         rc = cfg.reporter
-        topo = self.topology
         cpu_value, cpu_numa, cpu_terms = cpu_headroom(
             reclaim,
             self.metrics.cpu_usage_ratio(now),
@@ -1089,32 +1068,7 @@ class Agent:
             self._numa_of,
             whole_cores=cfg.advisor.headroom_whole_cores,
         )
-        users: list[MemoryUser] = []
-        for s in valid.values():
-            pc = self._cgroups.get(s.uid)
-            mm = self.metrics.memory(pc.cgroup, now) if pc is not None else None
-            usage = None if mm is None else {"rss": mm.rss, "cache": mm.cache, "shmem": mm.shmem}
-            held = (dedicated or {}).get(s.uid)
-            whole = (
-                memory_policy.exclusive_memory(topo, held.numas)
-                if held is not None and held.exclusive
-                else None
-            )
-            u = memory_policy.memory_user(s.level, s.memory_request, usage, whole)
-            if u is not None:
-                users.append(u)
-        capacity = topo.total_memory
-        last = self.metrics.last_sample
-        if capacity <= 0 and last is not None and last.memory is not None:
-            capacity = last.memory.total
-        numa_free = (
-            {n: m.free for n, m in last.numa_memory.items()}
-            if last is not None and last.numa_memory
-            else None
-        )
-        mem_value, mem_numa, mem_terms = memory_headroom(
-            capacity, users, cfg.advisor, topo.memory_per_numa or None, numa_free
-        )
+        mem_value, mem_numa, mem_terms = self._memory_headroom(valid, now, dedicated or {})
         if not cfg.advisor.enable_reclaim:
             note = "reclaim disabled (advisor.enable_reclaim=false): 0 is published"
             cpu_terms["reclaim"] = mem_terms["reclaim"] = note
@@ -1150,6 +1104,46 @@ class Agent:
             ),
         )
 
+    def _memory_headroom(
+        self, valid: Mapping[str, PodSpec], now: float, dedicated: Mapping[str, DedicatedAssignment]
+    ) -> tuple[float, dict[int, float], dict[str, Any]]:
+        """Reclaimable memory: the machine's (or the sample's) memory less what pods use."""
+        topo = self.topology
+        users = self._memory_users(valid, now, dedicated)
+        capacity = topo.total_memory
+        last = self.metrics.last_sample
+        if capacity <= 0 and last is not None and last.memory is not None:
+            capacity = last.memory.total
+        numa_free = (
+            {n: m.free for n, m in last.numa_memory.items()}
+            if last is not None and last.numa_memory
+            else None
+        )
+        return memory_headroom(
+            capacity, users, self.config.advisor, topo.memory_per_numa or None, numa_free
+        )
+
+    def _memory_users(
+        self, valid: Mapping[str, PodSpec], now: float, dedicated: Mapping[str, DedicatedAssignment]
+    ) -> list[MemoryUser]:
+        """Each pod's memory as the headroom formula counts it (a numa_exclusive pod holds
+        its NUMA nodes' memory whole)."""
+        users: list[MemoryUser] = []
+        for s in valid.values():
+            pc = self._cgroups.get(s.uid)
+            mm = self.metrics.memory(pc.cgroup, now) if pc is not None else None
+            usage = None if mm is None else {"rss": mm.rss, "cache": mm.cache, "shmem": mm.shmem}
+            held = dedicated.get(s.uid)
+            whole = (
+                memory_policy.exclusive_memory(self.topology, held.numas)
+                if held is not None and held.exclusive
+                else None
+            )
+            u = memory_policy.memory_user(s.level, s.memory_request, usage, whole)
+            if u is not None:
+                users.append(u)
+        return users
+
     def _pod_plans(
         self,
         now: float,
@@ -1160,16 +1154,13 @@ class Agent:
         reclaim: CPUSet,
         estimates: Mapping[tuple[str, str], tuple[float, str]],
     ) -> tuple[list[PodPlan], dict[str, dict[Knob, KnobValue]]]:
-        topo = self.topology
         cfg = self.config
-        mems_default = memory_policy.unbound_mems(topo, lay.bound_numas)
-        all_but_dedicated = topo.all_cpus - lay.dedicated_cpus - lay.foreign
+        machine = steps.MachineDefaults.of(self.topology, lay)
         desired: dict[str, dict[Knob, KnobValue]] = {}
         plans: list[PodPlan] = []
         if self._order_key is not specs:
             self._order = sorted(specs, key=lambda u: specs[u].key)
             self._order_key = specs
-        all_mems = CPUSet.of(topo.numa_nodes)
         cache: dict[str, tuple[tuple[Any, ...], PodPlan, list[tuple[str, dict[Knob, KnobValue]]]]]
         cache = {}
         for uid in self._order:
@@ -1190,34 +1181,10 @@ class Agent:
                     )
                 )
                 continue
-            level = s.level
-            ramping = False
-            numas: tuple[int, ...] = ()
-            mems = mems_default
-            if level == names.QOS_DEDICATED_CORES:
-                a = lay.dedicated[uid]
-                pool, cpus, numas = names.POOL_DEDICATED, a.cpuset, a.numas
-                mems = memory_policy.bound_mems(a.numas)
-            elif level == names.QOS_RECLAIMED_CORES:
-                pool, cpus = names.POOL_RECLAIM, reclaim
-            elif level == names.QOS_SYSTEM_CORES:
-                pool = s.pool or SYSTEM_ALL_CPUS
-                cpus = cpu_policy.pools_for_system(pools, s.pool) or all_but_dedicated
-                mems = all_mems
-            elif uid in lay.snb:
-                numa = lay.snb[uid]
-                domain = self._snb_domains.get(numa, lay.pooled)
-                pool = cpu_policy.snb_pool_name(s.pool or names.POOL_SHARE, numa)
-                ramping = self._ramping(s, now)
-                cpus = domain if ramping else pools.get(pool, domain)
-                mems = memory_policy.bound_mems((numa,))
-                numas = (numa,)
-            else:
-                pool = s.pool or names.POOL_SHARE
-                if uid in self._isolated:
-                    pool = regions.isolation_pool_name(uid)
-                ramping = self._ramping(s, now)
-                cpus = lay.pooled if ramping else pools.get(pool, lay.share_domain)
+            ramping = s.level == names.QOS_SHARED_CORES and self._ramping(s, now)
+            pool, cpus, mems, numas = steps.pod_placement(
+                s, lay, pools, reclaim, self._snb_domains, ramping, machine, uid in self._isolated
+            )
             ests = tuple(estimates.get((uid, c.name)) for c in s.containers)
             key = (s, pc, pool, cpus, mems, numas, ramping, ests, cfg.reclaimed_cpu_idle)
             hit = self._plan_cache.get(uid)
@@ -1296,48 +1263,19 @@ class Agent:
         events: list[PlanEvent],
         warnings: list[str],
     ) -> dict[str, Any]:
-        if self.enforcer is None:
-            return {"state": "no enforcer"}
-        changed = desired != self._last_desired
-        due = self._last_enforce is None or now - self._last_enforce >= self.config.resync_s
-        if not (changed or due):
-            return {"state": "unchanged"}
-        try:
-            report = self.enforcer.apply(desired, dry_run=self.dry_run)
-        except (OSError, ValueError) as exc:
-            warnings.append(f"enforcer: {exc}")
-            return {"state": "error", "error": str(exc)}
-        self._last_desired = desired
-        self._last_enforce = now
-        out: dict[str, Any] = {"state": "dry-run" if self.dry_run else "applied"}
-        planned = getattr(report, "planned", ())
-        out["writes"] = len(planned)
-        if self.dry_run:
-            out["would_write"] = [f"{w.cgroup}: {w.knob.value} = {_show(w.value)}" for w in planned]
-            # Nothing was written, so the next tick must plan the same writes again.
-            self._last_desired = None
-        failed = getattr(report, "failed", ())
-        out["failed"] = len(failed)
-        if self.dry_run:
-            out["dry-run_by_knob"] = _by_knob(w.knob for w in planned)
-        else:
-            out["applied_by_knob"] = _by_knob(w.knob for w in getattr(report, "applied", ()))
-            out["failed_by_knob"] = _by_knob(f.write.knob for f in failed)
-        vanished = tuple(getattr(report, "vanished", ()))
-        if vanished:
-            out["vanished"] = list(vanished)
+        outcome = self._writer.apply(now, desired, self.config.resync_s)
+        if outcome.vanished:
             self._last_discovery = None  # those pods' cgroups moved or went: look again
-        by_cgroup = self._pod_by_cgroup(specs)
-        for f in getattr(report, "new_failures", ()):
-            s = by_cgroup.get(f.write.cgroup)
-            msg = f"cannot write {f.write.knob.value} on {f.write.cgroup}: {f.error}"
-            if s is not None:
-                self._event_once(events, s, "KnobWriteFailed", msg)
-            else:
-                warnings.append(msg)
-        for note in getattr(report, "notes", ()):
-            warnings.append(note)
-        return out
+        if outcome.failures:
+            by_cgroup = self._pod_by_cgroup(specs)
+            for cgroup, msg in outcome.failures:
+                s = by_cgroup.get(cgroup)
+                if s is not None:
+                    self._event_once(events, s, "KnobWriteFailed", msg)
+                else:
+                    warnings.append(msg)
+        warnings.extend(outcome.notes)
+        return outcome.terms
 
     def _network(
         self,
@@ -1534,6 +1472,21 @@ class Agent:
         }
 
 
+def _tune_smoothers(cpu: HeadroomSmoother, mem: HeadroomSmoother, rc: ReporterConfig) -> None:
+    """Give the headroom smoothers the reporter's window, steps and report floors."""
+    for sm, is_cpu in ((cpu, True), (mem, False)):
+        sm.window_s = rc.sliding_window_s
+        sm.sample_period_s = rc.headroom_sync_period_s
+        sm.min_step = rc.min_step_cpu if is_cpu else float(rc.min_step_memory)
+        sm.max_step = rc.max_step_cpu if is_cpu else float(rc.max_step_memory)
+        sm.reserved_for_report = (
+            rc.reserved_for_report_cpu if is_cpu else float(rc.reserved_for_report_memory)
+        )
+        sm.min_for_report = (
+            rc.min_reclaimed_for_report_cpu if is_cpu else float(rc.min_reclaimed_for_report_memory)
+        )
+
+
 def _refs(specs: Mapping[str, PodSpec]) -> list[kubelet_cpu.PodRef]:
     return [kubelet_cpu.PodRef(s.uid, s.namespace, s.name) for s in specs.values()]
 
@@ -1554,15 +1507,3 @@ def _rescale(
         milli = apportion(milli_cpu(total), per_numa, zones, grain_milli)
         return {k: v / 1000 for k, v in milli.items()}
     return {k: float(v) for k, v in apportion(int(total), per_numa, zones, 1).items()}
-
-
-def _show(value: KnobValue) -> str:
-    v = knob_value_json(value)
-    return str(v) if not isinstance(v, dict) else ",".join(f"{k}={x}" for k, x in v.items())
-
-
-def _by_knob(knobs: Iterable[Knob]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for k in knobs:
-        out[k.value] = out.get(k.value, 0) + 1
-    return out

@@ -53,7 +53,11 @@ class CpuPolicyConfig(_Section):
     )
     reserve_cpus_reversely: bool = Field(False, description="take the reserve from high cpu ids")
     min_reclaim_pool_cpus: int = Field(
-        4, ge=1, description="the reclaim pool never has fewer than max(this, #NUMA) cpus"
+        4,
+        ge=0,
+        description="the reclaim pool never has fewer than max(this, #NUMA) cpus; 0 (with "
+        "advisor.min_reclaimed_for_allocate_cpu: 0) lets the share pools take every cpu of "
+        "a small node, the reclaim pool then overlapping them",
     )
     ramp_up_period_s: Seconds = Field(
         30.0, description="a new shared pod runs on all pooled cpus this long"
@@ -295,6 +299,26 @@ class MetricsConfig(_Section):
     )
 
 
+class ReactionConfig(_Section):
+    """The fast watch between reconciles: share pods' cpu usage over a short window, and an
+    early reconcile when it says a share pool must grow (docs/agent.md, "Reacting to a load
+    step"). Katalyst has no such watch: its pools follow load once per period."""
+
+    enabled: bool = Field(
+        True, description="watch the share pools between reconciles (off: once per period)"
+    )
+    period_s: Seconds = Field(
+        0.5, gt=0, description="how often the share pods' cpu usage is read; its window"
+    )
+    grow_band: float = Field(
+        0.2,
+        ge=0,
+        description="an early reconcile only when the usage-based requirement exceeds the one "
+        "the pool was last sized for by more than this fraction (hysteresis)",
+    )
+    cooldown_s: Seconds = Field(2.0, description="at least this long between two early reconciles")
+
+
 class MemoryConfig(_Section):
     """The memory plugin's reserve (Katalyst's qrm memory plugin flags)."""
 
@@ -446,6 +470,7 @@ class AgentConfig(_Section):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     kubelet: KubeletConfig = Field(default_factory=KubeletConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    reaction: ReactionConfig = Field(default_factory=ReactionConfig)
     eviction: EvictionConfig = Field(
         default_factory=EvictionConfig,
         description="the eviction manager: thresholds, dry-run plugins (docs/eviction.md)",

@@ -370,7 +370,10 @@ class Layout:
 
 
 def reclaim_minimum(topo: CPUTopology, cfg: CpuPolicyConfig, min_for_allocate: float) -> int:
-    """The reclaim pool never has fewer than max(4, #NUMA) cpus."""
+    """The reclaim pool never has fewer than max(4, #NUMA) cpus; none of its own when both
+    minimums are set to 0 (a node too small for a share pool to grow otherwise)."""
+    if cfg.min_reclaim_pool_cpus == 0 and math.ceil(min_for_allocate) <= 0:
+        return 0
     return max(cfg.min_reclaim_pool_cpus, math.ceil(min_for_allocate), topo.num_numa_nodes)
 
 
@@ -435,7 +438,7 @@ def layout(
         len(leftover & topo.cpus_in_numa(n)) for n in bound if n not in snb_rfr
     )
     rfr = max(reclaim_min - guaranteed, 0)
-    rfr = min(max(rfr, 1), len(domain))
+    rfr = min(max(rfr, 1 if reclaim_min else 0), len(domain))
     share_numas = tuple(sorted({topo.numa_of(c) for c in domain}))
     return Layout(
         reserve,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pykatalyst.agent import cpu_policy, kubelet_cpu, regions
+from pykatalyst.agent import cpu_policy, kubelet_cpu, memory_policy, regions
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest, Layout
 from pykatalyst.agent.cpu_state import CpuState
@@ -22,6 +22,8 @@ from pykatalyst.agent.state import PodSpec
 from pykatalyst.api import names
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
+
+SYSTEM_ALL_CPUS = "(all)"  # a system_cores pod without a cpuset_pool: every cpu but dedicated
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +249,56 @@ def snb_groups(
             region = cpu_policy.snb_pool_name(pool, numa)
             snb.setdefault(numa, {}).setdefault(region, []).append(s)
     return shared, snb
+
+
+@dataclass(frozen=True, slots=True)
+class MachineDefaults:
+    """The cpus and memory nodes a pod gets when nothing narrows them."""
+
+    mems: CPUSet  # the NUMA nodes no NUMA-bound pod holds
+    all_mems: CPUSet
+    all_but_dedicated: CPUSet
+
+    @classmethod
+    def of(cls, topo: CPUTopology, lay: Layout) -> MachineDefaults:
+        return cls(
+            memory_policy.unbound_mems(topo, lay.bound_numas),
+            CPUSet.of(topo.numa_nodes),
+            topo.all_cpus - lay.dedicated_cpus - lay.foreign,
+        )
+
+
+def pod_placement(
+    s: PodSpec,
+    lay: Layout,
+    pools: Mapping[str, CPUSet],
+    reclaim: CPUSet,
+    snb_domains: Mapping[int, CPUSet],
+    ramping: bool,
+    machine: MachineDefaults,
+    isolated: bool = False,
+) -> tuple[str, CPUSet, CPUSet, tuple[int, ...]]:
+    """Where one managed pod runs: its pool, cpus, memory nodes and NUMA nodes. A shared
+    pod ramping up runs on every pooled cpu of its scope until its estimate is trusted; an
+    isolated one in its isolation pool."""
+    level = s.level
+    if level == names.QOS_DEDICATED_CORES:
+        a = lay.dedicated[s.uid]
+        return names.POOL_DEDICATED, a.cpuset, memory_policy.bound_mems(a.numas), a.numas
+    if level == names.QOS_RECLAIMED_CORES:
+        return names.POOL_RECLAIM, reclaim, machine.mems, ()
+    if level == names.QOS_SYSTEM_CORES:
+        cpus = cpu_policy.pools_for_system(pools, s.pool) or machine.all_but_dedicated
+        return s.pool or SYSTEM_ALL_CPUS, cpus, machine.all_mems, ()
+    numa = lay.snb.get(s.uid)
+    if numa is not None:
+        domain = snb_domains.get(numa, lay.pooled)
+        pool = cpu_policy.snb_pool_name(s.pool or names.POOL_SHARE, numa)
+        cpus = domain if ramping else pools.get(pool, domain)
+        return pool, cpus, memory_policy.bound_mems((numa,)), (numa,)
+    pool = regions.isolation_pool_name(s.uid) if isolated else s.pool or names.POOL_SHARE
+    cpus = lay.pooled if ramping else pools.get(pool, lay.share_domain)
+    return pool, cpus, machine.mems, ()
 
 
 def failed_warnings(lay: Layout, valid: Mapping[str, PodSpec]) -> Sequence[str]:

@@ -22,8 +22,11 @@ from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.host.kubelet import KubeletView
 from pykatalyst.agent.inputs import EvictionInput
 from pykatalyst.agent.node_state import NodeState
+from pykatalyst.api import names
 from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.events import EventRecorder
 from pykatalyst.cluster.protocol import Cluster
+from pykatalyst.cluster.skips import SkippedObjects
 
 
 class Periodic:
@@ -68,7 +71,15 @@ def build_agent(
     `kubelet` is where the agent learns the kubelet's cpu pins, `registry` holds the
     eviction counters (a fresh one when None).
     """
-    state = NodeState(node, cluster, admin_qos=cfg.admin_qos_config, config_ttl_s=cfg.config_ttl_s)
+    # the objects-skipped counter in `registry`, beside the eviction counters
+    skips = SkippedObjects("agent", EventRecorder(cluster, names.AGENT_COMPONENT, node), registry)
+    state = NodeState(
+        node,
+        cluster,
+        admin_qos=cfg.admin_qos_config,
+        config_ttl_s=cfg.config_ttl_s,
+        skips=skips,
+    )
     stages: list[Callable[[EvictionInput], Sequence[Any]]] = []
     if eviction is not None:
         stage = EvictionStage(

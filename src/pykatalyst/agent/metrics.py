@@ -87,6 +87,7 @@ class MetricStore:
         self._last_sample: HostSample | None = None
         self._sched_wait: Sequence[float] = ()
         self._sched_wait_time = -math.inf
+        self._staged: dict[str, float] = {}
 
     @property
     def last_sample(self) -> HostSample | None:
@@ -107,8 +108,20 @@ class MetricStore:
             if e is None:
                 e = entries[path] = _Entry()
             self._update(e, t, stats)
+        for path, usage in self._staged.items():
+            # A fresher figure than the sample's rate, which averages since the last one.
+            e = entries.get(path)
+            if e is None:
+                e = entries[path] = _Entry()
+            e.usage, e.usage_time, e.seen = usage, t, max(e.seen, t)
+        self._staged = {}
         if len(entries) > 2 * max(len(sample.cgroups), 16):
             self._forget(t)
+
+    def stage_usage(self, usage: Mapping[str, float]) -> None:
+        """Cpu usage (cores per cgroup) over a window shorter than the sampling interval:
+        the next `ingest` takes it in place of the sample's rate, for that sample only."""
+        self._staged.update(usage)
 
     @staticmethod
     def _update(e: _Entry, t: float, s: CgroupStats) -> None:

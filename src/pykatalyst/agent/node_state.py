@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 
 from pykatalyst.api import config_fields, names
-from pykatalyst.api.crds import CustomNodeConfig
+from pykatalyst.api.crds import AdminQoSConfiguration, CustomNodeConfig
+from pykatalyst.cluster.events import EventRecorder
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
+from pykatalyst.cluster.skips import Skip, SkippedObjects, skip_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,7 @@ class ConfigRead:
     raw: JSON | None = None
     error: str | None = None
     warnings: tuple[str, ...] = ()
+    skipped: tuple[Skip, ...] = ()  # the objects this read could not use
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +64,13 @@ class NodeState:
         *,
         admin_qos: str | None = None,
         config_ttl_s: float = 15.0,
+        skips: SkippedObjects | None = None,
     ) -> None:
         self.node = node
+        # the agent's objects-skipped counter (the factory registers it where /metrics is)
+        self.skips = skips or SkippedObjects(
+            "agent", EventRecorder(cluster, names.AGENT_COMPONENT, node)
+        )
         self.cluster = cluster
         self.admin_qos = admin_qos
         self.config_ttl_s = config_ttl_s
@@ -93,6 +102,7 @@ class NodeState:
         if last is not None and now - last.read_at < self.config_ttl_s:
             return last
         self._config = read_config(self.cluster, self.node, self.admin_qos, now)
+        self.skips.report(self._config.skipped, now)
         return self._config
 
     def _on_pod(self, event: str, old: JSON | None, new: JSON | None) -> None:
@@ -108,33 +118,58 @@ class NodeState:
 
 
 def read_config(cluster: Cluster, node: str, admin_qos: str | None, now: float) -> ConfigRead:
-    """Resolve and read the node's AdminQoSConfiguration (I/O: two gets at most)."""
+    """Resolve and read the node's AdminQoSConfiguration (I/O: two gets at most). The
+    objects it cannot use are in `skipped`: an unreadable CustomNodeConfig (told in an
+    Event here), an AdminQoSConfiguration its model refuses (told by the agent's settings,
+    which judge it)."""
     warnings: list[str] = []
-    ref = admin_qos if admin_qos is not None else admin_qos_from_cnc(cluster, node, warnings)
+    skipped: list[Skip] = []
+    ref = admin_qos
     if ref is None:
-        return ConfigRead(now, warnings=tuple(warnings))
+        ref = admin_qos_from_cnc(cluster, node, warnings, skipped)
+    if ref is None:
+        return ConfigRead(now, warnings=tuple(warnings), skipped=tuple(skipped))
     ns, _, name = ref.partition("/")
     try:
         raw = cluster.get(names.ADMIN_QOS_CONFIGURATION, name, ns)
     except ApiError as exc:
         return ConfigRead(now, ref, error=str(exc), warnings=tuple(warnings))
-    return ConfigRead(now, ref, raw, warnings=tuple(warnings))
-
-
-def admin_qos_from_cnc(cluster: Cluster, node: str, warnings: list[str]) -> str | None:
-    """The AdminQoSConfiguration the node's CustomNodeConfig targets, if any. An unreadable
-    CustomNodeConfig is said in `warnings` and targets nothing."""
     try:
-        raw = cluster.get(names.CUSTOM_NODE_CONFIG, node)
+        AdminQoSConfiguration.from_json(raw)
+    except ValidationError as exc:
+        message = f"dynamic config {ref} is invalid: {_problems(exc)}"
+        kind = names.ADMIN_QOS_CONFIGURATION
+        skipped.append(Skip.of(kind, raw, skip_reason(raw), message, tell=False))
+    return ConfigRead(now, ref, raw, warnings=tuple(warnings), skipped=tuple(skipped))
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(str(p) for p in config_fields.problems_of(exc))
+
+
+def admin_qos_from_cnc(
+    cluster: Cluster, node: str, warnings: list[str], skipped: list[Skip] | None = None
+) -> str | None:
+    """The AdminQoSConfiguration the node's CustomNodeConfig targets, if any. An unreadable
+    CustomNodeConfig is said in `warnings` (and `skipped`) and targets nothing."""
+    try:
+        raw: Any = cluster.get(names.CUSTOM_NODE_CONFIG, node)
     except ApiError:
         return None
     try:
         cnc = CustomNodeConfig.from_json(raw)
     except ValidationError as exc:
-        problems = "; ".join(str(p) for p in config_fields.problems_of(exc))
+        problems = _problems(exc)
         warnings.append(
             f"CustomNodeConfig {node} is unreadable: {problems} (no dynamic config from it)"
         )
+        if skipped is not None:
+            message = (
+                f"CustomNodeConfig {node} is unreadable: {problems} (the agent on {node} "
+                "takes no dynamic config from it)"
+            )
+            kind = names.CUSTOM_NODE_CONFIG
+            skipped.append(Skip.of(kind, raw, skip_reason(raw), message))
         return None
     for target in cnc.status.katalyst_custom_config_list:
         if target.config_type.resource == names.ADMIN_QOS_CONFIGURATION.plural:

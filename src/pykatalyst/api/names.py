@@ -129,6 +129,11 @@ EVENT_REASON_EVICT_FAILED: Final = "EvictFailed"
 EVENT_REASON_INVALID_OVERCOMMIT_CONFIG: Final = "InvalidOvercommitConfig"
 # The agent put a dynamic config (an AdminQoSConfiguration) in force.
 EVENT_REASON_CONFIG_APPLIED: Final = "ConfigApplied"
+# A component skipped a stored config object it cannot read (the message says why).
+EVENT_REASON_INVALID_CONFIG: Final = "InvalidConfig"
+# The `reason` label of the components' objects-skipped counters.
+SKIP_REASON_UNREADABLE: Final = "unreadable"  # the object breaks its kind's schema
+SKIP_REASON_INVALID: Final = "invalid"  # it reads, but a value is refused
 
 CNR_CONDITION_AGENT_READY: Final = "AgentReady"
 CNR_CONDITION_AGENT_NOT_FOUND: Final = "AgentNotFound"
@@ -387,6 +392,7 @@ DEFAULT_SCHEDULER_NAME: Final = "katalyst-scheduler"
 AGENT_COMPONENT: Final = "katalyst-agent"
 SCHEDULER_COMPONENT: Final = "katalyst-scheduler"
 CONTROLLER_COMPONENT: Final = "katalyst-controller"
+WEBHOOK_COMPONENT: Final = "katalyst-webhook"
 # The namespace of the system's own objects (Deployments, Leases, ConfigMaps).
 SYSTEM_NAMESPACE: Final = "katalyst-system"
 # The Lease replicas of the controller elect their leader with (in SYSTEM_NAMESPACE).

@@ -22,6 +22,7 @@ from pykatalyst.api.qos import (
 from pykatalyst.api.quantity import Quantity
 
 ResourceList = dict[str, Quantity]
+TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 def _map(value: Any) -> dict[str, Any]:
@@ -255,7 +256,7 @@ class Pod(KubeObject):
 
     @property
     def is_terminated(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
+        return self.phase in TERMINAL_PHASES
 
     def containers(self) -> list[Container]:
         return [Container(c) for c in _list(self.spec.get("containers")) if isinstance(c, dict)]
@@ -323,15 +324,16 @@ class Pod(KubeObject):
         return q.value() if q is not None else 0
 
     def reclaimed_milli_cpu(self) -> int:
-        """Reclaimed cpu asked for, in milli-cores (the resource's value is milli-cores)."""
-        reqs = self.requests()
-        q = reqs.get(names.RECLAIMED_MILLICPU) or reqs.get(names.LEGACY_RECLAIMED_MILLICPU)
-        return q.value() if q is not None else 0
+        """Reclaimed cpu asked for, in milli-cores (the resource's value is milli-cores);
+        the legacy name's amount adds to the current name's, as the scheduler counts it."""
+        return self._summed(names.RECLAIMED_MILLICPU, names.LEGACY_RECLAIMED_MILLICPU)
 
     def reclaimed_memory(self) -> int:
+        return self._summed(names.RECLAIMED_MEMORY, names.LEGACY_RECLAIMED_MEMORY)
+
+    def _summed(self, *resources: str) -> int:
         reqs = self.requests()
-        q = reqs.get(names.RECLAIMED_MEMORY) or reqs.get(names.LEGACY_RECLAIMED_MEMORY)
-        return q.value() if q is not None else 0
+        return sum(q.value() for r in resources if (q := reqs.get(r)) is not None)
 
     def node_name_patch(self, node_name: str) -> dict[str, Any]:
         return {"spec": {"nodeName": node_name}}

@@ -41,6 +41,8 @@ from pykatalyst.cluster.protocol import (
     PatchType,
     TooManyRequests,
     WatchEvent,
+    binding_body,
+    eviction_body,
 )
 
 PATCH_CONTENT_TYPES: dict[str, str] = {
@@ -481,25 +483,14 @@ class KubeCluster:
         return data
 
     def bind(self, namespace: str, name: str, node_name: str) -> None:
-        body: JSON = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
-        }
+        body = binding_body(name, namespace, node_name)
         path = self.path(_POD, namespace, name, "binding")
         # The answer is a Status (or nothing) on success; it is read and dropped, never
         # decoded into a typed Binding.
         self._send("POST", path, body=body).read()
 
     def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
-        body: JSON = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
-        }
-        if grace_period_seconds is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
+        body = eviction_body(name, namespace, grace_period_seconds)
         path = (
             f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/eviction"
         )

@@ -192,3 +192,25 @@ class Cluster(Protocol):
     def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
         """`pods/eviction` (policy/v1 Eviction)."""
         ...
+
+
+def binding_body(name: str, namespace: str, node_name: str) -> JSON:
+    """The `pods/binding` request that binds a pod to a node."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+    }
+
+
+def eviction_body(name: str, namespace: str, grace_period_seconds: int | None) -> JSON:
+    """The `pods/eviction` request, with its grace period when one is given."""
+    eviction: JSON = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    if grace_period_seconds is not None:
+        eviction["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
+    return eviction

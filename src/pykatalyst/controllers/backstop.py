@@ -24,9 +24,19 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
 from pykatalyst.api import names
+from pykatalyst.api.digest import (
+    CRITICAL_PRIORITY as CRITICAL_PRIORITY,
+)
+from pykatalyst.api.digest import (
+    CRITICAL_PRIORITY_CLASSES as CRITICAL_PRIORITY_CLASSES,
+)
+from pykatalyst.api.digest import (
+    MIRROR_POD_ANNOTATION as MIRROR_POD_ANNOTATION,
+)
+from pykatalyst.api.digest import PROBLEM_INVALID_QOS, PodDigest, PodDigests, digest_pod
 from pykatalyst.api.limits import PodShapeError
-from pykatalyst.api.objects import CustomNodeResource, Pod, Taint
-from pykatalyst.api.qos import QoSError, parse_pod_qos, qos_level
+from pykatalyst.api.objects import CustomNodeResource, Taint
+from pykatalyst.api.qos import QoSError, qos_level
 from pykatalyst.api.records import DecisionLog, DecisionRecord
 from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.api.units import Seconds
@@ -35,9 +45,6 @@ from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
 
 # Kubernetes' markers of pods nobody may evict (the same rule the agent applies).
-CRITICAL_PRIORITY = 2_000_000_000
-CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
-MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
 BACKSTOP_TAINT = Taint(
     key=names.UNSCHEDULABLE_TAINT_KEY, effect="NoSchedule", qos_level=names.QOS_RECLAIMED_CORES
@@ -66,16 +73,39 @@ class BackstopConfig(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class ReclaimedPod:
-    uid: str
-    namespace: str
-    name: str
-    node: str
-    terminating: bool
-    protected: str  # why it may not be evicted; "" when it may
+    """A reclaimed_cores pod as the backstop sees it: its digest."""
+
+    digest: PodDigest
+
+    @property
+    def uid(self) -> str:
+        return self.digest.uid
+
+    @property
+    def namespace(self) -> str:
+        return self.digest.namespace
+
+    @property
+    def name(self) -> str:
+        return self.digest.name
+
+    @property
+    def node(self) -> str:
+        return self.digest.node_name
+
+    @property
+    def terminating(self) -> bool:
+        """Deleting or finished: nothing to evict."""
+        return self.digest.finishing
+
+    @property
+    def protected(self) -> str:
+        """Why it may not be evicted; "" when it may."""
+        return self.digest.protection
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return self.digest.key
 
 
 def reclaimed_pod(obj: JSON) -> ReclaimedPod | None:
@@ -83,39 +113,27 @@ def reclaimed_pod(obj: JSON) -> ReclaimedPod | None:
     return read_reclaimed_pod(obj)[0]
 
 
-def read_reclaimed_pod(obj: JSON) -> tuple[ReclaimedPod | None, str]:
+def read_reclaimed_pod(
+    obj: JSON, digests: PodDigests | None = None
+) -> tuple[ReclaimedPod | None, str]:
     """`reclaimed_pod`, plus why a pod was passed over: "" when it is simply not
     reclaimed, "unreadable" when it breaks the Pod schema, "invalid-qos" when its QoS
-    declaration is refused. Never raises."""
+    declaration is refused. Never raises. `digests` keeps the digests between calls."""
     if not isinstance(obj, Mapping):
         return None, "unreadable"
     try:
         if qos_level(obj) != names.QOS_RECLAIMED_CORES:  # cheap: most pods stop here
             return None, ""
-        parse_pod_qos(obj)
     except PodShapeError:
         return None, "unreadable"
     except QoSError:
         return None, "invalid-qos"
-    pod = Pod(obj)
-    protected = ""
-    if pod.priority >= CRITICAL_PRIORITY or pod.priority_class_name in CRITICAL_PRIORITY_CLASSES:
-        protected = "critical pod"
-    elif MIRROR_POD_ANNOTATION in pod.annotations or any(
-        o.get("kind") == names.NODE.kind for o in pod.owner_references
-    ):
-        protected = "static pod"
-    return (
-        ReclaimedPod(
-            pod.uid,
-            pod.namespace,
-            pod.name,
-            pod.node_name,
-            pod.deletion_timestamp is not None or pod.is_terminated,
-            protected,
-        ),
-        "",
-    )
+    d = digests.get(obj) if digests is not None else digest_pod(obj)
+    if not d.readable:
+        return None, "unreadable"
+    if d.problem_reason == PROBLEM_INVALID_QOS or d.qos is None:
+        return None, "invalid-qos"
+    return ReclaimedPod(d), ""
 
 
 BACKSTOP_PLUGIN = "backstop"
@@ -419,6 +437,7 @@ class BackstopController:
         self.log = DecisionLog(self.config.records_limit, records_path)
         self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self._pods = Informer(cluster, names.POD)
+        self._digests = PodDigests()
         self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
         self._taint_bucket = _Bucket(self.config.taint_qps, self.config.burst)
         self._evict_bucket = _Bucket(self.config.evict_qps, self.config.burst)
@@ -428,7 +447,7 @@ class BackstopController:
         self._pods.sync()
         by_node: dict[str, list[ReclaimedPod]] = {}
         for obj in self._pods.list():
-            pod, skipped = read_reclaimed_pod(obj)
+            pod, skipped = read_reclaimed_pod(obj, self._digests)
             if skipped:
                 self.skipped_pods_total.labels(skipped).inc()
             if pod is not None and pod.node:

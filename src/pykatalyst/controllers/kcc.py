@@ -33,9 +33,11 @@ from pykatalyst.api import names
 from pykatalyst.api.duration import DurationError, parse_duration
 from pykatalyst.api.names import Kind
 from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
+from pykatalyst.cluster.events import EventRecorder
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, BadRequest, Cluster, NotFound
 from pykatalyst.cluster.selectors import LabelSelector, parse_label_selector
+from pykatalyst.cluster.skips import Skip, SkippedObjects, skip_reason
 
 HASH_LENGTH = 12
 _GENERIC_STATUS_KEYS = frozenset(
@@ -406,6 +408,7 @@ class KCCPlan:
     cnc_updates: Mapping[str, tuple[Mapping[str, Any], ...]]  # cnc -> its new list
     statuses: tuple[StatusUpdate, ...]
     notes: tuple[str, ...] = ()
+    skipped: tuple[Skip, ...] = ()  # stored objects the reads could not use
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -414,6 +417,7 @@ class KCCPlan:
             "cncUpdates": {k: [dict(e) for e in v] for k, v in self.cnc_updates.items()},
             "statuses": [s.to_json() for s in self.statuses],
             "notes": list(self.notes),
+            "skipped": [s.to_json() for s in self.skipped],
         }
 
     def summary(self) -> str:
@@ -643,6 +647,48 @@ class ApplyResult:
         return {"done": list(self.done), "failed": list(self.failed)}
 
 
+def cnc_problem(obj: JSON) -> str:
+    """Why a CNC's status cannot be read as a list of config targets, or "" (its
+    entries are then dropped and the list rewritten by the next assignment)."""
+    shape = _shape_error(obj)
+    if shape:
+        return shape
+    entries = _mapping(obj.get("status")).get("katalystCustomConfigList")
+    if entries is not None and (
+        not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries)
+    ):
+        return "status.katalystCustomConfigList: accepted: a list of config targets"
+    return ""
+
+
+def skips_of(
+    kcc_objs: Sequence[JSON],
+    kccs: Sequence[KCCFacts],
+    targets: Mapping[Key, Sequence[tuple[JSON, TargetFacts]]],
+    cnc_objs: Sequence[JSON],
+) -> tuple[Skip, ...]:
+    """The KCCs, target configs and CNCs the reads refused, with their errors."""
+    out = [
+        Skip.of(names.KATALYST_CUSTOM_CONFIG, obj, skip_reason(obj), k.error)
+        for obj, k in zip(kcc_objs, kccs, strict=True)
+        if k.error
+    ]
+    for k in kccs:
+        kind = k.kind
+        if kind is None:
+            continue
+        out += (
+            Skip.of(kind, obj, skip_reason(obj), t.error)
+            for obj, t in targets.get(k.key, ())
+            if t.error
+        )
+    for obj in cnc_objs:
+        problem = cnc_problem(obj)
+        if problem:
+            out.append(Skip.of(names.CUSTOM_NODE_CONFIG, obj, skip_reason(obj), problem))
+    return tuple(out)
+
+
 def cnc_facts(obj: JSON) -> CNCFacts:
     """A CNC as the decision sees it: an unreadable status holds no entries, and is
     rewritten whole by the next assignment."""
@@ -661,8 +707,18 @@ class KCCController:
 
     name = names.CONTROLLER_KCC
 
-    def __init__(self, cluster: Cluster, *, node_selector: str | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        node_selector: str | None = None,
+        skips: SkippedObjects | None = None,
+    ) -> None:
         self.cluster = cluster
+        # The process's counter is shared by its controllers (ControllerRunner hands it in).
+        self.skips = skips or SkippedObjects(
+            "controller", EventRecorder(cluster, names.CONTROLLER_COMPONENT)
+        )
         self._kccs = Informer(cluster, names.KATALYST_CUSTOM_CONFIG)
         # CNC labels mirror the Node's, so the node selector selects their CNCs.
         self._cncs = Informer(cluster, names.CUSTOM_NODE_CONFIG, label_selector=node_selector)
@@ -677,15 +733,19 @@ class KCCController:
     def reconcile(self, now: float) -> KCCPlan:
         self._kccs.sync()
         self._cncs.sync()
-        kccs = [read_kcc(o) for o in self._kccs.list()]
-        targets: dict[Key, list[TargetFacts]] = {}
+        kcc_objs = self._kccs.list()
+        kccs = [read_kcc(o) for o in kcc_objs]
+        read: dict[Key, list[tuple[JSON, TargetFacts]]] = {}
         for k in kccs:
             if k.error or k.kind is None:
                 continue
             informer = self._informer(k.kind)
             informer.sync()
-            targets[k.key] = [read_target(o, k, now) for o in informer.list()]
-        return decide(kccs, targets, [cnc_facts(o) for o in self._cncs.list()], now)
+            read[k.key] = [(o, read_target(o, k, now)) for o in informer.list()]
+        targets = {key: [t for _, t in pairs] for key, pairs in read.items()}
+        cnc_objs = self._cncs.list()
+        plan = decide(kccs, targets, [cnc_facts(o) for o in cnc_objs], now)
+        return replace(plan, skipped=skips_of(kcc_objs, kccs, read, cnc_objs))
 
     def apply(self, plan: KCCPlan) -> ApplyResult:
         done: list[str] = []
@@ -695,6 +755,7 @@ class KCCController:
             self._patch(names.CUSTOM_NODE_CONFIG, cnc, None, body, done, failed)
         for st in plan.statuses:
             self._patch(st.kind, st.name, st.namespace, {"status": dict(st.status)}, done, failed)
+        failed += (f"event {p}" for p in self.skips.report(plan.skipped, plan.time))
         return ApplyResult(tuple(done), tuple(failed))
 
     def _patch(

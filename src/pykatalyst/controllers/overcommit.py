@@ -38,6 +38,7 @@ from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
+from pykatalyst.cluster.skips import Skip, SkippedObjects
 
 DEFAULT_RATIO = "1"
 _RATIO_KEYS = {
@@ -325,13 +326,21 @@ class OvercommitController:
 
     name = names.CONTROLLER_OVERCOMMIT
 
-    def __init__(self, cluster: Cluster, *, node_selector: str | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        node_selector: str | None = None,
+        skips: SkippedObjects | None = None,
+    ) -> None:
         self.cluster = cluster
         self._nodes = Informer(cluster, names.NODE, label_selector=node_selector)
         self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
         self._configs = Informer(cluster, names.NODE_OVERCOMMIT_CONFIG)
         self._reported: set[tuple[str, str, int]] = set()
         self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
+        # The process's counter is shared by its controllers (ControllerRunner hands it in).
+        self.skips = skips or SkippedObjects("controller", self.events)
 
     def reconcile(self, now: float) -> OvercommitPlan:
         for informer in (self._nodes, self._cnrs, self._configs):
@@ -341,6 +350,18 @@ class OvercommitController:
             name = str((obj.get("metadata") or {}).get("name", ""))
             nodes.append(node_facts(obj, self._cnrs.get(name)))
         configs = [read_config(o) for o in self._configs.list()]
+        # every refused config is counted on every reconcile; its Event is written once
+        # per generation (the plan's `refused`)
+        kind = names.NODE_OVERCOMMIT_CONFIG
+        self.skips.report(
+            (
+                Skip(kind, c.name, "", c.uid, "", names.SKIP_REASON_INVALID, c.error)
+                for c in configs
+                if c.error
+            ),
+            now,
+            event=False,
+        )
         return decide(nodes, configs, now, frozenset(self._reported))
 
     def apply(self, plan: OvercommitPlan) -> ApplyResult:

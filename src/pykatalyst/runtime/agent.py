@@ -1,5 +1,6 @@
-"""The node agent's runner: `Agent.reconcile` as the one ticker of a ComponentHost, and
-`/healthz`, `/readyz`, `/metrics` on Katalyst's agent port."""
+"""The node agent's runner: `Agent.reconcile` as a ticker of a ComponentHost, the share
+pools' fast watch (`agent/reaction.py`) as another that kicks an early reconcile when a pool
+must grow, and `/healthz`, `/readyz`, `/metrics` on Katalyst's agent port."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.host.kubelet import PodResourcesClient
 from pykatalyst.agent.metrics import AgentExporter
 from pykatalyst.agent.plan import AgentPlan
+from pykatalyst.agent.reaction import ShareWatch, WatchDecision
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.protocol import Cluster
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
@@ -23,6 +25,7 @@ AGENT_PORT = 9316
 """katalyst-agent's metrics and health port."""
 
 RECONCILE = "reconcile"
+WATCH = "share-watch"
 
 
 def build_agent(
@@ -75,14 +78,27 @@ def agent_host(
         stall_after_s=max(300.0, 10 * period_s),
     )
     exporter = AgentExporter(host.registry)
+    watch = ShareWatch(runner.host, runner.metrics, runner.base_config.reaction)
 
     def tick(now: float) -> AgentPlan:
         plan = runner.reconcile(now)
         exporter.observe(plan, runner.config.advisor.enable_reclaim)
+        adv = runner.config.advisor
+        # The watch hurries canonical's usage-based sizing only: with reclaim off pools
+        # follow requests, and rama's controllers keep their own pace.
+        watch.observe(plan, active=adv.enable_reclaim and adv.provision_policy == "canonical")
         show(plan)
         return plan
 
+    def fast(now: float) -> WatchDecision:
+        decision = watch.tick(now, runner.config.advisor.usage_coefficient)
+        if decision.trigger:
+            host.kick(RECONCILE, now)
+        return decision
+
     host.every(RECONCILE, period_s, tick)
+    if watch.cfg.enabled:
+        host.every(WATCH, watch.cfg.period_s, fast)
     if endpoint is not None:
         host.serve(endpoint)
     return host

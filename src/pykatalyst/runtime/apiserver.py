@@ -1,6 +1,7 @@
 """The embedded API server's runner: a `MemoryCluster` served over the Kubernetes REST API
 (`cluster.http.ApiServerApp`) by a ComponentHost, with the jobs a real control plane would
-do around it as tickers: watch bookmarks, finishing graceful pod deletions, and (with a
+do around it as tickers: watch bookmarks, finishing graceful pod deletions (the
+simulator's stand-in kubelet), and (with a
 state file) saving the cluster every second it changed, fsync'd, so a `kill -9` loses at
 most the last second."""
 
@@ -18,6 +19,7 @@ from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.http import DEFAULT_MAX_BODY_BYTES, ApiServerApp, url_host
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.host import ComponentHost, Endpoint
+from pykatalyst.sim.kubelet import StandInKubelet
 
 API = "apiserver"
 FINALIZE_PERIOD_S = 1.0
@@ -144,10 +146,9 @@ class ApiServer:
         if self.finalize_pods:
             # Without kubelets, nothing would ever remove a bound pod whose grace period ran
             # out; this plays that part so `kubectl delete pod` finishes.
+            kubelet = StandInKubelet(self.cluster, self.cluster.clock)
             component.every(
-                "finalize-pods",
-                FINALIZE_PERIOD_S,
-                lambda now: self.cluster.finalize_pod_deletions(),
+                "finalize-pods", FINALIZE_PERIOD_S, lambda now: kubelet.finish_deletions()
             )
         return component
 

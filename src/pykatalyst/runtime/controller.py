@@ -19,7 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.events import EventRecorder
 from pykatalyst.cluster.protocol import Cluster
+from pykatalyst.cluster.skips import SkippedObjects
 from pykatalyst.controllers.backstop import (
     BackstopConfig,
     BackstopController,
@@ -205,12 +207,18 @@ class ControllerRunner:
         for name in self.controllers:
             for result in ("ok", "failed", "error"):
                 self._reconciles.labels(name, result)
+        # one objects-skipped counter for the process, one Event writer for its skips
+        self.skips = SkippedObjects(
+            "controller", EventRecorder(cluster, names.CONTROLLER_COMPONENT), self.registry
+        )
 
     def _build(self, name: str) -> Reconciler:
         if name == names.CONTROLLER_OVERCOMMIT:
-            return OvercommitController(self.cluster, node_selector=self.node_selector)
+            return OvercommitController(
+                self.cluster, node_selector=self.node_selector, skips=self.skips
+            )
         if name == names.CONTROLLER_KCC:
-            return KCCController(self.cluster, node_selector=self.node_selector)
+            return KCCController(self.cluster, node_selector=self.node_selector, skips=self.skips)
         return LifecycleController(
             self.cluster, node_selector=self.node_selector, orphan_grace_s=self.orphan_grace_s
         )

@@ -3,7 +3,8 @@
 A ticker's next deadline is its previous deadline plus the period, never "now plus the
 period after the work": work that takes a while does not push every later tick back. A tick
 that overran by more than a period does not cause a burst of catch-up runs either; the
-deadlines it missed are skipped and counted.
+deadlines it missed are skipped and counted. A kick runs a ticker early, and its grid
+restarts from that run.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Ticker:
     deadline: float | None = None
     runs: int = 0
     skipped: int = 0
+    kicked: int = 0
     last_ok: bool | None = None
     last_error: str | None = field(default=None, repr=False)
 
@@ -58,6 +60,15 @@ class Ticker:
 
     def due(self, now: float) -> bool:
         return self.deadline is None or now >= self.deadline
+
+    def kick(self, now: float) -> bool:
+        """Make the ticker due at `now` (an early run); its grid then restarts from that
+        run. False when it was due already."""
+        if self.deadline is None or self.deadline <= now:
+            return False
+        self.deadline = now
+        self.kicked += 1
+        return True
 
     def advance(self, scheduled: float, now: float) -> int:
         """Move past the deadline that just ran (`scheduled`), given the time `now` the run

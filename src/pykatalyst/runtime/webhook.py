@@ -27,6 +27,7 @@ def webhook_host(
     host.every(SYNC, sync_interval_s, service.sync)
     host.every(TLS_RELOAD, tls_check_s, tls.reload_if_changed)
     host.ready_when("spd-cache", service.not_ready)
+    host.registry.register(service.skips.total)
     app = make_app(service, host.registry, require_client_cert=tls.client_ca is not None)
     host.serve(Endpoint("webhook", listen[0], listen[1], app, ssl_context=tls.context))
     return host

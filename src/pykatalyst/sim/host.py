@@ -160,6 +160,9 @@ class SimHost:
     def memory_usage(self, cgroup: str) -> int | None:
         return None  # the sample's per-cgroup stats carry usage
 
+    def cpu_usage_s(self, cgroup: str) -> float | None:
+        return None  # the simulator's agents run no fast watch: their pools follow the period
+
     def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
         return cgroupfs.values_equal(knob, desired, actual, self.cgroup_version, self.page_size)
 

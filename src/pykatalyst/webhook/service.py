@@ -3,6 +3,8 @@ behind `katalyst webhook`'s HTTPS server and inside a MemoryCluster's admission 
 
 The SPD-reference mutator reads ServiceProfileDescriptors from an informer's cache (indexed
 by `spec.targetRef`), refreshed by the host's ticker: the admission path makes no API call.
+An SPD whose `spec.targetRef` names no workload is skipped: counted on every sync in
+`katalyst_webhook_objects_skipped_total` and told once per version in a Warning Event on it.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pykatalyst.api import names
+from pykatalyst.api import config_fields, names
 from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
+from pykatalyst.cluster.events import EventRecorder
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
+from pykatalyst.cluster.skips import Skip, SkippedObjects, skip_reason
 from pykatalyst.webhook.nodes import admit_node
 from pykatalyst.webhook.pods import PodMutator, Recommender, SPDReferenceMutator, validate_pod
 
@@ -39,6 +43,19 @@ def index_by_target(spd: JSON) -> Iterable[str]:
     return ()
 
 
+def spd_problem(spd: JSON) -> str:
+    """Why the webhook cannot use a stored SPD, or "": the problems `katalyst validate`
+    names, else what its targetRef lacks."""
+    if index_by_target(spd):
+        return ""
+    kind = names.SERVICE_PROFILE_DESCRIPTOR
+    body = {**spd, "apiVersion": kind.api_version, "kind": kind.kind}
+    problems = config_fields.config_problems(body)
+    if problems:
+        return "; ".join(str(p) for p in problems)
+    return "spec.targetRef: accepted: an object naming the workload's kind and name"
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     path: str
@@ -61,6 +78,12 @@ class WebhookService:
         )
         self.synced = cluster is None
         self.sync_error: str | None = None
+        # registered in the serving host's registry by `runtime.webhook`
+        self.skips = SkippedObjects(
+            "webhook",
+            EventRecorder(cluster, names.WEBHOOK_COMPONENT) if cluster is not None else None,
+        )
+        self._verdicts: dict[str, tuple[str, str]] = {}  # uid -> (resourceVersion, problem)
         spd = SPDReferenceMutator(self._spd_by_name, self._spd_by_target)
         self.routes = (
             Route(VALIDATE_PODS, "Pod", False, validate_pod),
@@ -87,7 +110,24 @@ class WebhookService:
             self.sync_error = str(exc)
             raise
         self.synced, self.sync_error = True, None
+        self.skips.report(self._skipped(self.spds.list()), now)
         return changed
+
+    def _skipped(self, spds: list[JSON]) -> list[Skip]:
+        """The SPDs the index leaves out, each checked once per resourceVersion."""
+        verdicts: dict[str, tuple[str, str]] = {}
+        out: list[Skip] = []
+        for spd in spds:
+            meta = spd.get("metadata") or {}
+            uid, rv = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+            seen = self._verdicts.get(uid)
+            problem = seen[1] if seen is not None and seen[0] == rv else spd_problem(spd)
+            verdicts[uid] = (rv, problem)
+            if problem:
+                kind = names.SERVICE_PROFILE_DESCRIPTOR
+                out.append(Skip.of(kind, spd, skip_reason(spd), problem))
+        self._verdicts = verdicts
+        return out
 
     def not_ready(self) -> str | None:
         if self.synced:

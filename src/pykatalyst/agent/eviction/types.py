@@ -10,21 +10,26 @@ from typing import Any
 
 from pykatalyst.agent.host.base import HostSample
 from pykatalyst.api import names
-from pykatalyst.api.limits import PodShapeError, check_pod
-from pykatalyst.api.objects import Pod, Taint
-from pykatalyst.api.qos import QoSError, parse_pod_qos
+from pykatalyst.api.digest import (
+    CONFIG_SOURCE_ANNOTATION as CONFIG_SOURCE_ANNOTATION,
+)
+from pykatalyst.api.digest import (
+    CRITICAL_PRIORITY as CRITICAL_PRIORITY,
+)
+from pykatalyst.api.digest import (
+    CRITICAL_PRIORITY_CLASSES as CRITICAL_PRIORITY_CLASSES,
+)
+from pykatalyst.api.digest import (
+    MIRROR_POD_ANNOTATION as MIRROR_POD_ANNOTATION,
+)
+from pykatalyst.api.digest import PodDigest, digest_pod
+from pykatalyst.api.objects import Taint
 from pykatalyst.api.records import DecisionRecord
 from pykatalyst.api.records import RankEntry as RankEntry
 from pykatalyst.cluster.protocol import JSON
 
 # The record shape is shared with the backstop controller and `katalyst explain`.
 EvictionRecord = DecisionRecord
-
-# Kubernetes' own markers of pods that must never be evicted by a node agent.
-CRITICAL_PRIORITY = 2_000_000_000
-CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
-MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
-CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,80 +76,47 @@ class PodInfo:
             return 0.0
 
 
-def _unreadable(obj: object, overrides: Mapping[str, Any]) -> PodInfo:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    ident = {
-        k: v
-        for k, v in (meta.items() if isinstance(meta, Mapping) else ())
-        if k in ("uid", "namespace", "name") and isinstance(v, str)
-    }
-    values: dict[str, Any] = {"qos_level": names.DEFAULT_QOS_LEVEL, **overrides}
-    values.update(
-        uid=ident.get("uid", ""),
-        namespace=ident.get("namespace", ""),
-        name=ident.get("name", ""),
-        static=True,
-    )
-    return PodInfo(**values)
-
-
 _REQUEST_FIELDS = frozenset(
     ("request_milli_cpu", "request_memory", "reclaimed_milli_cpu", "reclaimed_memory")
 )
 
 
 def pod_info(obj: JSON, **overrides: Any) -> PodInfo:
-    """A `PodInfo` from Kubernetes JSON; `overrides` fills usage, pool and NUMA fields.
+    """A `PodInfo` from Kubernetes JSON, read off the pod's `PodDigest`; `overrides`
+    fills usage, pool and NUMA fields.
 
     A pod whose QoS declaration is invalid reads as shared_cores: the agent leaves it as
     the kubelet placed it, and for eviction it ranks like the default level. A pod that
     breaks the Pod schema cannot be read at all: it is known by identity only and marked
     `static`, so that no plugin evicts what the agent could not read.
     """
-    level = overrides.get("qos_level")
-    try:
-        if level is not None:
-            check_pod(obj)
-        else:
-            try:
-                level = parse_pod_qos(obj).level  # checks the pod's shape and limits first
-            except PodShapeError:
-                raise
-            except QoSError:
-                level = names.DEFAULT_QOS_LEVEL
-    except PodShapeError:
-        return _unreadable(obj, overrides)
-    pod = Pod(obj)
-    if overrides.keys() >= _REQUEST_FIELDS:
-        milli = mem = rcpu = rmem = 0  # the caller has them (parsing is the costly part)
-    else:
-        try:
-            milli, mem = pod.request_milli_cpu(), pod.request_memory()
-            rcpu, rmem = pod.reclaimed_milli_cpu(), pod.reclaimed_memory()
-        except ValueError:
-            milli = mem = rcpu = rmem = 0
-    ann = pod.annotations
-    static = (
-        MIRROR_POD_ANNOTATION in ann
-        or ann.get(CONFIG_SOURCE_ANNOTATION, "api") != "api"
-        or any(o.get("kind") == names.NODE.kind for o in pod.owner_references)
+    return from_digest(digest_pod(obj), **overrides)
+
+
+def from_digest(d: PodDigest, **overrides: Any) -> PodInfo:
+    """`pod_info` for a pod already digested."""
+    values: dict[str, Any] = {"uid": d.uid, "namespace": d.namespace, "name": d.name}
+    if not d.readable:
+        values.update(qos_level=names.DEFAULT_QOS_LEVEL, **overrides)
+        values.update(uid=d.uid, namespace=d.namespace, name=d.name, static=True)
+        return PodInfo(**values)
+    values.update(
+        qos_level=d.level,
+        priority=d.priority,
+        priority_class_name=d.priority_class_name,
+        static=d.static,
+        terminating=d.deleting,
+        annotations=d.annotations,
+        labels=d.labels,
     )
-    values: dict[str, Any] = {
-        "uid": pod.uid,
-        "namespace": pod.namespace,
-        "name": pod.name,
-        "qos_level": level,
-        "priority": pod.priority,
-        "priority_class_name": pod.priority_class_name,
-        "static": static,
-        "terminating": pod.deletion_timestamp is not None,
-        "annotations": ann,
-        "labels": pod.labels,
-        "request_milli_cpu": milli,
-        "request_memory": mem,
-        "reclaimed_milli_cpu": rcpu,
-        "reclaimed_memory": rmem,
-    }
+    if overrides.keys() < _REQUEST_FIELDS:
+        # requests the caller has not got (reading them is the costly part)
+        values.update(
+            request_milli_cpu=d.request(names.RESOURCE_CPU),
+            request_memory=d.request(names.RESOURCE_MEMORY),
+            reclaimed_milli_cpu=d.request(names.RECLAIMED_MILLICPU),
+            reclaimed_memory=d.request(names.RECLAIMED_MEMORY),
+        )
     values.update(overrides)
     return PodInfo(**values)
 

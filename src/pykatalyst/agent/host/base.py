@@ -262,3 +262,8 @@ class Host(Protocol):
         """Shape egress as `shape` says, replacing what the agent set before (None: remove
         the agent's shaping). Not a cgroup knob: the device's qdisc and socket rules."""
         ...
+
+    def cpu_usage_s(self, cgroup: str) -> float | None:
+        """The cgroup's cumulative cpu time in seconds, read now (one file: cheap enough to
+        call between samples); None when unknown."""
+        ...

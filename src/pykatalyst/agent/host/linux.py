@@ -554,6 +554,19 @@ class LinuxHost:
         text = self._read(d / name)
         return int(text) if text is not None and text.strip().isdigit() else None
 
+    def cpu_usage_s(self, cgroup: str) -> float | None:
+        """Cumulative cpu seconds of the cgroup (v1 cpuacct.usage, v2 cpu.stat usage_usec);
+        None when unknown."""
+        cg = cgroup.strip("/")
+        if self.cgroup_version == 2:
+            d = self._sdir(cg, "cpu")
+            usec = None if d is None else _pick(_read_bytes(f"{d}/cpu.stat") or b"", _USAGE_V2)
+            value = None if not usec else usec.get(b"usage_usec")
+            return None if value is None else value / 1e6
+        d = self._sdir(cg, "cpuacct")
+        nsec = None if d is None else _int_or_none(_read_bytes(f"{d}/cpuacct.usage"))
+        return None if nsec is None or nsec < 0 else nsec / 1e9
+
     # -- knobs -----------------------------------------------------------------------------
 
     def read_knobs(self, cgroup: str) -> dict[Knob, KnobValue]:
@@ -718,6 +731,7 @@ def _needles(*keys: str) -> tuple[tuple[bytes, bytes], ...]:
 # The keys of the flat keyed files that samples use, per cgroup version.
 _CPU_STAT_V1: Final = _needles("nr_periods", "nr_throttled", "throttled_time")
 _CPU_STAT_V2: Final = _needles("usage_usec", "nr_periods", "nr_throttled", "throttled_usec")
+_USAGE_V2: Final = _needles("usage_usec")
 _MEM_STAT_V1: Final = _needles("total_rss", "total_cache", "total_shmem", "total_inactive_file")
 _MEM_STAT_V1_OWN: Final = _needles("rss", "cache", "shmem", "inactive_file")
 _MEM_STAT_V2: Final = _needles("anon", "file", "shmem", "inactive_file")
