@@ -134,16 +134,20 @@ asyncio.run(main())
 """
 
 
-def antagonist(kind: str, ncpu: int, seconds: float, vm_bytes: str, tmp: Path) -> list[str]:
-    """The stress-ng command line of one antagonist kind (it stops by itself)."""
-    base = ["stress-ng", "--timeout", f"{int(seconds) + 5}s", "--quiet"]
+def antagonist(
+    kind: str, ncpu: int, seconds: float, vm_bytes: str, tmp: Path, seq: int
+) -> list[str]:
+    """The stress-ng command line of one antagonist kind (it stops by itself). Each run's
+    socket antagonist gets its own ports: the last run's may still be in TIME_WAIT."""
+    base = ["stress-ng", "--timeout", f"{int(seconds) + 60}s", "--quiet"]  # killed sooner
     if kind == "cpu":
         return [*base, "--cpu", str(ncpu)]
     if kind == "vm":
         return [*base, "--vm", str(ncpu), "--vm-bytes", vm_bytes, "--vm-keep"]
     if kind == "io":
         return [*base, "--hdd", "1", "--hdd-bytes", "64M", "--temp-path", str(tmp)]
-    return [*base, "--sock", str(ncpu), "--sock-port", "23100"]  # loopback only
+    port = 23000 + 50 * (seq % 200)
+    return [*base, "--sock", str(ncpu), "--sock-port", str(port)]  # loopback only
 
 
 @dataclass
@@ -197,6 +201,7 @@ class Bench:
         kind, _, how = mode.partition("-")
         seconds = self.args.seconds
         pods: list[tuple[str, str]] = []
+        stress: subprocess.Popen[bytes] | None = None
         if kind in KINDS:
             self._seq += 1
             name = f"{kind}-{self._seq}"
@@ -208,8 +213,10 @@ class Bench:
             else:
                 uid = name
                 self.tb.add_pod(uid, "besteffort", ["stress"])
-            cmd = antagonist(kind, self.ncpu, seconds, self.args.vm_bytes, self.tmp / "io")
-            self.tb.spawn(uid, "stress", cmd)
+            cmd = antagonist(
+                kind, self.ncpu, seconds, self.args.vm_bytes, self.tmp / "io", self._seq
+            )
+            stress = self.tb.spawn(uid, "stress", cmd)
             pods.append((name, uid))
         agent_on = how == "agent"
         if agent_on:
@@ -230,6 +237,9 @@ class Bench:
         pods_busy = (pods_cpu_s(self.tb) - cpu0) / (self.ncpu * wall)
         st1, tot1 = steal_ticks()
         data = json.loads(out.read_text()) if out.exists() else {"lat": [], "errors": -1}
+        if stress is not None and stress.poll() is not None:
+            # a run whose antagonist gave up measures nothing: say so rather than count it
+            print(f"  warning: {mode}: stress-ng exited early (status {stress.returncode})")
         for name, uid in pods:
             if agent_on:
                 self.world.delete_pod(name)
@@ -312,6 +322,12 @@ def main() -> int:
     ap.add_argument(
         "--reclaimed-memory", default="192Mi", help="the vm pod's reclaimed_memory request"
     )
+    ap.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="also write each mode's figures to FILE (benchmarks/calibrate_sim.py reads it)",
+    )
     args = ap.parse_args()
     if args.setup:
         return setup()
@@ -348,7 +364,26 @@ def main() -> int:
         finally:
             bench.close()
     report(merged, background, " ".join(load))
+    if args.json is not None:
+        write_json(args.json, merged, background)
     return 0
+
+
+def write_json(path: Path, merged: dict[str, list[Result]], background: float) -> None:
+    """Each mode's figures, for comparing with the simulator's latency model."""
+    modes = {
+        r.name: {
+            "p50_ms": r.pct(0.5),
+            "p99_ms": r.pct(0.99),
+            "pods_busy": r.pods_busy,
+            "node_busy": r.node_busy,
+            "steal": r.steal,
+            "requests": len(r.latencies_ms),
+        }
+        for r in summarize(merged)
+    }
+    cpus = len(os.sched_getaffinity(0))
+    path.write_text(json.dumps({"cpus": cpus, "background": background, "modes": modes}))
 
 
 if __name__ == "__main__":

@@ -173,6 +173,18 @@ def measure(args: argparse.Namespace, tb: CgroupTestbed) -> tuple[list[float], i
         control.unlink(missing_ok=True)
     reconcile = host.tickers[0]
     print(f"reconciles: {reconcile.runs}, of which early (kicked by the watch): {reconcile.kicked}")
+    for t in host.tickers:
+        total = host.registry.get_sample_value(
+            "katalyst_agent_reconcile_duration_seconds_sum", {"ticker": t.name}
+        )
+        over_1s = host.registry.get_sample_value(
+            "katalyst_agent_reconcile_duration_seconds_bucket", {"ticker": t.name, "le": "1.0"}
+        )
+        if total is not None and t.runs:
+            print(
+                f"{t.name}: {1000 * total / t.runs:.0f} ms a run on average, "
+                f"{t.runs - (over_1s or 0):.0f} of {t.runs} over 1 s, {t.skipped} deadlines skipped"
+            )
     return reactions, flaps
 
 

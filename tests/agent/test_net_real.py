@@ -226,7 +226,9 @@ def _check(m: dict[str, Any]) -> None:
     print(f"capacity {cap:.1f} Mbit/s  shared solo {solo:.1f}  both {both}  by class {sent}")
     assert solo > 0.8 * cap
     assert both[shared] >= 0.85 * solo  # the shared sender keeps its rate
-    assert 0 < both[reclaimed] <= 0.15 * cap  # the reclaimed one is slowed, not cut off
+    # the reclaimed one is slowed to what the shared one leaves (HTB lends idle bandwidth),
+    # not cut off
+    assert 0 < both[reclaimed] <= 0.25 * cap
     # each sender's traffic went through its level's class, as the kernel counted it
     assert sent["1:40"] >= 0.8 * both[reclaimed] * SECONDS
     assert sent["1:30"] >= 0.8 * both[shared] * SECONDS

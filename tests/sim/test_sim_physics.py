@@ -5,10 +5,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pykatalyst.sim.physics import erlang_c, latency_p99, oom_victims, share_cpu, waterfill
+from pykatalyst.sim.physics import (
+    MODEL_CONSTANTS,
+    erlang_c,
+    latency_p99,
+    oom_victims,
+    share_cpu,
+    waterfill,
+)
 
 pods = st.lists(
     st.tuples(
@@ -114,3 +122,34 @@ def test_oom_killer_takes_highest_score_until_it_fits() -> None:
     assert oom_victims(usage, adj, 15.0) == [1]
     assert oom_victims(usage, adj, 10.0) == [1, 2]
     assert oom_victims(usage, adj, 5.0) == [1, 2, 0]
+
+
+def test_light_normal_batch_is_charged_its_preemption_and_not_a_queue() -> None:
+    """Batch at the kubelet's 2 shares beside a service is preempted when the service wakes:
+    the caller leaves it out of rho, and it costs light_preempt_ms per unit of busy share,
+    far less than the same batch queued at the service's weight."""
+    k = MODEL_CONSTANTS
+
+    def p99(rho: float, bshare: float, light: float) -> float:
+        return float(
+            latency_p99(
+                np.array([2.0]),
+                np.array([0.4]),
+                np.array([2]),
+                np.array([rho]),
+                np.array([bshare]),
+                np.array([0.0]),
+                np.array([0.0]),
+                np.array([0.0]),
+                np.array([False]),
+                np.array([50.0]),
+                k,
+                light_busy=np.array([light]),
+            )[0]
+        )
+
+    alone = p99(0.05, 0.0, 0.0)
+    light = p99(0.05, 0.0, 0.9)
+    queued = p99(0.95, 0.95, 0.0)
+    assert light == pytest.approx(alone + k.light_preempt_ms * 0.9)
+    assert alone < light < queued

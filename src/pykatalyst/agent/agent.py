@@ -32,6 +32,7 @@ from typing import Any
 from pykatalyst.agent import (
     cpu_policy,
     cpu_state,
+    isolation,
     kubelet_cpu,
     memory_policy,
     net_policy,
@@ -94,9 +95,8 @@ __all__ = ["Agent", "Decision", "EvictionInput", "EvictionStage", "KnobEnforcer"
 log = logging.getLogger("pykatalyst.agent")
 
 OOM_PRIORITY_IGNORED = (
-    "oom_priority is not applied on this node: Katalyst enforces it with its eBPF OOM "
-    "priority program, and the kubelet owns the processes' oom_score_adj; the kernel's "
-    "OOM killer follows the kubelet's QoS-class scores"
+    "oom_priority is not applied on this node: the agent's memory_advisor.oom_priority is "
+    "off, so the kernel's OOM killer follows the kubelet's QoS-class oom_score_adj"
 )
 
 REDISCOVER_PERIOD_S = 30.0
@@ -218,6 +218,7 @@ class Agent:
         self._first_seen: dict[str, float] = {}
         self._root_key: str | None = None  # reset by each discovery
         self._root: str | None = None
+        self._dropped_at: dict[str, float] = {}  # reclaimed pod uid -> its last cache drop
         self._container_ids: set[str] = set()
 
     @property
@@ -382,21 +383,27 @@ class Agent:
         cpu_fig, mem_fig = self._headroom(
             now, alloc.reclaimed_cpus, reclaimed_usage, valid, cap, lay.dedicated
         )
-        desired = self._desired(now, inp.specs, valid, lay, alloc, estimates, pins)
+        pod_plans, knobs = self._pod_plans(
+            now, inp.specs, valid, lay, alloc.pools, alloc.reclaimed_cpus, estimates
+        )
+        desired = self._with_root(self._without_pinned(knobs, valid, pins), alloc)
+        iso = self._isolate(inp, valid, lay, (pod_plans, desired))
         warnings.extend(steps.failed_warnings(lay, valid))
         plan = AgentPlan(
             node=self.node_name,
             time=now,
             topology=self._topo_terms,
             pools=tuple(steps.pool_plans(lay, alloc, pool_terms)),
-            pods=tuple(desired[0]),
+            pods=tuple(pod_plans),
             reclaimed_cpu=cpu_fig,
             reclaimed_memory=mem_fig,
-            desired=desired[1],
+            desired=desired,
             warnings=tuple(warnings),
             events=tuple(events),
             dry_run=self.dry_run,
             config=dict(inp.config_status),
+            memory=iso.memory,
+            io=iso.io,
         )
         return Decision(plan, lay, valid)
 
@@ -432,7 +439,8 @@ class Agent:
             if s.error is not None:
                 self._event_once(events, s, "InvalidQoS", s.error)
                 continue
-            if s.qos is not None and s.qos.enhancements.oom_priority is not None:
+            applied = self.config.memory_advisor.oom_priority
+            if s.qos is not None and s.qos.enhancements.oom_priority is not None and not applied:
                 self._event_once(events, s, "OOMPriorityIgnored", OOM_PRIORITY_IGNORED)
             if s.qos is not None and s.qos.warnings:
                 warned = "; ".join(str(w) for w in s.qos.warnings)
@@ -453,7 +461,7 @@ class Agent:
         def members(groups: Mapping[str, list[PodSpec]]) -> dict[str, list[_Shared]]:
             return {p: [_Shared(s, self._ramping(s, now)) for s in ms] for p, ms in groups.items()}
 
-        isolated, isolation_sizes = self._isolate(now, valid, lay)
+        isolated, isolation_sizes = self._load_isolation(now, valid, lay)
         unbound, bound = steps.snb_groups(valid, lay, isolated)
         nb_share = len(lay.share_numas) / max(topo.num_numa_nodes, 1)
         states: dict[str, RegulatorState] = {}
@@ -487,28 +495,51 @@ class Agent:
         self._snb_domains = snb_domains
         return pool_terms, estimates, sizes, snb_sizes
 
-    def _desired(
+    def _without_pinned(
         self,
-        now: float,
-        specs: Mapping[str, PodSpec],
+        desired: dict[str, dict[Knob, KnobValue]],
         valid: Mapping[str, PodSpec],
-        lay: Layout,
-        alloc: steps.Allocation,
-        estimates: Mapping[tuple[str, str], tuple[float, str]],
         pins: kubelet_cpu.KubeletPins | None,
-    ) -> tuple[list[PodPlan], dict[str, dict[Knob, KnobValue]]]:
-        """The pods' plans and every cgroup's desired knobs, the reclaimed root's too."""
-        pod_plans, desired = self._pod_plans(
-            now, specs, valid, lay, alloc.pools, alloc.reclaimed_cpus, estimates
-        )
-        if pins is not None:
-            # The kubelet alone writes the cpusets of the containers it pinned.
-            mine = {u: self._match(valid[u]).containers for u in pins.by_pod if u in valid}
-            desired = kubelet_cpu.strip_pinned(desired, kubelet_cpu.pinned_cgroups(pins, mine))
+    ) -> dict[str, dict[Knob, KnobValue]]:
+        """The kubelet alone writes the cpusets of the containers it pinned."""
+        if pins is None:
+            return desired
+        mine = {u: self._match(valid[u]).containers for u in pins.by_pod if u in valid}
+        return kubelet_cpu.strip_pinned(desired, kubelet_cpu.pinned_cgroups(pins, mine))
+
+    def _with_root(
+        self, desired: dict[str, dict[Knob, KnobValue]], alloc: steps.Allocation
+    ) -> dict[str, dict[Knob, KnobValue]]:
+        """The reclaimed root's knobs (cpu.idle, the reclaim pool's quota) with the pods'."""
         root = self._reclaimed_root()
         if root is not None:
             desired[root] = self._root_knobs(alloc.reclaimed_cores_size)
-        return pod_plans, desired
+        return desired
+
+    def _isolate(
+        self,
+        inp: TickInputs,
+        valid: Mapping[str, PodSpec],
+        lay: Layout,
+        desired: tuple[list[PodPlan], dict[str, dict[Knob, KnobValue]]],
+    ) -> isolation.IsolationResult:
+        """Memory and disk I/O knobs (agent/isolation.py), merged into the desired ones."""
+        managed = [p for p in desired[0] if p.pool != UNMANAGED]
+        iso = isolation.isolation_pass(
+            inp.now,
+            inp.config,
+            self.host,
+            self.topology,
+            managed,
+            valid,
+            inp.sample,
+            self._reclaimed_root(),
+            lay.bound_numas,
+            self._dropped_at,
+        )
+        isolation.merge(desired[1], iso.desired)
+        self._dropped_at = dict(iso.dropped_at)
+        return iso
 
     def _evict(
         self,
@@ -737,7 +768,7 @@ class Agent:
         states.update(scope)
         return terms, estimates, sizes
 
-    def _isolate(
+    def _load_isolation(
         self, now: float, valid: Mapping[str, PodSpec], lay: Layout
     ) -> tuple[frozenset[str], dict[str, int]]:
         """Katalyst's load isolator over the unbound shared pods: (isolated pods, size of

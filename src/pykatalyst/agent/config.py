@@ -29,6 +29,8 @@ from pydantic import (
 )
 
 from pykatalyst.agent.eviction.config import EvictionConfig
+from pykatalyst.agent.host.base import IoLimit
+from pykatalyst.agent.io_policy import LevelIo, misordered
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.problems import one_line
@@ -38,6 +40,7 @@ from pykatalyst.topology.cpuset import CPUSet
 
 GI = 1024**3
 MI = 1024**2
+PROTECTION_MODES = ("none", "low", "min")  # memory_advisor.protection
 
 
 class _Section(BaseModel):
@@ -336,6 +339,162 @@ class MemoryConfig(_Section):
     )
 
 
+class MemoryGuardConfig(_Section):
+    """Katalyst's memory advisor plugins on the node: pressure, memory guard, cache reaper,
+    protection of latency-sensitive pods and the OOM priority ladder (docs/agent.md,
+    "Memory and disk I/O")."""
+
+    guard: bool = Field(
+        False,
+        description="hold the reclaimed root's memory limit to what reclaimed pods use plus "
+        "the free memory above each NUMA node's low watermark, memory.high at 95 % of it on "
+        "cgroup v2 (Katalyst's memory-guard plugin, off by default as there)",
+    )
+    critical_watermark_scale_factor: float = Field(
+        1.0, gt=0, description="the guard keeps free memory above low watermark × this"
+    )
+    min_critical_watermark: Bytes = Field(
+        4 * GI,
+        description="per NUMA node, the least free memory the guard and the pressure states "
+        "keep (Katalyst's --memory-advisor-min-critical-watermark)",
+    )
+    drop_cache: bool = Field(
+        False,
+        description="under memory pressure, drop the page cache of reclaimed pods, largest "
+        "first (Katalyst's cache-reaper plugin): memory.reclaim on v2, memory.force_empty on v1",
+    )
+    min_cache_utilization: float = Field(
+        0.005,
+        ge=0,
+        le=1,
+        description="a reclaimed pod whose cache is below this share of memory is not reaped",
+    )
+    drop_cache_interval_s: Seconds = Field(
+        60.0, description="a pod's cache is dropped at most once per this interval"
+    )
+    protection: str = Field(
+        "none",
+        description="memory.low / memory.min of latency-sensitive pods on cgroup v2: 'low' "
+        "gives shared, dedicated and system pods memory.low = their request, 'min' gives "
+        "dedicated and system pods memory.min instead, 'none' leaves them alone",
+    )
+    oom_priority: bool = Field(
+        False,
+        description="write each pod's OOM priority (memory_enhancement oom_priority, else its "
+        "level's default) as its processes' oom_score_adj (Katalyst's --enable-oom-priority)",
+    )
+
+    @field_validator("protection")
+    @classmethod
+    def _mode(cls, v: str) -> str:
+        if v not in PROTECTION_MODES:
+            raise ValueError(f"accepted: {', '.join(PROTECTION_MODES)}; got {v!r}")
+        return v
+
+
+class DeviceLimitConfig(_Section):
+    """io.max of one block device: bytes (quantities such as 50Mi) and operations per second."""
+
+    device: str = Field(description="the block device as MAJ:MIN (lsblk -o NAME,MAJ:MIN)")
+    read_bps: Bytes | None = None
+    write_bps: Bytes | None = None
+    read_iops: int | None = Field(None, gt=0)
+    write_iops: int | None = Field(None, gt=0)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        return _device_id(v)
+
+    @field_validator("read_bps", "write_bps")
+    @classmethod
+    def _positive(cls, v: int | None) -> int | None:
+        if v is not None and v <= 0:
+            raise ValueError("must be a positive quantity of bytes per second, e.g. 50Mi")
+        return v
+
+    def limit(self) -> IoLimit:
+        return IoLimit(self.device, self.read_bps, self.write_bps, self.read_iops, self.write_iops)
+
+
+class DeviceLatencyConfig(_Section):
+    device: str = Field(description="the block device as MAJ:MIN")
+    target: Seconds = Field(description="io.latency target, a Go duration such as 10ms")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        return _device_id(v)
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: float) -> float:
+        if v * 1e6 < 1:
+            raise ValueError("must be at least 1us")
+        return v
+
+
+def _device_id(v: str) -> str:
+    major, sep, minor = v.partition(":")
+    if not (sep and major.isdigit() and minor.isdigit()):
+        raise ValueError(f"accepted: a block device as MAJ:MIN such as 8:0; got {v!r}")
+    return f"{int(major)}:{int(minor)}"
+
+
+class LevelIoConfig(_Section):
+    weight: int | None = Field(
+        None, ge=1, le=10000, description="io.weight (v1: blkio.bfq.weight, at most 1000)"
+    )
+    limits: tuple[DeviceLimitConfig, ...] = ()
+    latency: tuple[DeviceLatencyConfig, ...] = Field((), description="cgroup v2 only")
+
+    def value(self) -> LevelIo:
+        return LevelIo(
+            self.weight,
+            tuple(lim.limit() for lim in self.limits),
+            {t.device: max(round(t.target * 1e6), 1) for t in self.latency} or None,
+        )
+
+
+_LADDER = (
+    names.QOS_RECLAIMED_CORES,
+    names.QOS_SHARED_CORES,
+    names.QOS_DEDICATED_CORES,
+    names.QOS_SYSTEM_CORES,
+)
+
+
+class IoConfig(_Section):
+    """Disk I/O per QoS level (docs/agent.md, "Memory and disk I/O"); empty: not managed."""
+
+    levels: dict[str, LevelIoConfig] = Field(
+        default_factory=dict,
+        description="per QoS level (reclaimed_cores, shared_cores, dedicated_cores, "
+        "system_cores): weight, limits and latency targets written on each of its pods",
+    )
+    reclaimed_root: LevelIoConfig = Field(
+        default_factory=LevelIoConfig,
+        description="weight and limits of the reclaimed root: all reclaimed pods together",
+    )
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, v: dict[str, LevelIoConfig]) -> dict[str, LevelIoConfig]:
+        bad = [k for k in v if k not in _LADDER]
+        if bad:
+            raise ValueError(f"unknown QoS level {bad[0]!r}; accepted: {', '.join(_LADDER)}")
+        wrong = misordered({k: c.value() for k, c in v.items()}, _LADDER)
+        if wrong:
+            raise ValueError(
+                f"{wrong[0]} has a higher io weight than a level above it; weights must "
+                f"not fall along {' <= '.join(_LADDER)}"
+            )
+        return v
+
+    def level_values(self) -> dict[str, LevelIo]:
+        return {k: c.value() for k, c in self.levels.items()}
+
+
 class KubeletConfig(_Section):
     """Where the agent finds the kubelet's cpu manager (docs/agent.md, "Beside the kubelet's
     cpu manager")."""
@@ -470,6 +629,8 @@ class AgentConfig(_Section):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     kubelet: KubeletConfig = Field(default_factory=KubeletConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    memory_advisor: MemoryGuardConfig = Field(default_factory=MemoryGuardConfig)
+    io: IoConfig = Field(default_factory=IoConfig)
     reaction: ReactionConfig = Field(default_factory=ReactionConfig)
     eviction: EvictionConfig = Field(
         default_factory=EvictionConfig,

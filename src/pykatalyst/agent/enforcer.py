@@ -38,8 +38,12 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from pykatalyst.agent.host.base import (
+    ONE_SHOT_KNOBS,
     CpuQuota,
     Host,
+    IoLatency,
+    IoLimit,
+    IoLimits,
     Knob,
     KnobValue,
     KnobWrite,
@@ -66,8 +70,18 @@ Outcome = Literal["applied", "failed", "vanished", "unsupported", "dry-run"]
 CHECKPOINT_VERSION: Final = 1
 # Knobs whose absence is the kernel's or the cgroup version's (cpu.idle before 5.15,
 # memory.high on v1): missing once means missing everywhere. Other missing files are
-# remembered per cgroup.
-_MACHINE_WIDE: Final = frozenset({Knob.CPU_IDLE, Knob.MEMORY_HIGH, Knob.NET_CLS_CLASSID})
+# remembered per cgroup (io.weight and io.max: a v2 parent may not delegate io).
+_MACHINE_WIDE: Final = frozenset(
+    {
+        Knob.CPU_IDLE,
+        Knob.MEMORY_HIGH,
+        Knob.MEMORY_LOW,
+        Knob.MEMORY_MIN,
+        Knob.MEMORY_RECLAIM,
+        Knob.IO_LATENCY,
+        Knob.NET_CLS_CLASSID,
+    }
+)
 
 
 class DesiredStateError(ValueError):
@@ -376,7 +390,7 @@ class Enforcer:
             self._reported = {r for r in self._reported if (r[0], r[1]) != (w.cgroup, w.knob)}
             self._record(now, by_write.get(w), "applied", w)
             known = self._known.get(w.cgroup)
-            if known is not None:
+            if known is not None and w.knob not in ONE_SHOT_KNOBS:
                 known[w.knob] = w.value
         vanished: list[str] = []
         failed: list[WriteFailure] = []
@@ -510,9 +524,23 @@ def _normalize(
 def _show(v: KnobValue) -> str:
     if isinstance(v, CPUSet):
         return f"[{v}]"
+    if isinstance(v, IoLimits):
+        return show_io_limits(v)
+    if isinstance(v, IoLatency):
+        return ",".join(f"{d} target={t}us" for d, t in v.targets) or "none"
     if isinstance(v, CpuQuota):
         return f"{'max' if v.quota_us is None else v.quota_us}/{v.period_us}"
     return "max" if v is None else str(v)
+
+
+def show_io_limits(v: IoLimits) -> str:
+    def one(lim: IoLimit) -> str:
+        keys = ("rbps", "wbps", "riops", "wiops")
+        return f"{lim.device} " + " ".join(
+            f"{k}={getattr(lim, k)}" for k in keys if getattr(lim, k) is not None
+        )
+
+    return ",".join(one(lim) for lim in v.devices) or "none"
 
 
 def _join(a: str, b: str) -> str:
@@ -524,6 +552,13 @@ def _encode_value(knob: Knob, v: KnobValue) -> Any:
         return str(v)
     if isinstance(v, CpuQuota):
         return {"quota_us": v.quota_us, "period_us": v.period_us}
+    if isinstance(v, IoLimits):
+        return [
+            {"device": x.device, "rbps": x.rbps, "wbps": x.wbps, "riops": x.riops, "wiops": x.wiops}
+            for x in v.devices
+        ]
+    if isinstance(v, IoLatency):
+        return {d: t for d, t in v.targets}
     return v
 
 
@@ -539,6 +574,19 @@ def _decode_value(knob: Knob, raw: Any) -> KnobValue:
         if not isinstance(raw, dict) or "period_us" not in raw:
             raise CheckpointError(f"{knob.value}: expected {{quota_us, period_us}}, got {raw!r}")
         return CpuQuota(raw.get("quota_us"), raw["period_us"])
+    if knob is Knob.IO_MAX:
+        if not isinstance(raw, list) or not all(isinstance(x, dict) for x in raw):
+            raise CheckpointError(f"{knob.value}: expected a list of device limits, got {raw!r}")
+        try:
+            return IoLimits.of([IoLimit(**x) for x in raw])
+        except TypeError as e:
+            raise CheckpointError(f"{knob.value}: {e}") from e
+    if knob is Knob.IO_LATENCY:
+        if not isinstance(raw, dict) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in raw.values()
+        ):
+            raise CheckpointError(f"{knob.value}: expected {{device: target_us}}, got {raw!r}")
+        return IoLatency.of(raw)
     if raw is not None and not (isinstance(raw, int) and not isinstance(raw, bool)):
         raise CheckpointError(f"{knob.value}: expected an integer or null, got {raw!r}")
     return raw
@@ -547,7 +595,9 @@ def _decode_value(knob: Knob, raw: Any) -> KnobValue:
 def encode_desired(state: Mapping[str, Mapping[Knob, KnobValue]]) -> dict[str, dict[str, Any]]:
     return {
         cg: {
-            k.value: _encode_value(k, v) for k, v in sorted(knobs.items(), key=lambda i: i[0].value)
+            k.value: _encode_value(k, v)
+            for k, v in sorted(knobs.items(), key=lambda i: i[0].value)
+            if k not in ONE_SHOT_KNOBS
         }
         for cg, knobs in sorted(state.items())
     }

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue
+from pykatalyst.agent.host.base import CpuQuota, IoLatency, IoLimits, Knob, KnobValue
 from pykatalyst.topology.cpuset import CPUSet
 
 Terms = Mapping[str, Any]
@@ -23,6 +23,17 @@ def knob_value_json(value: KnobValue) -> Any:
         return str(value)
     if isinstance(value, CpuQuota):
         return {"quota_us": value.quota_us, "period_us": value.period_us}
+    if isinstance(value, IoLimits):
+        return {
+            lim.device: " ".join(
+                f"{k}={getattr(lim, k)}"
+                for k in ("rbps", "wbps", "riops", "wiops")
+                if getattr(lim, k) is not None
+            )
+            for lim in value.devices
+        }
+    if isinstance(value, IoLatency):
+        return {d: f"target={t}us" for d, t in value.targets}
     return value
 
 
@@ -172,6 +183,9 @@ class AgentPlan:
     report: Terms = field(default_factory=dict)
     dry_run: bool = False
     config: Terms = field(default_factory=dict)
+    # memory guard, pressure, cache drops, protection, OOM ladder; disk I/O per pod
+    memory: Terms = field(default_factory=dict)
+    io: Terms = field(default_factory=dict)
 
     def pool(self, name: str) -> PoolPlan | None:
         for p in self.pools:
@@ -204,6 +218,8 @@ class AgentPlan:
             "enforce": dict(self.enforce),
             "report": dict(self.report),
             "config": dict(self.config),
+            "memory": dict(self.memory),
+            "io": dict(self.io),
         }
 
 

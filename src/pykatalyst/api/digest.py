@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from pykatalyst.api import names
-from pykatalyst.api.limits import PodShapeError, check_pod
+from pykatalyst.api.limits import PodShapeError, check_pod, check_pod_instance
 from pykatalyst.api.objects import TERMINAL_PHASES as TERMINAL_PHASES
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, QoSError, parse_pod_qos
@@ -256,7 +256,7 @@ def _checked_unreadable(raw: Any) -> PodDigest:
 def digest_and_key(raw: Any) -> tuple[PodDigest, str | None]:
     """`digest_pod`, and the pod's `template_key` (for callers that cache more per
     template). The Pod schema and limits are checked (`check_pod`) when a template is
-    first seen; later pods of it have only their own fields checked."""
+    first seen; later pods of it have their own fields checked (`check_pod_instance`)."""
     if not isinstance(raw, dict):
         return _checked_unreadable(raw), None
     sections: list[Any] = [raw.get(k) for k in _SECTIONS]
@@ -272,11 +272,12 @@ def digest_and_key(raw: Any) -> tuple[PodDigest, str | None]:
         return _checked_unreadable(raw), None
     key = template_key(raw)
     t = _TEMPLATES.get(key) if key is not None else None
+    try:
+        # the whole pod once per template; its own fields every time
+        check_pod(raw) if t is None else check_pod_instance(raw)
+    except PodShapeError as exc:
+        return _unreadable(raw, exc), key
     if t is None:
-        try:
-            check_pod(raw)
-        except PodShapeError as exc:
-            return _unreadable(raw, exc), key
         t = _template(raw)
         if key is not None:
             if len(_TEMPLATES) >= _TEMPLATES_SIZE:

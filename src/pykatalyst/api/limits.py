@@ -196,6 +196,19 @@ def _annotation_bytes(annotations: Mapping[str, str]) -> None:
         )
 
 
+def check_pod_instance(pod: Any) -> None:
+    """`check_pod` for the fields one pod has apart from its template (metadata, status,
+    spec.nodeName): what a reader that checked the template once checks per pod."""
+    if not isinstance(pod, Mapping):
+        raise _refuse("(pod)", pod, "a pod object", "not a pod object")
+    _measure({k: v for k, v in pod.items() if k != "spec"})
+    _section(pod, "metadata", _METADATA)
+    _section(pod, "status", _STATUS)
+    spec = pod.get("spec")
+    if isinstance(spec, Mapping) and "nodeName" in spec:
+        _fields({"nodeName": spec["nodeName"]}, {"nodeName": _STRING}, "spec.")
+
+
 def check_pod(pod: Any) -> None:
     """Raise `PodShapeError` (a `QoSError`) unless `pod` is a pod an API server would store."""
     if not isinstance(pod, Mapping):

@@ -82,11 +82,11 @@ class KubeObject:
 
     @property
     def name(self) -> str:
-        return str(self.metadata.get("name", ""))
+        return str(self.metadata.get("name") or "")
 
     @property
     def namespace(self) -> str:
-        return str(self.metadata.get("namespace", ""))
+        return str(self.metadata.get("namespace") or "")
 
     @property
     def key(self) -> str:
@@ -95,11 +95,11 @@ class KubeObject:
 
     @property
     def uid(self) -> str:
-        return str(self.metadata.get("uid", ""))
+        return str(self.metadata.get("uid") or "")
 
     @property
     def resource_version(self) -> str:
-        return str(self.metadata.get("resourceVersion", ""))
+        return str(self.metadata.get("resourceVersion") or "")
 
     @property
     def labels(self) -> dict[str, str]:

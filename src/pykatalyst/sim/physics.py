@@ -29,6 +29,15 @@ class ModelConstants:
     # A SCHED_IDLE task is preempted at once by a waking normal task; what remains is the
     # context switch and a cold cache (modelling assumption).
     idle_preempt_ms: float = 0.05
+    # A normal-priority task at a tiny cgroup weight beside the service (the kubelet's 2
+    # shares for a best-effort pod against the service's 1024 per core) is preempted by a
+    # waking service thread almost as a SCHED_IDLE one is: CFS puts the waker near the
+    # queue's smallest vruntime, and the light task's vruntime runs hundreds of times
+    # faster. Its cost per unit of its busy share, fitted to benchmarks/isolation_real.py
+    # (nginx beside stress-ng at 2 shares: p99 1.33 x solo at 0.64 of the cpus busy).
+    light_preempt_ms: float = 1.0
+    # Normal batch counts as light when its weight is at most this fraction of the service's.
+    light_weight_ratio: float = 1.0 / 64.0
     # Tail slowdown of a thread whose hyperthread sibling runs batch, at full sibling load
     # (modelling assumption, the order of magnitude Heracles, ISCA 2015, measured for a
     # HyperThread antagonist).
@@ -138,23 +147,27 @@ def latency_p99(
     starved: B,
     slo_ms: F64,
     k: ModelConstants = MODEL_CONSTANTS,
+    light_busy: F64 | None = None,
 ) -> F64:
     """p99 response time of each service replica (ms).
 
-    R99 = (L0 + W99 + d_idle * u_idle) * (1 + a_ht * h + a_llc * b), where
+    R99 = (L0 + W99 + d_idle * u_idle + d_light * u_light) * (1 + a_ht * h + a_llc * b), where
     W99 = tau / (c (1 - rho)) * ln(C(c, rho) / (1 - q)) when C > 1 - q, else 0, is the tail
     of the M/M/c wait on the replica's cpu domain (c cpus, rho its normal-priority busy
     share, C Erlang's C), tau the mean remaining cpu burst of whoever holds a cpu: the batch
     slice for batch, the service's own burst otherwise. u_idle is the busy share of
-    SCHED_IDLE tasks, h the batch busy share of the replica's hyperthread siblings, b the
-    batch busy share of its socket. A replica that gets less cpu than it needs is starved.
+    SCHED_IDLE tasks, u_light (`light_busy`) that of normal batch at a tiny weight beside
+    the service (left out of rho by the caller: it is preempted at wakeup), h the batch busy
+    share of the replica's hyperthread siblings, b the batch busy share of its socket. A
+    replica that gets less cpu than it needs is starved.
     """
     tail = 1.0 - k.quantile
     tau = batch_share_normal * k.batch_slice_ms + (1.0 - batch_share_normal) * burst_ms
     pw = erlang_c(servers, rho_normal)
     slack = np.maximum(servers * (1.0 - np.clip(rho_normal, 0.0, 0.999)), 1e-3)
     wait = np.where(pw > tail, tau / slack * np.log(np.maximum(pw, tail) / tail), 0.0)
-    r = (base_ms + wait + k.idle_preempt_ms * idle_busy) * (
+    light = 0.0 if light_busy is None else k.light_preempt_ms * light_busy
+    r = (base_ms + wait + k.idle_preempt_ms * idle_busy + light) * (
         1.0 + k.alpha_ht * ht_batch + k.alpha_llc * socket_batch
     )
     return np.asarray(np.where(starved, np.maximum(r, slo_ms * k.starved_factor), r))

@@ -78,7 +78,7 @@ ASSUMPTIONS = (
 
 LATENCY_EQUATIONS = (
     "```",
-    "R99 = (L0 + W99 + d_idle * u_idle) * (1 + a_ht * h + a_llc * p * b)",
+    "R99 = (L0 + W99 + d_idle * u_idle + d_light * u_light) * (1 + a_ht * h + a_llc * p * b)",
     "W99 = tau / (c (1 - rho)) * ln(Pw / (1 - q))   if Pw > 1 - q, else 0",
     "Pw  = ErlangC(c, rho)",
     "tau = f_b * t_slice + (1 - f_b) * k * L0",
@@ -86,7 +86,9 @@ LATENCY_EQUATIONS = (
     "",
     "L0: base latency; c, rho: cpus and normal-priority utilisation of the replica's cpu "
     "domain; f_b: batch share of that usage; t_slice = batch_slice_ms; k: the service's "
-    "cpu_burst_fraction; u_idle: SCHED_IDLE busy share (d_idle = idle_preempt_ms); h: batch "
+    "cpu_burst_fraction; u_idle: SCHED_IDLE busy share (d_idle = idle_preempt_ms); u_light: "
+    "busy share of normal batch at no more than light_weight_ratio of the service's weight, "
+    "left out of rho (d_light = light_preempt_ms); h: batch "
     "busy share of its hyperthread siblings (a_ht = alpha_ht); b: batch busy share of its "
     "sockets, p: the batch's cache_pressure (a_llc = alpha_llc); q = quantile. A replica "
     "getting less cpu than it wants is charged starved_factor x SLO.",
@@ -96,6 +98,9 @@ LATENCY_EQUATIONS = (
 CONSTANT_SOURCES = {
     "batch_slice_ms": "Linux CFS default: sched_min_granularity 0.75 ms x (1 + log2 8)",
     "idle_preempt_ms": "modelling assumption",
+    "light_preempt_ms": "fitted to benchmarks/isolation_real.py: nginx beside stress-ng at the "
+    "kubelet's 2 cpu shares (benchmarks/calibrate_sim.py)",
+    "light_weight_ratio": "modelling assumption: the kubelet's 2 shares against 1024 per core",
     "alpha_ht": "modelling assumption, order of magnitude of Heracles (Lo et al., ISCA 2015) "
     "for a HyperThread antagonist",
     "alpha_llc": "modelling assumption, within the slowdowns reported by Heracles (ISCA 2015), "

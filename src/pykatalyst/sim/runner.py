@@ -598,6 +598,13 @@ class PolicySim:
         normal_use = np.bincount(domain[~idle], granted[~idle], nd)
         idle_use = np.bincount(domain[idle], granted[idle], nd)
         batch_normal = np.bincount(domain[batch & ~idle], granted[batch & ~idle], nd)
+        # Normal batch at a tiny weight beside the domain's lightest service is preempted
+        # at wakeup (ModelConstants.light_preempt_ms): it leaves the service's queue.
+        weight = a["weight"]
+        svc_weight = np.full(nd, np.inf)
+        np.minimum.at(svc_weight, domain[is_svc], weight[is_svc])
+        light = batch & ~idle & (weight <= self.constants.light_weight_ratio * svc_weight[domain])
+        light_use = np.bincount(domain[light], granted[light], nd)
         batch_all = np.bincount(domain[batch], granted[batch], nd)
         total_dom = normal_use + idle_use
         nn = len(self.nodes)
@@ -636,9 +643,10 @@ class PolicySim:
             base = np.array([svc_defs[i].base_latency_ms for i in a["svc_idx"][sv]])
             slo = np.array([svc_defs[i].slo_p99_ms for i in a["svc_idx"][sv]])
             burst = base * np.array([svc_defs[i].cpu_burst_fraction for i in a["svc_idx"][sv]])
-            rho = normal_use[d] / safe_cap[d]
+            queued = normal_use[d] - light_use[d]
+            rho = queued / safe_cap[d]
             bshare = np.divide(
-                batch_normal[d], normal_use[d], out=np.zeros(len(sv)), where=normal_use[d] > 0
+                batch_normal[d] - light_use[d], queued, out=np.zeros(len(sv)), where=queued > 0
             )
             want = np.minimum(demand[sv], a["limit"][sv])
             starved = granted[sv] < want * (1 - 1e-6) - 1e-9
@@ -655,6 +663,7 @@ class PolicySim:
                 starved,
                 slo,
                 self.constants,
+                light_busy=light_use[d] / safe_cap[d],
             )
             over = p99 > slo
             viol = int(over.sum())

@@ -255,6 +255,8 @@ class LatencyModel(_Model):
 
     batch_slice_ms: float | None = Field(default=None, gt=0)
     idle_preempt_ms: float | None = Field(default=None, ge=0)
+    light_preempt_ms: float | None = Field(default=None, ge=0)
+    light_weight_ratio: float | None = Field(default=None, ge=0, le=1)
     alpha_ht: float | None = Field(default=None, ge=0)
     alpha_llc: float | None = Field(default=None, ge=0)
     quantile: float | None = Field(default=None, gt=0, lt=1)

@@ -27,6 +27,14 @@ class Knob(enum.Enum):
     CPU_IDLE                 -> int, 0 or 1 (SCHED_IDLE for the whole cgroup)
     MEMORY_LIMIT             -> int | None, bytes (None = unlimited)
     MEMORY_HIGH              -> int | None, bytes (None = unlimited; v1 has no such file)
+    MEMORY_LOW, MEMORY_MIN   -> int, bytes of protection (0 = none; v2 only)
+    MEMORY_RECLAIM           -> int, bytes to reclaim now (a one-shot action, never read back:
+                                v2 memory.reclaim; v1 memory.force_empty, which takes all it can)
+    OOM_SCORE_ADJ            -> int in [-1000, 1000], written to every process of the cgroup
+    IO_WEIGHT                -> int in [1, 10000], v2 io.weight units (v1 blkio.bfq.weight,
+                                clamped to its [1, 1000])
+    IO_MAX                   -> IoLimits, per-device bytes and operations per second
+    IO_LATENCY               -> IoLatency, per-device latency targets (v2 only)
     NET_CLS_CLASSID          -> int, u32 net class id (v1 net_cls; v2 has no such file)
     """
 
@@ -37,7 +45,19 @@ class Knob(enum.Enum):
     CPU_IDLE = "cpu.idle"
     MEMORY_LIMIT = "memory.limit"
     MEMORY_HIGH = "memory.high"
+    MEMORY_LOW = "memory.low"
+    MEMORY_MIN = "memory.min"
+    MEMORY_RECLAIM = "memory.reclaim"
+    OOM_SCORE_ADJ = "oom_score_adj"
+    IO_WEIGHT = "io.weight"
+    IO_MAX = "io.max"
+    IO_LATENCY = "io.latency"
     NET_CLS_CLASSID = "net_cls.classid"
+
+
+# Knobs that are actions rather than states: written whenever they are desired, never read
+# back, never checkpointed (a restarted agent does not replay them).
+ONE_SHOT_KNOBS = frozenset({Knob.MEMORY_RECLAIM})
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +72,46 @@ class CpuQuota:
         return None if self.quota_us is None else self.quota_us / self.period_us
 
 
-KnobValue = CPUSet | CpuQuota | int | None
+@dataclass(frozen=True, slots=True)
+class IoLimit:
+    """io.max of one block device ("MAJ:MIN"); None = unlimited."""
+
+    device: str
+    rbps: int | None = None
+    wbps: int | None = None
+    riops: int | None = None
+    wiops: int | None = None
+
+    @property
+    def unlimited(self) -> bool:
+        return all(v is None for v in (self.rbps, self.wbps, self.riops, self.wiops))
+
+
+@dataclass(frozen=True, slots=True)
+class IoLimits:
+    """io.max of a cgroup: the devices it is limited on, sorted by device, no unlimited
+    entry (a device that is not listed has no limit)."""
+
+    devices: tuple[IoLimit, ...] = ()
+
+    @staticmethod
+    def of(limits: Sequence[IoLimit]) -> IoLimits:
+        by_dev = {lim.device: lim for lim in limits if not lim.unlimited}
+        return IoLimits(tuple(by_dev[d] for d in sorted(by_dev)))
+
+
+@dataclass(frozen=True, slots=True)
+class IoLatency:
+    """io.latency of a cgroup: (device "MAJ:MIN", target µs), sorted by device."""
+
+    targets: tuple[tuple[str, int], ...] = ()
+
+    @staticmethod
+    def of(targets: Mapping[str, int]) -> IoLatency:
+        return IoLatency(tuple(sorted((d, t) for d, t in targets.items() if t > 0)))
+
+
+KnobValue = CPUSet | CpuQuota | IoLimits | IoLatency | int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue
+from pykatalyst.agent.host.base import CpuQuota, IoLatency, IoLimit, IoLimits, Knob, KnobValue
 from pykatalyst.topology.cpuset import CPUSet
 
 __all__ = [
@@ -42,6 +42,9 @@ __all__ = [
     "knob_files",
     "parse_container_dir",
     "parse_cpu_max",
+    "parse_io_latency",
+    "parse_io_max",
+    "parse_io_weight",
     "parse_keyed",
     "parse_knob",
     "parse_memory_value",
@@ -50,6 +53,8 @@ __all__ = [
     "parse_pressure_some_avg10",
     "qos_classes",
     "qos_dir_name",
+    "render_io_latency",
+    "render_io_max",
     "render_knob",
     "render_quota_v1",
     "shares_to_weight",
@@ -70,13 +75,29 @@ MIN_QUOTA_US: Final = 1000
 # (v1 reads back PAGE_COUNTER_MAX * PAGE_SIZE, about 2**63).
 _UNLIMITED_BYTES: Final = 1 << 62
 
+# io.weight (v2) and blkio.bfq.weight (v1) bounds; both default to 100.
+MIN_IO_WEIGHT: Final = 1
+MAX_IO_WEIGHT: Final = 10000
+MAX_BFQ_WEIGHT: Final = 1000
+# oom_score_adj bounds (OOM_SCORE_ADJ_MIN: never chosen; MAX: always chosen first).
+MIN_OOM_SCORE_ADJ: Final = -1000
+MAX_OOM_SCORE_ADJ: Final = 1000
+
 # The v1 controllers the agent reads or writes.
-V1_CONTROLLERS: Final = ("cpu", "cpuacct", "cpuset", "memory")
+V1_CONTROLLERS: Final = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
 # v1 controllers whose knobs are written when the machine mounts them (net_cls is often
 # not mounted at all; its knob is then unsupported).
 OPTIONAL_V1_CONTROLLERS: Final = ("net_cls",)
 # The largest net_cls class id (a u32: tc major in the high 16 bits, minor in the low).
 MAX_CLASSID: Final = 0xFFFF_FFFF
+# v1 throttle files, in IoLimit's field order.
+_V1_THROTTLE: Final = (
+    ("rbps", "blkio.throttle.read_bps_device"),
+    ("wbps", "blkio.throttle.write_bps_device"),
+    ("riops", "blkio.throttle.read_iops_device"),
+    ("wiops", "blkio.throttle.write_iops_device"),
+)
+_DEVICE: Final = re.compile(r"^[0-9]+:[0-9]+$")
 
 
 # -- unit conversions ----------------------------------------------------------------------
@@ -116,8 +137,10 @@ def knob_controller(knob: Knob) -> str:
     """The v1 controller that holds the knob's files."""
     if knob in (Knob.CPUSET_CPUS, Knob.CPUSET_MEMS):
         return "cpuset"
-    if knob in (Knob.CPU_SHARES, Knob.CPU_QUOTA, Knob.CPU_IDLE):
-        return "cpu"
+    if knob in (Knob.CPU_SHARES, Knob.CPU_QUOTA, Knob.CPU_IDLE, Knob.OOM_SCORE_ADJ):
+        return "cpu"  # OOM_SCORE_ADJ: the processes are listed in the cpu hierarchy
+    if knob in (Knob.IO_WEIGHT, Knob.IO_MAX, Knob.IO_LATENCY):
+        return "blkio"
     if knob is Knob.NET_CLS_CLASSID:
         return "net_cls"
     return "memory"
@@ -131,12 +154,20 @@ def knob_files(knob: Knob, version: int) -> tuple[str, ...]:
         return ("cpuset.mems",)
     if knob is Knob.CPU_IDLE:
         return ("cpu.idle",)
+    if knob is Knob.OOM_SCORE_ADJ:
+        return ("cgroup.procs",)  # then /proc/<pid>/oom_score_adj of each (LinuxHost)
     if version == 1:
         return {
             Knob.CPU_SHARES: ("cpu.shares",),
             Knob.CPU_QUOTA: ("cpu.cfs_quota_us", "cpu.cfs_period_us"),
             Knob.MEMORY_LIMIT: ("memory.limit_in_bytes",),
             Knob.MEMORY_HIGH: (),
+            Knob.MEMORY_LOW: (),
+            Knob.MEMORY_MIN: (),
+            Knob.MEMORY_RECLAIM: ("memory.force_empty",),
+            Knob.IO_WEIGHT: ("blkio.bfq.weight",),
+            Knob.IO_MAX: tuple(name for _, name in _V1_THROTTLE),
+            Knob.IO_LATENCY: (),
             Knob.NET_CLS_CLASSID: ("net_cls.classid",),
         }[knob]
     return {
@@ -144,6 +175,12 @@ def knob_files(knob: Knob, version: int) -> tuple[str, ...]:
         Knob.CPU_QUOTA: ("cpu.max",),
         Knob.MEMORY_LIMIT: ("memory.max",),
         Knob.MEMORY_HIGH: ("memory.high",),
+        Knob.MEMORY_LOW: ("memory.low",),
+        Knob.MEMORY_MIN: ("memory.min",),
+        Knob.MEMORY_RECLAIM: ("memory.reclaim",),
+        Knob.IO_WEIGHT: ("io.weight",),
+        Knob.IO_MAX: ("io.max",),
+        Knob.IO_LATENCY: ("io.latency",),
         Knob.NET_CLS_CLASSID: (),  # v2 has no net_cls: sockets are matched by cgroup
     }[knob]
 
@@ -160,6 +197,13 @@ def _accepted(knob: Knob) -> str:
         Knob.CPU_IDLE: "0 or 1",
         Knob.MEMORY_LIMIT: "None (unlimited) or a positive int of bytes",
         Knob.MEMORY_HIGH: "None (unlimited) or a positive int of bytes",
+        Knob.MEMORY_LOW: "an int of bytes >= 0",
+        Knob.MEMORY_MIN: "an int of bytes >= 0",
+        Knob.MEMORY_RECLAIM: "a positive int of bytes",
+        Knob.OOM_SCORE_ADJ: f"an int in [{MIN_OOM_SCORE_ADJ}, {MAX_OOM_SCORE_ADJ}]",
+        Knob.IO_WEIGHT: f"an int in [{MIN_IO_WEIGHT}, {MAX_IO_WEIGHT}] (io.weight units)",
+        Knob.IO_MAX: "IoLimits whose devices are 'MAJ:MIN' with limits None or ints > 0",
+        Knob.IO_LATENCY: "IoLatency whose devices are 'MAJ:MIN' with targets in µs > 0",
         Knob.NET_CLS_CLASSID: f"an int in [0, {MAX_CLASSID:#x}] (0: no class)",
     }[knob]
 
@@ -183,6 +227,21 @@ def check_knob_value(knob: Knob, value: KnobValue) -> str | None:
         ok = _is_int(value) and MIN_SHARES <= value <= MAX_SHARES  # type: ignore[operator]
     elif knob is Knob.CPU_IDLE:
         ok = _is_int(value) and value in (0, 1)
+    elif knob in (Knob.MEMORY_LOW, Knob.MEMORY_MIN):
+        ok = _is_int(value) and value >= 0  # type: ignore[operator]
+    elif knob is Knob.MEMORY_RECLAIM:
+        ok = _is_int(value) and value > 0  # type: ignore[operator]
+    elif knob is Knob.OOM_SCORE_ADJ:
+        ok = _is_int(value) and MIN_OOM_SCORE_ADJ <= value <= MAX_OOM_SCORE_ADJ  # type: ignore[operator]
+    elif knob is Knob.IO_WEIGHT:
+        ok = _is_int(value) and MIN_IO_WEIGHT <= value <= MAX_IO_WEIGHT  # type: ignore[operator]
+    elif knob is Knob.IO_MAX:
+        ok = isinstance(value, IoLimits) and all(_io_limit_ok(lim) for lim in value.devices)
+    elif knob is Knob.IO_LATENCY:
+        ok = isinstance(value, IoLatency) and all(
+            isinstance(d, str) and _DEVICE.match(d) and _is_int(t) and t > 0
+            for d, t in value.targets
+        )
     elif knob is Knob.NET_CLS_CLASSID:
         ok = _is_int(value) and 0 <= value <= MAX_CLASSID  # type: ignore[operator]
     else:
@@ -194,6 +253,17 @@ def check_knob_value(knob: Knob, value: KnobValue) -> str | None:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _io_limit_ok(lim: IoLimit) -> bool:
+    return (
+        isinstance(lim, IoLimit)
+        and isinstance(lim.device, str)
+        and bool(_DEVICE.match(lim.device))
+        and all(
+            v is None or (_is_int(v) and v > 0) for v in (lim.rbps, lim.wbps, lim.riops, lim.wiops)
+        )
+    )
 
 
 def render_knob(knob: Knob, value: KnobValue, version: int) -> tuple[KnobFile, ...]:
@@ -221,7 +291,27 @@ def render_knob(knob: Knob, value: KnobValue, version: int) -> tuple[KnobFile, .
             return render_quota_v1(value, None)
         quota = "max" if value.quota_us is None else str(value.quota_us)
         return (KnobFile(ctl, "cpu.max", f"{quota} {value.period_us}"),)
+    if knob is Knob.IO_MAX:
+        assert isinstance(value, IoLimits)
+        return render_io_max(value, None, version)
+    if knob is Knob.IO_LATENCY:
+        assert isinstance(value, IoLatency)
+        return render_io_latency(value, None, version)
+    if knob is Knob.IO_WEIGHT:
+        assert isinstance(value, int)
+        if version == 1:
+            return (KnobFile(ctl, "blkio.bfq.weight", str(min(value, MAX_BFQ_WEIGHT))),)
+        return (KnobFile(ctl, "io.weight", f"default {value}"),)
+    if knob is Knob.MEMORY_RECLAIM:
+        assert isinstance(value, int)
+        if version == 1:
+            return (KnobFile(ctl, "memory.force_empty", "0"),)
+        return (KnobFile(ctl, "memory.reclaim", str(value)),)
+    if knob is Knob.OOM_SCORE_ADJ:
+        raise ValueError("oom_score_adj is written per process (LinuxHost), not to a file")
     assert value is None or isinstance(value, int)
+    if knob in (Knob.MEMORY_LOW, Knob.MEMORY_MIN):
+        return () if version == 1 else (KnobFile(ctl, knob.value, str(value)),)
     if knob is Knob.MEMORY_LIMIT:
         if version == 1:
             return (KnobFile(ctl, "memory.limit_in_bytes", "-1" if value is None else str(value)),)
@@ -252,6 +342,97 @@ def render_quota_v1(new: CpuQuota, old: CpuQuota | None) -> tuple[KnobFile, ...]
     return (period, quota)
 
 
+def render_io_max(new: IoLimits, old: IoLimits | None, version: int) -> tuple[KnobFile, ...]:
+    """The writes that take io.max from `old` (None: unknown, nothing to clear) to `new`:
+    one line per device, and devices that lose their limit are set back to unlimited
+    ("max" on v2, 0 in v1's throttle files)."""
+    ctl = "blkio" if version == 1 else ""
+    wanted = {lim.device: lim for lim in new.devices}
+    gone = [IoLimit(lim.device) for lim in (old.devices if old else ()) if lim.device not in wanted]
+    out: list[KnobFile] = []
+    for lim in [*new.devices, *gone]:
+        if old is not None and lim in old.devices:
+            continue
+        if version == 1:
+            for field_name, name in _V1_THROTTLE:
+                v = getattr(lim, field_name)
+                out.append(KnobFile(ctl, name, f"{lim.device} {0 if v is None else v}"))
+        else:
+            vals = " ".join(
+                f"{k}={'max' if getattr(lim, k) is None else getattr(lim, k)}"
+                for k in ("rbps", "wbps", "riops", "wiops")
+            )
+            out.append(KnobFile(ctl, "io.max", f"{lim.device} {vals}"))
+    return tuple(out)
+
+
+def render_io_latency(new: IoLatency, old: IoLatency | None, version: int) -> tuple[KnobFile, ...]:
+    """io.latency lines for the devices whose target changes ("target=max" clears one)."""
+    if version == 1:
+        return ()
+    have = dict(old.targets) if old else {}
+    want = dict(new.targets)
+    out = [
+        KnobFile("", "io.latency", f"{d} target={t}") for d, t in new.targets if have.get(d) != t
+    ]
+    out += [KnobFile("", "io.latency", f"{d} target=max") for d in sorted(have) if d not in want]
+    return tuple(out)
+
+
+def parse_io_max(text: str) -> IoLimits:
+    """v2 ``io.max``: "MAJ:MIN rbps=<n|max> wbps=.. riops=.. wiops=.." per line."""
+    limits = []
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if not _DEVICE.match(parts[0]):
+            raise ValueError(f"io.max: cannot read {line!r}; expected 'MAJ:MIN key=value ...'")
+        vals: dict[str, int | None] = {}
+        for item in parts[1:]:
+            key, _, val = item.partition("=")
+            if key in ("rbps", "wbps", "riops", "wiops"):
+                vals[key] = None if val == "max" else int(val)
+        limits.append(IoLimit(parts[0], **vals))
+    return IoLimits.of(limits)
+
+
+def _parse_v1_throttle(texts: Sequence[str]) -> IoLimits:
+    by_dev: dict[str, dict[str, int | None]] = {}
+    for (field_name, _), text in zip(_V1_THROTTLE, texts, strict=True):
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and _DEVICE.match(parts[0]):
+                value = int(parts[1])
+                by_dev.setdefault(parts[0], {})[field_name] = value if value > 0 else None
+    return IoLimits.of([IoLimit(d, **v) for d, v in by_dev.items()])
+
+
+def parse_io_latency(text: str) -> IoLatency:
+    """v2 ``io.latency``: "MAJ:MIN target=<µs>" per line (``max`` or 0: no target)."""
+    targets: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or not _DEVICE.match(parts[0]):
+            continue
+        for item in parts[1:]:
+            key, _, val = item.partition("=")
+            if key == "target" and val.isdigit():
+                targets[parts[0]] = int(val)
+    return IoLatency.of(targets)
+
+
+def parse_io_weight(text: str) -> int:
+    """``io.weight`` (v2) or ``blkio.bfq.weight`` (v1): "default N" or "N" first."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "default":
+            return int(parts[1])
+        if len(parts) == 1:
+            return int(parts[0])
+    raise ValueError(f"io weight: cannot read {text!r}; expected 'default <weight>'")
+
+
 def parse_knob(knob: Knob, version: int, read: Callable[[str], str | None]) -> KnobValue:
     """The canonical value of `knob` from its files (`read(name)` gives a file's text or None
     when it is missing). Raises LookupError when a file is missing, ValueError when a file
@@ -259,6 +440,8 @@ def parse_knob(knob: Knob, version: int, read: Callable[[str], str | None]) -> K
     names = knob_files(knob, version)
     if not names:
         raise LookupError(f"{knob.value} does not exist on cgroup v{version}")
+    if knob in (Knob.MEMORY_RECLAIM, Knob.OOM_SCORE_ADJ):
+        raise LookupError(f"{knob.value} is not read from a cgroup file")
     texts = []
     for name in names:
         text = read(name)
@@ -277,6 +460,14 @@ def parse_knob(knob: Knob, version: int, read: Callable[[str], str | None]) -> K
             quota = int(first)
             return CpuQuota(None if quota < 0 else quota, int(texts[1]))
         return parse_cpu_max(first)
+    if knob is Knob.IO_WEIGHT:
+        return parse_io_weight(first)
+    if knob is Knob.IO_MAX:
+        return _parse_v1_throttle(texts) if version == 1 else parse_io_max(first)
+    if knob is Knob.IO_LATENCY:
+        return parse_io_latency(first)
+    if knob in (Knob.MEMORY_LOW, Knob.MEMORY_MIN):
+        return parse_memory_value(first) or 0
     return parse_memory_value(first)
 
 
@@ -308,8 +499,11 @@ def values_equal(knob: Knob, a: KnobValue, b: KnobValue, version: int, page_size
         return True
     if knob is Knob.CPU_SHARES and version == 2 and isinstance(a, int) and isinstance(b, int):
         return shares_to_weight(a) == shares_to_weight(b)
-    if knob in (Knob.MEMORY_LIMIT, Knob.MEMORY_HIGH) and isinstance(a, int) and isinstance(b, int):
+    memory = (Knob.MEMORY_LIMIT, Knob.MEMORY_HIGH, Knob.MEMORY_LOW, Knob.MEMORY_MIN)
+    if knob in memory and isinstance(a, int) and isinstance(b, int):
         return a // page_size == b // page_size
+    if knob is Knob.IO_WEIGHT and version == 1 and isinstance(a, int) and isinstance(b, int):
+        return min(a, MAX_BFQ_WEIGHT) == min(b, MAX_BFQ_WEIGHT)
     return False
 
 

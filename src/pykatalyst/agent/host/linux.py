@@ -28,6 +28,8 @@ from pykatalyst.agent.host.base import (
     ContainerCgroup,
     CpuQuota,
     HostSample,
+    IoLatency,
+    IoLimits,
     Knob,
     KnobValue,
     KnobWrite,
@@ -579,11 +581,54 @@ class LinuxHost:
             d = self._sdir(cg, cgroupfs.knob_controller(knob))
             if d is None:
                 continue
+            if knob is Knob.OOM_SCORE_ADJ:
+                adj = self._oom_score_adj(d)
+                if adj is not None:
+                    out[knob] = adj
+                continue
             try:
                 out[knob] = cgroupfs.parse_knob(knob, version, _reader(d))
             except (LookupError, ValueError):
                 continue
         return out
+
+    def _pids(self, d: str) -> list[int] | None:
+        text = self._read(f"{d}/cgroup.procs")
+        if text is None:
+            return None
+        return [int(p) for p in text.split() if p.isdigit()]
+
+    def _oom_score_adj(self, d: str) -> int | None:
+        """The oom_score_adj every process of the cgroup has (None when they differ, when
+        the cgroup has no process or is gone: the agent then writes its value)."""
+        pids = self._pids(d)
+        seen: set[int] = set()
+        for pid in pids or ():
+            text = self._read(f"{self._proc}/{pid}/oom_score_adj")
+            if text is not None and text.strip().lstrip("-").isdigit():
+                seen.add(int(text))
+        return next(iter(seen)) if len(seen) == 1 else None
+
+    def _write_oom_score_adj(self, w: KnobWrite, d: Path) -> WriteFailure | None:
+        pids = self._pids(str(d))
+        if pids is None:
+            return WriteFailure(w, f"{w.cgroup}: cgroup is gone", vanished=True)
+        for pid in pids:
+            path = f"{self._proc}/{pid}/oom_score_adj"
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+                try:
+                    os.write(fd, str(w.value).encode())
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                if e.errno == errno_mod.ESRCH or e.errno == errno_mod.ENOENT:
+                    continue  # the process exited meanwhile
+                name = errno_mod.errorcode.get(e.errno or 0, str(e.errno))
+                return WriteFailure(
+                    w, f"{path}: writing {w.value} failed: {name} ({e.strerror})", errno=e.errno
+                )
+        return None
 
     def apply_net(self, shape: NetShape | None) -> NetApplyResult:
         """Egress shaping with tc and nft (`netshape`)."""
@@ -615,7 +660,23 @@ class LinuxHost:
             return WriteFailure(
                 w, f"the {controller} cgroup controller is not mounted", unsupported=True
             )
-        if version == 1 and w.knob is Knob.CPU_QUOTA:
+        if w.knob is Knob.OOM_SCORE_ADJ:
+            return self._write_oom_score_adj(w, d)
+        if w.knob in (Knob.IO_MAX, Knob.IO_LATENCY):
+            try:
+                was = cgroupfs.parse_knob(w.knob, version, lambda n: self._read(d / n))
+            except (LookupError, ValueError):
+                was = None
+            if isinstance(w.value, IoLimits):
+                files = cgroupfs.render_io_max(
+                    w.value, was if isinstance(was, IoLimits) else None, version
+                )
+            else:
+                assert isinstance(w.value, IoLatency)
+                files = cgroupfs.render_io_latency(
+                    w.value, was if isinstance(was, IoLatency) else None, version
+                )
+        elif version == 1 and w.knob is Knob.CPU_QUOTA:
             assert isinstance(w.value, CpuQuota)
             try:
                 old = cgroupfs.parse_knob(w.knob, 1, lambda n: self._read(d / n))
@@ -626,7 +687,7 @@ class LinuxHost:
             files = cgroupfs.render_knob(w.knob, w.value, version)
         for f in files:
             failure = self._write_file(w, d, f)
-            if failure is not None:
+            if failure is not None and not _partly_reclaimed(w, failure):
                 return failure
         return None
 
@@ -855,6 +916,11 @@ def _task_state(stat: bytes) -> bytes | None:
         return None
     rest = stat[end + 1 :].split(None, 1)
     return rest[0] if rest else None
+
+
+def _partly_reclaimed(w: KnobWrite, failure: WriteFailure) -> bool:
+    """memory.reclaim answers EAGAIN when it freed less than asked: what it could is done."""
+    return w.knob is Knob.MEMORY_RECLAIM and failure.errno == errno_mod.EAGAIN
 
 
 def _reader(d: str) -> Callable[[str], str | None]:
