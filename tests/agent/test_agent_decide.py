@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pykatalyst.agent import decide
+from pykatalyst.agent import decide, regions
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.cpu_state import CpuState
 from pykatalyst.agent.factory import Periodic
@@ -34,8 +34,22 @@ def test_pools_stay_apart_inside_the_share_domain(
     lay, _ = decide.layout(topo, cfg, {}, CpuState(), None)
     wanted = dict(zip(POOLS, sizes, strict=False))
     alloc = decide.allocate(topo, cfg, lay, wanted, {}, {}, {})
+    borrowed: dict[str, CPUSet] = {}
+    size = 0
+    if overlap:
+        borrowed, size, _ = regions.borrow_from_pools(
+            topo,
+            alloc.pools,
+            dict.fromkeys(alloc.pools, 1),
+            len(lay.share_domain),
+            lay.reserved_for_reclaim,
+            {},
+            reclaim_enabled=True,
+        )
+    alloc = decide.lend(lay, alloc, borrowed, size, {})
     assert set(alloc.pools) == set(wanted)
-    assert alloc.reclaim, "the reclaim pool is never empty"
+    assert alloc.reclaimed_cpus, "reclaimed pods always have somewhere to run"
+    assert 1 <= alloc.reclaimed_cores_size <= len(alloc.reclaimed_cpus)
     shared_domain = any("shares" in w for w in alloc.warnings)
     seen = CPUSet()
     for name, cpus in alloc.pools.items():
@@ -46,7 +60,10 @@ def test_pools_stay_apart_inside_the_share_domain(
         seen = seen | cpus
     if not any("overlaps" in w for w in alloc.warnings):
         assert not (alloc.reclaim & seen)
-    assert alloc.reclaimed_cpus == (alloc.reclaim | seen if overlap else alloc.reclaim)
+    lent = CPUSet().union(*borrowed.values())
+    assert lent <= seen  # only pools' cpus are lent, never more than a pool has
+    assert all(len(c) <= len(alloc.pools[p]) for p, c in borrowed.items())
+    assert alloc.reclaimed_cpus == alloc.reclaim | lent
     names_in_plan = [p.name for p in decide.pool_plans(lay, alloc, {})]
     assert names_in_plan[-1] == names.POOL_RECLAIM and sorted(POOLS[: len(sizes)]) == sorted(
         n for n in names_in_plan if n in wanted

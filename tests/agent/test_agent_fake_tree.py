@@ -196,7 +196,7 @@ def test_the_reclaimed_root_is_idle_on_request_and_optionally_capped(
     assert root not in plan.desired
 
 
-def test_overlap_mode_puts_reclaimed_pods_on_the_share_pool_too(tmp_path: Path) -> None:
+def test_overlap_mode_lends_reclaimed_pods_the_share_pools_slack(tmp_path: Path) -> None:
     cluster, clock, node, uids = _node(tmp_path, 2, "cgroupfs")
     host = node.host()
     cfg = reclaiming({"cpu": {"overlap_reclaim_with_share": True}})
@@ -205,10 +205,19 @@ def test_overlap_mode_puts_reclaimed_pods_on_the_share_pool_too(tmp_path: Path) 
     reclaim, share = plan.pool(names.POOL_RECLAIM), plan.pool(names.POOL_SHARE)
     assert reclaim is not None and share is not None
     batch = node.container_cgroup(uids["batch"], "app")
-    assert CPUSet.parse(node.read(batch, "cpuset.cpus")) == reclaim.cpuset | share.cpuset
-    # what is published is still the reclaim pool's own headroom
-    assert plan.reclaimed_cpu.value <= reclaim.size
-    assert plan.reclaimed_cpu.terms.get("capped_by_quota_cores") is None
+    got = CPUSet.parse(node.read(batch, "cpuset.cpus"))
+    assert got == reclaim.cpuset  # the reclaim pool is where reclaimed pods run
+    lent = CPUSet.parse(reclaim.terms["overlap_cpus"])
+    assert lent and got == lent | CPUSet.parse(reclaim.terms["own_cpus"])
+    # the share pool fills what it may, and lends max(1, size - requirement) of its cpus,
+    # the highest ones: its own pods keep the rest to themselves
+    requirement = share.terms["size"]
+    assert lent <= share.cpuset
+    assert len(lent) == max(1, share.size - requirement) < share.size
+    assert max(lent) == max(share.cpuset)
+    # what is published is what reclaimed pods get: never above the reclaimed cores size
+    assert plan.reclaimed_cpu.value <= reclaim.terms["reclaimed_cores_size"]
+    assert reclaim.terms["regions"]["unbound"]["overlap"] == {names.POOL_SHARE: len(lent)}
 
 
 def test_v1_kernel_rules_accept_every_write_with_sandboxes(tmp_path: Path) -> None:

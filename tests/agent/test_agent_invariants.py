@@ -95,10 +95,19 @@ def check(plan: Any, n: Node) -> None:
         assert pool.cpuset.isdisjoint(seen)
         seen = seen | pool.cpuset
     dedicated = [p for p in plan.pods if p.pool == names.POOL_DEDICATED]
+    # a dedicated region lends reclaimed pods the idle cpus of an exclusive pod, no more
+    regions = reclaim.terms.get("regions", {})
+    lent = CPUSet().union(
+        *(CPUSet.parse(t["cpus"]) for k, t in regions.items() if k.startswith("dedicated-"))
+    )
     for d in dedicated:
         for other in plan.pods:
             if other.uid != d.uid and other.pool != UNMANAGED:
-                assert other.cpuset.isdisjoint(d.cpuset), (other.key, d.key)
+                shared = other.cpuset & d.cpuset
+                if other.qos_level == names.QOS_RECLAIMED_CORES:
+                    assert shared <= lent, (other.key, d.key)
+                else:
+                    assert not shared, (other.key, d.key)
         assert d.cpuset.issubset(CPUSet().union(*(topo.cpus_in_numa(x) for x in d.numa_nodes)))
     for p in plan.pods:
         if p.pool != UNMANAGED:

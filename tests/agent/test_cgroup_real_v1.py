@@ -25,6 +25,7 @@ from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, KnobWrite
 from pykatalyst.agent.host.linux import LinuxHost
 from pykatalyst.agent.plan import AgentPlan
+from pykatalyst.agent.regions import isolation_pool_name
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.memory import MemoryCluster
@@ -361,12 +362,45 @@ def test_agent_overlap_mode_and_root_quota_on_the_real_hierarchy(testbed: Cgroup
     web_plan = plan.pod(web)
     assert web_plan is not None and web_plan.cpuset == share.cpuset
     # reclaimed pods may use every pooled cpu, under SCHED_IDLE ...
-    assert _allowed_cpus(batch_proc.pid) == reclaim.cpuset | share.cpuset
+    assert _allowed_cpus(batch_proc.pid) == reclaim.cpuset
+    assert share.cpuset <= reclaim.cpuset
     root = f"{testbed.kubepods}/besteffort"
     assert testbed.read(root, "cpu.idle") == "1"
-    # ... and no more cpu time in all than the reclaim pool's size
-    assert testbed.read(root, "cpu.cfs_quota_us") == str(reclaim.size * 100_000)
+    # ... and no more cpu time in all than the reclaimed cores size (Katalyst's quota
+    # knob: whole pools overlapped, the time capped)
+    size = reclaim.terms["reclaimed_cores_size"]
+    assert size >= 1
+    assert testbed.read(root, "cpu.cfs_quota_us") == str(size * 100_000)
     assert reclaim.size <= len(cpus)
+
+
+def test_agent_isolates_a_noisy_shared_pod_on_the_real_hierarchy(testbed: CgroupTestbed) -> None:
+    """A shared pod with more runnable threads than its cpus ends up in a pool of its own:
+    its processes run there, apart from the quiet pod's."""
+    if len(_all_cpus()) < 2:
+        pytest.skip("needs at least 2 cpus for a share pool and an isolation pool")
+    isolation = {"enabled": True, "lockin_threshold": 1, "max_resource_ratio": 1.0}
+    config = reclaiming(
+        {
+            "cpu": {"ramp_up_period_s": 0},
+            "advisor": {"isolation": {**isolation, "max_pod_ratio": 1.0}},
+            "checkpoint_path": None,
+        }
+    )
+    world = _AgentOnTestbed(testbed, config)
+    web = world.pod("web", "burstable", cpu="1")
+    noisy = world.pod("noisy", "burstable", cpu="100m")
+    web_proc = testbed.spawn(web, "app", SLEEP)
+    noisy_procs = [testbed.spawn(noisy, "app", BUSY) for _ in range(2)]
+    plan = world.run()
+    assert plan.enforce.get("failed", 0) == 0, plan.warnings
+    pool = plan.pool(isolation_pool_name(noisy))
+    share = plan.pool(names.POOL_SHARE)
+    assert pool is not None and share is not None, [p.name for p in plan.pools]
+    assert pool.cpuset.isdisjoint(share.cpuset)
+    for proc in noisy_procs:
+        assert _allowed_cpus(proc.pid) == pool.cpuset
+    assert _allowed_cpus(web_proc.pid) == share.cpuset
 
 
 def _process_cpu_s(pid: int) -> float:

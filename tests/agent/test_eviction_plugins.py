@@ -343,6 +343,14 @@ def test_load_plugin_skips_the_reclaim_pool() -> None:
     assert not mgr.decide(snap).thresholds
 
 
+def test_load_plugin_skips_isolation_pools_as_katalyst() -> None:
+    mgr = EvictionManager("n1", only("load"))
+    noisy = PoolState(f"{names.POOL_PREFIX_ISOLATION}-uid1", 2, 100.0)
+    busy = PoolState(names.POOL_SHARE, 2, 100.0)
+    plan = mgr.decide(EvictionSnapshot(0, "n1", (), pools=(noisy, busy)))
+    assert [t.key for t in plan.thresholds] == [f"pool {names.POOL_SHARE}"]
+
+
 @pytest.mark.parametrize("ratio", [1.2, 2.5])
 def test_load_thresholds_are_configurable(ratio: float) -> None:
     mgr = EvictionManager(

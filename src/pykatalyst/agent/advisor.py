@@ -132,29 +132,35 @@ def assemble_pools(
     *,
     reclaim_enabled: bool,
     reserved_for_reclaim: int,
+    fixed: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, int], int, Terms]:
     """Share pool sizes within `available` cpus, and the reclaim pool size.
 
     With reclaim on, a pool gets its regulated requirement; pools that do not fit are scaled
     down together. With reclaim off, Katalyst sizes pools by their requests and gives them
-    every spare cpu, leaving only the reclaim reserve.
+    every spare cpu, leaving only the reclaim reserve. `fixed` pools (isolation pools) get
+    their size and are never expanded; they are scaled down with the others when the
+    scope is too small for all.
     """
     names = sorted(regulated)
     if reclaim_enabled:
         want = {n: max(1, regulated[n]) for n in names}
     else:
         want = {n: max(1, math.ceil(requests.get(n, 0.0) - 1e-9)) for n in names}
-    total = sum(want.values())
-    terms: Terms = {"available": available, "wanted": dict(want)}
+    pinned = {n: max(1, v) for n, v in (fixed or {}).items()}
+    total = sum(want.values()) + sum(pinned.values())
+    terms: Terms = {"available": available, "wanted": {**want, **pinned}}
+    if pinned:
+        terms["fixed"] = dict(pinned)
     avail = max(available, 0)
-    if names and total > avail:
-        sizes = _normalize(want, avail)
+    if (names or pinned) and total > avail:
+        sizes = _normalize({**want, **pinned}, avail)
         terms["throttled"] = True
     elif names and not reclaim_enabled and total < avail:
-        sizes = _expand(want, avail)
+        sizes = {**_expand(want, avail - sum(pinned.values())), **pinned}
         terms["expanded"] = True
     else:
-        sizes = dict(want)
+        sizes = {**want, **pinned}
     reclaim = avail - sum(sizes.values()) + reserved_for_reclaim
     terms["reserved_for_reclaim"] = reserved_for_reclaim
     terms["reclaim"] = reclaim

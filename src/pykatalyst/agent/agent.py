@@ -36,6 +36,7 @@ from pykatalyst.agent import (
     kubelet_cpu,
     memory_policy,
     net_policy,
+    regions,
 )
 from pykatalyst.agent import decide as steps
 from pykatalyst.agent.advisor import (
@@ -167,6 +168,10 @@ class Agent:
         self.placement = cpu_state.CpuState()  # dedicated, NUMA-bound and pool cpus
         self._snb_domains: dict[int, CPUSet] = {}
         self._regulators: dict[str, RegulatorState] = {}
+        self._isolated: frozenset[str] = frozenset()
+        self._isolation_states: dict[tuple[str, str], regions.IsolationState] = {}
+        self._borrowed: dict[str, CPUSet] = {}
+        self._dedicated_regulators: dict[str, RegulatorState] = {}
         self._rama: dict[str, dict[str, PIDState]] = {}  # pool -> indicator -> controller
         self._rama_next: dict[str, dict[str, PIDState]] = {}
         self._spd_cache: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
@@ -363,15 +368,21 @@ class Agent:
         alloc = steps.allocate(
             topo, cfg, lay, sizes, snb_sizes, self._snb_domains, self.placement.pools
         )
+        # Regions the reclaim pool borrows from: share pools in overlap mode, idle cpus of
+        # numa_exclusive dedicated pods; reclaimed pods run there under SCHED_IDLE.
+        borrowed, borrowed_size, region_terms = self._borrow(
+            now, lay, alloc.pools, sizes, snb_sizes, valid
+        )
+        alloc = steps.lend(lay, alloc, borrowed, borrowed_size, region_terms)
         warnings.extend(alloc.warnings)
         self.placement = cpu_state.CpuState(lay.dedicated, lay.snb, alloc.pools)
         self._save_cpu_state(warnings)
-        # headroom: from the reclaim pool proper; in overlap mode reclaimed pods may run
-        # beyond it, so their usage there must not be published as more capacity.
+        # headroom: over the cpus reclaimed pods get, capped at the reclaimed cores size
+        # when some are lent, so that a region's slack is not published twice.
         reclaimed_usage = self._reclaimed_usage(valid, now)
-        cap = float(len(alloc.reclaim)) if alloc.overlap else None
+        cap = float(alloc.reclaimed_cores_size) if alloc.overlap else None
         cpu_fig, mem_fig = self._headroom(
-            now, alloc.reclaim, reclaimed_usage, valid, cap, lay.dedicated
+            now, alloc.reclaimed_cpus, reclaimed_usage, valid, cap, lay.dedicated
         )
         pod_plans, knobs = self._pod_plans(
             now, inp.specs, valid, lay, alloc.pools, alloc.reclaimed_cpus, estimates
@@ -444,26 +455,34 @@ class Agent:
         dict[str, int],
         dict[int, dict[str, int]],
     ]:
-        """Size the share pools: the unbound ones, then the NUMA-bound ones per NUMA node."""
+        """Size the share pools: the unbound ones (an isolated pod's pool among them), then
+        the NUMA-bound ones per NUMA node."""
         topo = self.topology
-        unbound, bound = steps.snb_groups(valid, lay)
 
         def members(groups: Mapping[str, list[PodSpec]]) -> dict[str, list[_Shared]]:
             return {p: [_Shared(s, self._ramping(s, now)) for s in ms] for p, ms in groups.items()}
 
+        isolated, isolation_sizes = self._load_isolation(now, valid, lay)
+        unbound, bound = steps.snb_groups(valid, lay, isolated)
         nb_share = len(lay.share_numas) / max(topo.num_numa_nodes, 1)
         states: dict[str, RegulatorState] = {}
         pool_terms, estimates, sizes = self._advise_scope(
-            now, members(unbound), len(lay.share_domain), lay.reserved_for_reclaim, nb_share, states
+            now,
+            members(unbound),
+            len(lay.share_domain),
+            lay.reserved_for_reclaim,
+            nb_share,
+            states,
+            isolation_sizes,
         )
         snb_domains: dict[int, CPUSet] = {}
         snb_sizes: dict[int, dict[str, int]] = {}
-        for numa, regions in sorted(bound.items()):
+        for numa, numa_pools in sorted(bound.items()):
             domain = lay.bound_leftover & topo.cpus_in_numa(numa)
             snb_domains[numa] = domain
             t, e, z = self._advise_scope(
                 now,
-                members(regions),
+                members(numa_pools),
                 len(domain),
                 lay.snb_reserved_for_reclaim.get(numa, 1),
                 1 / max(topo.num_numa_nodes, 1),
@@ -495,7 +514,7 @@ class Agent:
         """The reclaimed root's knobs (cpu.idle, the reclaim pool's quota) with the pods'."""
         root = self._reclaimed_root()
         if root is not None:
-            desired[root] = self._root_knobs(len(alloc.reclaim))
+            desired[root] = self._root_knobs(alloc.reclaimed_cores_size)
         return desired
 
     def _isolate(
@@ -633,7 +652,7 @@ class Agent:
         an idle cgroup: a kubelet restarted under an idle root fails to start. So the root
         is idled only when `reclaimed_root_cpu_idle` says it is not the kubelet's, and
         otherwise kept at cpu.idle=0 (undoing an earlier agent's setting). The quota, when
-        enabled, caps everything below the root at the reclaim pool's size (what Katalyst
+        enabled, caps everything below the root at the reclaimed cores size (what Katalyst
         writes for its quota knob)."""
         cfg = self.config
         idle = cfg.reclaimed_cpu_idle and cfg.reclaimed_root_cpu_idle
@@ -686,19 +705,33 @@ class Agent:
         reserved_for_reclaim: int,
         numa_fraction: float,
         states: dict[str, RegulatorState],
+        fixed: Mapping[str, int] | None = None,
     ) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], tuple[float, str]], dict[str, int]]:
-        """Size the share pools of one scope (the unbound NUMA nodes, or one NUMA node)."""
+        """Size the share pools of one scope (the unbound NUMA nodes, or one NUMA node).
+
+        In overlap mode the pools fill the scope, sized by their requests (Katalyst's
+        allowExpand), and the regulator keeps the requirement: the reclaim pool overlaps
+        each pool by what it does not require (`regions.borrow_from_pools`). `fixed` pools
+        (isolation pools) have their size and no regulator."""
         adv = self.config.advisor
-        rfr = cpu_policy.fit_reclaim_reserve(domain_size, reserved_for_reclaim, len(shared))
+        overlap = self.config.cpu.overlap_reclaim_with_share
+        pinned = dict(fixed or {})
+        regular = {p: m for p, m in shared.items() if p not in pinned}
+        rfr = 0
+        if not overlap:
+            rfr = cpu_policy.fit_reclaim_reserve(domain_size, reserved_for_reclaim, len(shared))
         available = domain_size - rfr
-        reserved_each = adv.reserved_for_allocate_cpu * numa_fraction / max(len(shared), 1)
+        reserved_each = adv.reserved_for_allocate_cpu * numa_fraction / max(len(regular), 1)
         estimates: dict[tuple[str, str], tuple[float, str]] = {}
         regulated: dict[str, int] = {}
         requests: dict[str, float] = {}
         terms: dict[str, dict[str, Any]] = {}
         scope: dict[str, RegulatorState] = {}
         for pool, members in sorted(shared.items()):
-            requirement, req_total, sources = self._estimate_pool(members, now, estimates)
+            requirement, _requests, sources = self._estimate_pool(members, now, estimates)
+            if pool in pinned:
+                terms[pool] = {"isolated": True, "size": pinned[pool], "pods": len(members)}
+                continue
             requirement, provision = self._provision(
                 pool, members, requirement, reserved_each, available, now
             )
@@ -713,7 +746,7 @@ class Agent:
             )
             scope[pool] = state
             regulated[pool] = size
-            requests[pool] = req_total
+            requests[pool] = sum(m.spec.request_cores for m in members)
             rterms["pods"] = len(members)
             rterms["estimate_sources"] = sources
             rterms["provision"] = provision
@@ -722,17 +755,178 @@ class Agent:
             max(available, 0),
             regulated,
             requests,
-            reclaim_enabled=adv.enable_reclaim,
+            reclaim_enabled=adv.enable_reclaim and not overlap,
             reserved_for_reclaim=rfr,
+            fixed=pinned,
         )
         for pool, size in sizes.items():
-            if size != regulated[pool]:
-                scope[pool] = RegulatorState(size, scope[pool].last_ramp_down)
+            if size != regulated.get(pool, size) or pool in pinned:
+                if pool in scope and not overlap:
+                    scope[pool] = RegulatorState(size, scope[pool].last_ramp_down)
                 terms[pool]["assembled"] = size
                 terms[pool]["assembly"] = aterms
             self._record_step(pool, size, terms[pool], now)
         states.update(scope)
         return terms, estimates, sizes
+
+    def _load_isolation(
+        self, now: float, valid: Mapping[str, PodSpec], lay: Layout
+    ) -> tuple[frozenset[str], dict[str, int]]:
+        """Katalyst's load isolator over the unbound shared pods: (isolated pods, size of
+        each isolation pool = max(limit, request) summed over the pod's containers)."""
+        cfg = self.config.advisor.isolation
+        cands: list[regions.IsolationCandidate] = []
+        for s in valid.values() if cfg.enabled else ():
+            if s.level != names.QOS_SHARED_CORES or s.uid in lay.snb:
+                continue
+            cg = self._match(s)
+            single = len(s.containers) == 1
+            runnable: dict[str, float | None] = {}
+            for c in s.containers:
+                path = cg.pod if single else cg.containers.get(c.name)
+                runnable[c.name] = self.metrics.runnable(path, now) if path else None
+            resources = {c.name: max(c.limit_cores, c.request_cores) for c in s.containers}
+            pool = s.pool or names.POOL_SHARE
+            cands.append(
+                regions.IsolationCandidate(s.uid, pool, resources, runnable, self._ramping(s, now))
+            )
+        isolated, self._isolation_states, _terms = regions.decide_isolation(
+            cands, self._isolated, self._isolation_states, now, cfg
+        )
+        self._isolated = isolated
+        by_uid = {c.uid: c for c in cands}
+        sizes = {
+            regions.isolation_pool_name(u): max(1, math.ceil(sum(by_uid[u].resources.values())))
+            for u in sorted(isolated)
+        }
+        return isolated, sizes
+
+    def _borrow(
+        self,
+        now: float,
+        lay: Layout,
+        pools: Mapping[str, CPUSet],
+        sizes: Mapping[str, int],
+        snb_sizes: Mapping[int, Mapping[str, int]],
+        valid: Mapping[str, PodSpec],
+    ) -> tuple[dict[str, CPUSet], int, dict[str, Any]]:
+        """Cpus the reclaim pool borrows, by region (share pools in overlap mode, dedicated
+        regions), the cores reclaimed pods may use there in all, and the terms."""
+        cfg = self.config
+        states = self._regulators
+        prefix = f"{names.POOL_PREFIX_ISOLATION}-"
+        isolation_sizes = {p: z for p, z in sizes.items() if p.startswith(prefix)}
+        out: dict[str, CPUSet] = {}
+        total = 0
+        terms: dict[str, Any] = {}
+        if cfg.cpu.overlap_reclaim_with_share:
+            scopes = [
+                (
+                    "unbound",
+                    [p for p in sorted(sizes) if p not in isolation_sizes],
+                    len(lay.share_domain),
+                    lay.reserved_for_reclaim,
+                    isolation_sizes,
+                )
+            ]
+            for numa, z in sorted(snb_sizes.items()):
+                rfr = lay.snb_reserved_for_reclaim.get(numa, 1)
+                scopes.append((f"NUMA{numa}", sorted(z), len(self._snb_domains[numa]), rfr, {}))
+            for scope, members, avail, rfr, fixed in scopes:
+                if not members:
+                    continue
+                got, size, t = regions.borrow_from_pools(
+                    self.topology,
+                    {p: pools[p] for p in members},
+                    {p: states[p].size for p in members if p in states},
+                    avail,
+                    rfr,
+                    self._borrowed,
+                    reclaim_enabled=cfg.advisor.enable_reclaim,
+                    whole_pools=cfg.reclaimed_root_quota,
+                    fixed=fixed,
+                )
+                out.update(got)
+                total += size
+                terms[scope] = t
+        for name, (cpus, size, t) in self._dedicated_regions(now, lay, valid).items():
+            if cpus:
+                out[name] = cpus
+                total += size
+            terms[name] = t
+        self._borrowed = out
+        return out, total, terms
+
+    def _dedicated_regions(
+        self,
+        now: float,
+        lay: Layout,
+        valid: Mapping[str, PodSpec],
+    ) -> dict[str, tuple[CPUSet, int, dict[str, Any]]]:
+        """Per NUMA node of each numa_exclusive dedicated pod: the idle cpus reclaimed pods
+        may run on (Katalyst's dedicated regions), with the pod's regulated requirement."""
+        cfg = self.config
+        adv = cfg.advisor
+        topo = self.topology
+        on = adv.enable_reclaim and cfg.reclaimed_cpu_idle
+        reclaim_min = cpu_policy.reclaim_minimum(topo, cfg.cpu, adv.min_reclaimed_for_allocate_cpu)
+        rfr = max(1, reclaim_min // max(topo.num_numa_nodes, 1))
+        out: dict[str, tuple[CPUSet, int, dict[str, Any]]] = {}
+        states: dict[str, RegulatorState] = {}
+        for uid, a in sorted(lay.dedicated.items()):
+            if not a.exclusive or uid not in valid or not a.cpuset:
+                continue
+            s = valid[uid]
+            estimate, _ = self._pod_estimate(s, now, self._ramping(s, now))
+            for n in a.numas:
+                cpus = a.cpuset & topo.cpus_in_numa(n)
+                if not cpus:
+                    continue
+                name = f"{names.POOL_DEDICATED}-{s.key}-NUMA{n}"
+                requirement, state, rterms = regulate(
+                    estimate * len(cpus) / len(a.cpuset),
+                    adv.reserved_for_allocate_cpu / max(topo.num_numa_nodes, 1),
+                    self._dedicated_regulators.get(name),
+                    now,
+                    min(adv.min_share_cpu_requirement, len(cpus)),
+                    len(cpus),
+                    adv,
+                )
+                states[name] = state
+                size, t = regions.dedicated_reclaim_size(
+                    len(cpus), requirement, min(rfr, len(cpus)), reclaim_enabled=on
+                )
+                if adv.enable_reclaim and not cfg.reclaimed_cpu_idle:
+                    t["reclaim"] = "reclaimed_cpu_idle is off: reclaimed pods would not yield"
+                picked = regions.pick_cpus(topo, cpus, size, self._borrowed.get(name, CPUSet()))
+                t.update({"pod": s.key, "cpus": str(picked), "regulator": rterms})
+                out[name] = (picked, size, t)
+        self._dedicated_regulators = states
+        return out
+
+    def _pod_estimate(
+        self, s: PodSpec, now: float, ramping: bool
+    ) -> tuple[float, dict[str, tuple[float, str]]]:
+        """Katalyst's canonical estimate of a pod: Σ over its containers, with each
+        container's (cores, source)."""
+        adv = self.config.advisor
+        cg = self._match(s)
+        single = len(s.containers) == 1
+        per: dict[str, tuple[float, str]] = {}
+        for c in s.containers:
+            path = cg.pod if single else cg.containers.get(c.name)
+            cm = self.metrics.cpu(path, now) if path else None
+            est = estimate_container(
+                c.request_cores,
+                cm.usage if cm else None,
+                cm.load1 if cm else None,
+                cm.load5 if cm else None,
+                ramping_up=ramping,
+                reclaim_enabled=adv.enable_reclaim,
+                cfg=adv,
+            )
+            per[c.name] = (est.cores, est.source)
+        return sum(v[0] for v in per.values()), per
 
     def _estimate_pool(
         self,
@@ -742,28 +936,15 @@ class Agent:
     ) -> tuple[float, float, dict[str, int]]:
         """The pool's canonical requirement (Σ container estimates), its Σ requests, and how
         many estimates came from each source; each container's estimate into `estimates`."""
-        adv = self.config.advisor
         requirement = 0.0
         req_total = 0.0
         sources: dict[str, int] = {}
         for m in members:
-            cg = self._match(m.spec)
-            single = len(m.spec.containers) == 1
-            for c in m.spec.containers:
-                path = cg.pod if single else cg.containers.get(c.name)
-                cm = self.metrics.cpu(path, now) if path else None
-                est = estimate_container(
-                    c.request_cores,
-                    cm.usage if cm else None,
-                    cm.load1 if cm else None,
-                    cm.load5 if cm else None,
-                    ramping_up=m.ramping,
-                    reclaim_enabled=adv.enable_reclaim,
-                    cfg=adv,
-                )
-                estimates[(m.spec.uid, c.name)] = (est.cores, est.source)
-                requirement += est.cores
-                sources[est.source] = sources.get(est.source, 0) + 1
+            total, per = self._pod_estimate(m.spec, now, m.ramping)
+            requirement += total
+            for c, est in per.items():
+                estimates[(m.spec.uid, c)] = est
+                sources[est[1]] = sources.get(est[1], 0) + 1
             req_total += m.spec.request_cores
         return requirement, req_total, sources
 
@@ -1048,7 +1229,7 @@ class Agent:
                 continue
             ramping = s.level == names.QOS_SHARED_CORES and self._ramping(s, now)
             pool, cpus, mems, numas = steps.pod_placement(
-                s, lay, pools, reclaim, self._snb_domains, ramping, machine
+                s, lay, pools, reclaim, self._snb_domains, ramping, machine, uid in self._isolated
             )
             ests = tuple(estimates.get((uid, c.name)) for c in s.containers)
             key = (s, pc, pool, cpus, mems, numas, ramping, ests, cfg.reclaimed_cpu_idle)

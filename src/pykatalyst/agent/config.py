@@ -158,6 +158,34 @@ class RamaConfig(_Section):
         return self
 
 
+class IsolationConfig(_Section):
+    """Katalyst's load isolator (`--isolation-*` flags): a shared pod with too many runnable
+    threads for long enough gets a pool of its own. Off by default, as in Katalyst."""
+
+    enabled: bool = Field(
+        False, description="isolate noisy shared pods (Katalyst: --isolation-disable=false)"
+    )
+    cpu_ratio: float = Field(
+        1.5, gt=0, description="isolate above ratio x max(limit, request) runnable threads"
+    )
+    cpu_size: float = Field(
+        2.0, ge=0, description="... or above max(limit, request) + this many runnable threads"
+    )
+    max_resource_ratio: float = Field(
+        0.2, ge=0, le=1, description="at most this share of a pool's cores is isolated"
+    )
+    max_pod_ratio: float = Field(
+        0.5, ge=0, le=1, description="at most this share of a pool's pods is isolated"
+    )
+    lockin_threshold: int = Field(3, ge=1, description="ticks over the threshold to isolate")
+    lockout_period_s: Seconds = Field(
+        120.0, description="time under the threshold before an isolated pod goes back"
+    )
+    disabled_pools: tuple[str, ...] = Field(
+        (), description="share pools whose pods are never isolated (--isolation-disable-pools)"
+    )
+
+
 class AdvisorConfig(_Section):
     """Sys-advisor: canonical provisioning, regulator, headroom (Katalyst defaults)."""
 
@@ -191,6 +219,7 @@ class AdvisorConfig(_Section):
         "Katalyst's --cpu-provision-policy-priority for share regions",
     )
     rama: RamaConfig = Field(default_factory=RamaConfig)
+    isolation: IsolationConfig = Field(default_factory=IsolationConfig)
 
     @model_validator(mode="after")
     def _policy(self) -> AdvisorConfig:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pykatalyst.agent import cpu_policy, kubelet_cpu, memory_policy
+from pykatalyst.agent import cpu_policy, kubelet_cpu, memory_policy, regions
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.cpu_policy import DedicatedAssignment, DedicatedRequest, Layout
 from pykatalyst.agent.cpu_state import CpuState
@@ -28,17 +28,25 @@ SYSTEM_ALL_CPUS = "(all)"  # a system_cores pod without a cpuset_pool: every cpu
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """The share pools' cpusets and the reclaim pool's: `reclaimed_cpus` is where reclaimed
-    pods run (the reclaim pool, plus the share pools' cpus in overlap mode)."""
+    """The share pools' cpusets and the reclaim pool's: `reclaim` is the reclaim pool's own
+    cpus, `overlap` what regions lend it (share pools in overlap mode, dedicated regions),
+    `reclaimed_cpus` where reclaimed pods run, and `reclaimed_size` the cores they may use
+    in all when cpus are lent (None: the pool's own size)."""
 
     pools: Mapping[str, CPUSet]
     reclaim: CPUSet
-    overlap: CPUSet
+    overlap: CPUSet = cpu_policy.EMPTY
     warnings: tuple[str, ...] = ()
+    reclaimed_size: int | None = None
+    regions: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def reclaimed_cpus(self) -> CPUSet:
         return self.reclaim | self.overlap
+
+    @property
+    def reclaimed_cores_size(self) -> int:
+        return len(self.reclaim) if self.reclaimed_size is None else self.reclaimed_size
 
 
 def classify(specs: Mapping[str, PodSpec]) -> dict[str, PodSpec]:
@@ -158,18 +166,38 @@ def allocate(
         pools.update(placed)
     unbound_used = CPUSet().union(*(pools[n] for n in sizes))
     reclaim = (lay.share_domain - unbound_used) | (lay.bound_leftover - bound_used)
-    if not reclaim:
-        # The reclaim pool is never empty: overlap the share domain (reclaimed pods run
-        # SCHED_IDLE there, so they only take what shared pods leave).
+    return Allocation(pools, reclaim, warnings=tuple(warnings))
+
+
+def lend(
+    lay: Layout,
+    alloc: Allocation,
+    borrowed: Mapping[str, CPUSet],
+    borrowed_size: int,
+    terms: Mapping[str, Any],
+) -> Allocation:
+    """The reclaim pool with what regions lend it (`regions.borrow_from_pools`, dedicated
+    regions): reclaimed pods run on its own cpus and the lent ones, `borrowed_size` cores
+    of the lent ones at most in all. The reclaim pool is never empty: with nothing of its
+    own nor lent it overlaps the share domain (reclaimed pods run SCHED_IDLE there, so
+    they only take what shared pods leave)."""
+    reclaim = alloc.reclaim
+    overlap = CPUSet().union(*borrowed.values()) - reclaim
+    warnings = list(alloc.warnings)
+    if not reclaim and not overlap:
         reclaim = lay.share_domain
         warnings.append(f"no cpu left for the reclaim pool: it overlaps {reclaim}")
-    # Overlap mode: reclaimed pods also run on the share pools' cpus, where SCHED_IDLE
-    # (cpu.idle on the reclaimed root) lets any shared task's wakeup take the cpu back.
-    # The reclaim pool proper, and what is published from it, stay as they are.
-    overlap = CPUSet()
-    if cfg.cpu.overlap_reclaim_with_share:
-        overlap = CPUSet().union(*pools.values()) - reclaim
-    return Allocation(pools, reclaim, overlap, tuple(warnings))
+    size = None
+    if overlap:
+        size = min(len(reclaim | overlap), len(reclaim) + borrowed_size)
+    return replace(
+        alloc,
+        reclaim=reclaim,
+        overlap=overlap,
+        warnings=tuple(warnings),
+        reclaimed_size=size,
+        regions=dict(terms),
+    )
 
 
 def pool_plans(
@@ -181,16 +209,20 @@ def pool_plans(
         out.append(PoolPlan(names.POOL_RESERVE, lay.reserve))
     for name in sorted(alloc.pools):
         out.append(PoolPlan(name, alloc.pools[name], terms=terms.get(name, {})))
+    # The reclaim pool is where reclaimed pods run: its own cpus and what is lent.
     out.append(
         PoolPlan(
             names.POOL_RECLAIM,
-            alloc.reclaim,
+            alloc.reclaimed_cpus,
             terms={
+                "own_cpus": str(alloc.reclaim),
                 "share_domain_cpus": len(lay.share_domain),
                 "reserved_for_reclaim": lay.reserved_for_reclaim,
                 "numa_bound_leftover_cpus": len(lay.bound_leftover),
                 "overlap_cpus": str(alloc.overlap),
                 "reclaimed_pods_cpus": str(alloc.reclaimed_cpus),
+                "reclaimed_cores_size": alloc.reclaimed_cores_size,
+                "regions": dict(alloc.regions),
             },
         )
     )
@@ -198,9 +230,10 @@ def pool_plans(
 
 
 def snb_groups(
-    valid: Mapping[str, PodSpec], lay: Layout
+    valid: Mapping[str, PodSpec], lay: Layout, isolated: frozenset[str] = frozenset()
 ) -> tuple[dict[str, list[PodSpec]], dict[int, dict[str, list[PodSpec]]]]:
-    """Shared pods by pool: the unbound pools, and per NUMA node the NUMA-bound ones."""
+    """Shared pods by pool: the unbound pools (an isolated pod alone in its isolation
+    pool), and per NUMA node the NUMA-bound ones."""
     shared: dict[str, list[PodSpec]] = {names.POOL_SHARE: []}
     snb: dict[int, dict[str, list[PodSpec]]] = {}
     for s in valid.values():
@@ -208,7 +241,9 @@ def snb_groups(
             continue
         pool = s.pool or names.POOL_SHARE
         numa = lay.snb.get(s.uid)
-        if numa is None:
+        if s.uid in isolated:
+            shared[regions.isolation_pool_name(s.uid)] = [s]
+        elif numa is None:
             shared.setdefault(pool, []).append(s)
         else:
             region = cpu_policy.snb_pool_name(pool, numa)
@@ -241,9 +276,11 @@ def pod_placement(
     snb_domains: Mapping[int, CPUSet],
     ramping: bool,
     machine: MachineDefaults,
+    isolated: bool = False,
 ) -> tuple[str, CPUSet, CPUSet, tuple[int, ...]]:
     """Where one managed pod runs: its pool, cpus, memory nodes and NUMA nodes. A shared
-    pod ramping up runs on every pooled cpu of its scope until its estimate is trusted."""
+    pod ramping up runs on every pooled cpu of its scope until its estimate is trusted; an
+    isolated one in its isolation pool."""
     level = s.level
     if level == names.QOS_DEDICATED_CORES:
         a = lay.dedicated[s.uid]
@@ -259,7 +296,7 @@ def pod_placement(
         pool = cpu_policy.snb_pool_name(s.pool or names.POOL_SHARE, numa)
         cpus = domain if ramping else pools.get(pool, domain)
         return pool, cpus, memory_policy.bound_mems((numa,)), (numa,)
-    pool = s.pool or names.POOL_SHARE
+    pool = regions.isolation_pool_name(s.uid) if isolated else s.pool or names.POOL_SHARE
     cpus = lay.pooled if ramping else pools.get(pool, lay.share_domain)
     return pool, cpus, machine.mems, ()
 

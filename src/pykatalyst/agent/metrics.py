@@ -57,6 +57,7 @@ class _Entry:
         "load_time",
         "mem_time",
         "rss",
+        "runnable",
         "seen",
         "shmem",
         "usage",
@@ -69,6 +70,7 @@ class _Entry:
         self.load1 = 0.0
         self.load5 = 0.0
         self.load_time: float | None = None
+        self.runnable = 0.0
         self.rss: int | None = None
         self.cache: int | None = None
         self.shmem: int | None = None
@@ -129,6 +131,7 @@ class MetricStore:
             e.usage_time = t
         if s.nr_running is not None:
             n = float(s.nr_running)
+            e.runnable = n
             if e.load_time is None:
                 # Start from what runs now: an agent started late in a container's life
                 # should not read its load as zero for the first minutes.
@@ -165,6 +168,14 @@ class MetricStore:
         if usage is None and load1 is None:
             return None
         return CpuMetrics(usage, load1, load5)
+
+    def runnable(self, cgroup: str, now: float) -> float | None:
+        """Runnable threads of the cgroup at the last sample (Katalyst's
+        cpu.nr.runnable.container), None when not measured or stale."""
+        e = self._entries.get(cgroup)
+        if e is None or not self._fresh(e.load_time, now):
+            return None
+        return e.runnable
 
     def memory(self, cgroup: str, now: float) -> MemoryMetrics | None:
         e = self._entries.get(cgroup)

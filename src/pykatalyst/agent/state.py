@@ -28,6 +28,7 @@ class ContainerSpec:
     name: str
     request_cores: float
     container_id: str | None  # from pod status, without the runtime:// prefix
+    limit_cores: float = 0.0  # 0: no cpu limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +139,13 @@ def parse_pod(obj: JSON) -> PodSpec:
         reclaimed_mem = pod.reclaimed_memory()
         for c in pod.containers():
             q = c.requests().get(names.RESOURCE_CPU)
+            lim = c.limits().get(names.RESOURCE_CPU)
             containers.append(
                 ContainerSpec(
-                    c.name, q.milli_value() / 1000.0 if q is not None else 0.0, ids.get(c.name)
+                    c.name,
+                    q.milli_value() / 1000.0 if q is not None else 0.0,
+                    ids.get(c.name),
+                    lim.milli_value() / 1000.0 if lim is not None else 0.0,
                 )
             )
     except ValueError as exc:

@@ -78,6 +78,7 @@ POOL_SHARE: Final = "share"
 POOL_RECLAIM: Final = "reclaim"
 POOL_RESERVE: Final = "reserve"
 POOL_DEDICATED: Final = "dedicated"
+POOL_PREFIX_ISOLATION: Final = "isolation"  # isolation-<pod uid>: a noisy shared pod's pool
 
 # --- resources --------------------------------------------------------------------------
 

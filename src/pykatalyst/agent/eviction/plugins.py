@@ -448,6 +448,8 @@ class LoadPressurePlugin:
         for pool in snap.pools:
             if pool.name in cfg.skip_pools or pool.size <= 0 or pool.load is None:
                 continue
+            if pool.name.startswith(f"{names.POOL_PREFIX_ISOLATION}-"):
+                continue  # an isolated pod is noisy by definition (Katalyst skips these too)
             seen.add(pool.name)
             ring = self._rings.setdefault(pool.name, deque(maxlen=cfg.ring_size))
             ring.append(pool.load)
