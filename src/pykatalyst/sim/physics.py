@@ -33,9 +33,11 @@ class ModelConstants:
     # shares for a best-effort pod against the service's 1024 per core) is preempted by a
     # waking service thread almost as a SCHED_IDLE one is: CFS puts the waker near the
     # queue's smallest vruntime, and the light task's vruntime runs hundreds of times
-    # faster. Its cost per unit of its busy share, fitted to benchmarks/isolation_real.py
-    # (nginx beside stress-ng at 2 shares: p99 1.33 x solo at 0.64 of the cpus busy).
-    light_preempt_ms: float = 1.0
+    # faster. Its cost per unit of its busy share: benchmarks/isolation_real.py on a quiet
+    # machine measured nginx beside stress-ng at 2 shares no slower than beside the same
+    # antagonist under SCHED_IDLE (p99 0.81 and 0.87 x solo at 0.99 of the cpus busy), so
+    # it is taken as the idle figure.
+    light_preempt_ms: float = 0.05
     # Normal batch counts as light when its weight is at most this fraction of the service's.
     light_weight_ratio: float = 1.0 / 64.0
     # Tail slowdown of a thread whose hyperthread sibling runs batch, at full sibling load

@@ -98,8 +98,8 @@ LATENCY_EQUATIONS = (
 CONSTANT_SOURCES = {
     "batch_slice_ms": "Linux CFS default: sched_min_granularity 0.75 ms x (1 + log2 8)",
     "idle_preempt_ms": "modelling assumption",
-    "light_preempt_ms": "fitted to benchmarks/isolation_real.py: nginx beside stress-ng at the "
-    "kubelet's 2 cpu shares (benchmarks/calibrate_sim.py)",
+    "light_preempt_ms": "benchmarks/isolation_real.py: nginx beside stress-ng at the kubelet's "
+    "2 cpu shares measured no slower than under SCHED_IDLE (benchmarks/calibrate_sim.py)",
     "light_weight_ratio": "modelling assumption: the kubelet's 2 shares against 1024 per core",
     "alpha_ht": "modelling assumption, order of magnitude of Heracles (Lo et al., ISCA 2015) "
     "for a HyperThread antagonist",
