@@ -23,6 +23,7 @@ from pykatalyst.agent.kubelet_cpu import (
     KubeletConfigError,
     KubeletPins,
     kubelet_previous,
+    may_pin,
     parse_kubelet_config,
 )
 from pykatalyst.api import names
@@ -223,7 +224,7 @@ def test_unreachable_kubelet_is_said_once_and_the_agent_goes_on(
 ) -> None:
     n = StaticNode(tmp_path)
     n.kubelet.down = "no pod-resources socket at /x.sock"
-    web = n.pod("web", cpu="2")
+    web = n.pod("web", cpu="1500m")  # not whole cpus: the kubelet pins it nowhere
     with caplog.at_level("INFO", logger="pykatalyst.agent.kubelet"):
         n.run(3)
     assert n.cpus(web)
@@ -260,3 +261,29 @@ def test_a_kubelet_restarting_leaves_its_pinned_cpus_alone(tmp_path: Path) -> No
     n.kubelet.down = "pod-resources List: UNAVAILABLE"
     n.run(2)
     assert n.cpus(pinned) == CPUSet.of([6, 7]) and n.cpus(web).isdisjoint(CPUSet.of([6, 7]))
+
+
+def test_while_the_kubelet_cannot_be_asked_containers_it_may_have_pinned_keep_their_cpus(
+    tmp_path: Path,
+) -> None:
+    """The kubelet writes a pinned container's cpuset once and never looks again: a write of
+    the share pool over it while the pod-resources socket is down would stick for good."""
+    n = StaticNode(tmp_path)
+    n.kubelet.down = "no pod-resources socket at /x.sock"
+    pinned = n.pod("pinned", level=None, cpu="2", qos_class="guaranteed")
+    n.pin("pinned", pinned, CPUSet.of([6, 7]))
+    web = n.pod("web", cpu="1500m")
+    plan = n.run(3)
+    assert n.cpus(pinned) == CPUSet.of([6, 7])
+    assert Knob.CPUSET_CPUS not in plan.desired.get(n.cgroup(pinned), {})
+    assert n.cpus(web) and Knob.CPUSET_CPUS in plan.desired[n.cgroup(web)]
+    # Once the kubelet answers, its pins are known and the rest is managed as before.
+    n.kubelet.down = None
+    n.run(2)
+    assert n.cpus(pinned) == CPUSet.of([6, 7])
+    assert n.cpus(web).isdisjoint(CPUSet.of([6, 7]))
+
+
+@given(request=st.floats(0, 64, allow_nan=False), limit=st.floats(0, 64, allow_nan=False))
+def test_only_whole_cpu_guaranteed_containers_may_be_pinned(request: float, limit: float) -> None:
+    assert may_pin(request, limit) == (request >= 1 and request.is_integer() and limit == request)

@@ -202,6 +202,13 @@ def pinned_cgroups(
     return frozenset(out)
 
 
+def may_pin(request_cores: float, limit_cores: float) -> bool:
+    """Whether the static policy may give a container exclusive cpus: a whole number of
+    cpus requested, and the same limit (a Guaranteed pod's container)."""
+    whole = request_cores >= 1 and request_cores == int(request_cores)
+    return whole and limit_cores == request_cores
+
+
 def strip_pinned(
     desired: Mapping[str, Mapping[Knob, KnobValue]], pinned: frozenset[str]
 ) -> dict[str, dict[Knob, KnobValue]]:
