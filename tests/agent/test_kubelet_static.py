@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pykatalyst.agent import cpu_policy
+from pykatalyst.agent import cpu_policy, kubelet_cpu
 from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig, CpuPolicyConfig
 from pykatalyst.agent.enforcer import Enforcer
@@ -284,6 +284,90 @@ def test_while_the_kubelet_cannot_be_asked_containers_it_may_have_pinned_keep_th
     assert n.cpus(web).isdisjoint(CPUSet.of([6, 7]))
 
 
+def test_a_pinned_container_not_yet_in_the_pods_status_keeps_the_kubelets_cpus(
+    tmp_path: Path,
+) -> None:
+    """Right after the kubelet starts a pinned container, the pod's status may not name the
+    container yet, so the agent cannot tell its cgroup from the sandbox's: the kubelet wrote
+    its cpuset once and never corrects it, so the agent must not write the share pool there."""
+    n = StaticNode(tmp_path)
+    uid = n.pod("pinned", level=None, cpu="2", qos_class="guaranteed")
+    # The cgroups as the node has them: the sandbox and the container, neither named yet.
+    n.host.remove_pod(uid)
+    n.host.add_pod(uid, containers=("sandbox-0a1b", "ctr-9f8e"), qos_class="guaranteed")
+    ctr = n.host.pods[uid].containers["ctr-9f8e"].cgroup
+    n.kubelet.containers.append(ContainerCpus("default", "pinned", "app", CPUSet.of([6, 7])))
+    n.host.knobs.setdefault(ctr, {})[Knob.CPUSET_CPUS] = CPUSet.of([6, 7])
+    web = n.pod("web", cpu="1500m")
+    for down in ("no pod-resources socket at /x.sock", None):
+        n.kubelet.down = down
+        plan = n.run(2)
+        assert n.host.knobs[ctr][Knob.CPUSET_CPUS] == CPUSet.of([6, 7]), down
+        assert Knob.CPUSET_CPUS not in plan.desired.get(ctr, {}), down
+        assert n.cpus(web), down
+    # Once the kubelet has answered, the shared pod keeps off its cpus too.
+    assert n.cpus(web).isdisjoint(CPUSet.of([6, 7]))
+
+
+def test_under_policy_none_a_pods_unnamed_cgroups_get_its_cpus(tmp_path: Path) -> None:
+    n = StaticNode(tmp_path, policy="none")
+    uid = n.pod("web", cpu="2", qos_class="guaranteed")
+    n.host.remove_pod(uid)
+    n.host.add_pod(uid, containers=("app", "sandbox-0a1b"), qos_class="guaranteed")
+    sandbox = n.host.pods[uid].containers["sandbox-0a1b"].cgroup
+    n.run(2)
+    assert n.host.knobs[sandbox][Knob.CPUSET_CPUS] == n.cpus(uid)
+
+
 @given(request=st.floats(0, 64, allow_nan=False), limit=st.floats(0, 64, allow_nan=False))
 def test_only_whole_cpu_guaranteed_containers_may_be_pinned(request: float, limit: float) -> None:
     assert may_pin(request, limit) == (request >= 1 and request.is_integer() and limit == request)
+
+
+_names = st.sampled_from(["app", "side", "init"])
+
+
+@st.composite
+def _pod_containers(draw: st.DrawFn, uid: str) -> tuple[kubelet_cpu.PodContainers, frozenset[str]]:
+    """A pod's containers as the agent sees them, and the names the kubelet pinned."""
+    matched = {n: f"pod{uid}/{n}" for n in draw(st.sets(_names))}
+    unnamed = {f"pod{uid}/ctr-{i}" for i in range(draw(st.integers(0, 2)))}
+    pinnable = frozenset(draw(st.sets(_names)))
+    pinned = (
+        frozenset(draw(st.sets(st.sampled_from(sorted(pinnable))))) if pinnable else frozenset()
+    )
+    pod = kubelet_cpu.PodContainers(matched, frozenset(matched.values()) | unnamed, pinnable)
+    return pod, pinned
+
+
+@given(
+    pods=st.fixed_dictionaries({}, optional={u: _pod_containers(u) for u in ("a", "b", "c")}),
+    answered=st.booleans(),
+    static=st.booleans(),
+)
+def test_the_agent_leaves_the_kubelet_every_cgroup_it_may_have_pinned(
+    pods: dict[str, tuple[kubelet_cpu.PodContainers, frozenset[str]]],
+    answered: bool,
+    static: bool,
+) -> None:
+    pins = (
+        KubeletPins(
+            CPUSet(),
+            {uid: {n: CPUSet.of([1]) for n in pinned} for uid, (_, pinned) in pods.items()},
+        )
+        if answered
+        else None
+    )
+    owned = kubelet_cpu.kubelet_owned(pins, static, {u: p for u, (p, _) in pods.items()})
+    for _uid, (pod, pinned) in pods.items():
+        unnamed = pod.found - set(pod.matched.values())
+        held = pinned if answered else (pod.pinnable if static else frozenset())
+        for name, path in pod.matched.items():
+            # A container the kubelet pinned (or, unanswered, may have) is never written.
+            assert (path in owned) == (name in held)
+        if held or (static and pod.pinnable):
+            assert unnamed <= owned
+        else:
+            assert not unnamed & owned
+    if not answered and not static:
+        assert not owned

@@ -503,23 +503,23 @@ class Agent:
         pins: kubelet_cpu.KubeletPins | None,
     ) -> dict[str, dict[Knob, KnobValue]]:
         """The kubelet alone writes the cpusets of the containers it pinned."""
-        if pins is None:
-            policy = None if self._kubelet is None else self._kubelet.policy
-            if policy is None or not policy.static:
-                return desired
-            # Under the static policy with no answer from the kubelet (restarting, its socket
-            # not up yet): a container it may have pinned keeps the cpuset the kubelet wrote,
-            # for the kubelet applies an assignment once and does not look at it again.
-            held = {
-                path
-                for s in valid.values()
-                for c in s.containers
-                if kubelet_cpu.may_pin(c.request_cores, c.limit_cores)
-                and (path := self._match(s).containers.get(c.name)) is not None
-            }
-            return kubelet_cpu.strip_pinned(desired, frozenset(held))
-        mine = {u: self._match(valid[u]).containers for u in pins.by_pod if u in valid}
-        return kubelet_cpu.strip_pinned(desired, kubelet_cpu.pinned_cgroups(pins, mine))
+        policy = None if self._kubelet is None else self._kubelet.policy
+        static = policy is not None and policy.static
+        if pins is None and not static:
+            return desired
+        pods: dict[str, kubelet_cpu.PodContainers] = {}
+        for uid, s in valid.items():
+            pc = self._cgroups.get(uid)
+            pods[uid] = kubelet_cpu.PodContainers(
+                self._match(s).containers,
+                frozenset(c.cgroup for c in pc.containers) if pc is not None else frozenset(),
+                frozenset(
+                    c.name
+                    for c in s.containers
+                    if kubelet_cpu.may_pin(c.request_cores, c.limit_cores)
+                ),
+            )
+        return kubelet_cpu.strip_pinned(desired, kubelet_cpu.kubelet_owned(pins, static, pods))
 
     def _with_root(
         self, desired: dict[str, dict[Knob, KnobValue]], alloc: steps.Allocation

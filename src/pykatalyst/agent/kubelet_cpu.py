@@ -189,16 +189,38 @@ def kubelet_previous(
     return out, pins.exclusive - kept
 
 
-def pinned_cgroups(
-    pins: KubeletPins, containers: Mapping[str, Mapping[str, str]]
+@dataclass(frozen=True, slots=True)
+class PodContainers:
+    """What the agent knows of one pod's containers on the node: the containers it could
+    match to a cgroup (name -> cgroup), every container cgroup found under the pod's cgroup
+    (the sandbox's and those whose status the API server has not reported yet included),
+    and the names of the containers the static policy may pin (`may_pin`)."""
+
+    matched: Mapping[str, str]
+    found: frozenset[str]
+    pinnable: frozenset[str]
+
+
+def kubelet_owned(
+    pins: KubeletPins | None, static: bool, pods: Mapping[str, PodContainers]
 ) -> frozenset[str]:
-    """The cgroups of the containers the kubelet pinned (`containers`: uid -> name -> cgroup)."""
+    """The cgroups whose cpuset the kubelet alone writes.
+
+    A container the kubelet pinned is its own: it writes the cpuset once, when it creates
+    the container, and never corrects it. With no answer from the kubelet under the static
+    policy (`pins` None), every container it may have pinned counts as pinned. The cgroups
+    of such a pod that the agent cannot match to a container yet are the kubelet's too:
+    right after the kubelet starts a pinned container, the pod's status may not carry the
+    container's id yet, and the share pool written on that cgroup would stick for good."""
     out: set[str] = set()
-    for uid, held in pins.by_pod.items():
-        for name in held:
-            path = containers.get(uid, {}).get(name)
-            if path is not None:
-                out.add(path)
+    for uid, pod in pods.items():
+        pinned = frozenset(pins.by_pod.get(uid, {})) if pins is not None else frozenset()
+        if pins is None and static:
+            pinned = pod.pinnable
+        if not pinned and not (static and pod.pinnable):
+            continue
+        out.update(path for name, path in pod.matched.items() if name in pinned)
+        out.update(pod.found - set(pod.matched.values()))
     return frozenset(out)
 
 
