@@ -114,7 +114,11 @@ def test_the_agent_keeps_the_kubelets_exclusive_cpu_and_puts_shared_pods_elsewhe
 
     # The kubelet applies its own assignment from its reconcile loop (every 10 s), after
     # the cpus of a pod that went before are freed; the agent's part takes a period or two.
-    wait_until("the shared pod off the kubelet's cpu", settled, 60 + 10 * PERIOD_S, interval=1)
+    try:
+        wait_until("the shared pod off the kubelet's cpu", settled, 60 + 10 * PERIOD_S, interval=1)
+    except AssertionError as exc:
+        # What the agent wrote, and what it read from the kubelet, say who moved the pod.
+        raise AssertionError(f"{exc}\nthe agent's log ends:\n{agent.log()[-4000:]}") from None
     start = time.monotonic()
     seen: list[str] = []
     while time.monotonic() - start < WATCH_S:
