@@ -22,19 +22,6 @@ if ! grep -q '^kube-apiserver: running' <<<"$state"; then
     bash scripts/cluster.sh up
 fi
 eval "$(bash scripts/cluster.sh env)"
-# The static cpu manager check runs first, on a node no other test has used: after the
-# rest of the suite it has been seen to fail (its pinned pod left on the shared cpus) for a
-# reason not found yet, while alone, or right after the kubelet check, it passes.
-static=tests/e2e/test_e2e_kubelet_static.py
-first=0
-.venv/bin/pytest -m e2e "$static" -p no:cacheprovider "$@" || first=$?
-rest=0
-.venv/bin/pytest -m e2e tests/e2e --ignore="$static" -p no:cacheprovider "$@" || rest=$?
-# 5: the extra arguments selected none of that run's tests
-if [ "$first" != 0 ] && [ "$first" != 5 ]; then
-    exit "$first"
-fi
-if [ "$rest" = 5 ] && [ "$first" = 0 ]; then
-    exit 0
-fi
-exit "$rest"
+rc=0
+.venv/bin/pytest -m e2e tests/e2e -p no:cacheprovider --durations=15 "$@" || rc=$?
+exit "$rc"
