@@ -38,8 +38,10 @@ Modes, interleaved in rounds so that drifting background load hits each alike:
 
 Prints p50/p99 per mode, the node's busy share (/proc/stat, other users included), the
 pods' own busy share (their cpu time over cpus x wall time), steal, the link's use, the
-MiB/s done on the antagonist's disk, and where the node's cpu went (system, iowait,
-softirq, kernel threads); then one `<kind>_p99_over_solo` line per kind and as the last line
+MiB/s done on the antagonist's disk, the service pod's run-queue wait per request (its
+threads' schedstat: time ready to run while a cpu ran something else), and where the
+node's cpu went (system, iowait, softirq, kernel threads); then one `<kind>_p99_over_solo`
+line per kind and as the last line
 `service_p99_over_solo: <ratio> busy: <share>` for the cpu antagonist under the agent.
 The load average is printed before and after the runs. See docs/agent.md ("Isolation with
 real software") for what it shows and what it cannot.
@@ -317,8 +319,7 @@ class CpuSplit:
     system: float = 0.0
     iowait: float = 0.0
     softirq: float = 0.0
-    kthreads: float = 0.0  # kernel threads (kworkers, ksoftirqd, jbd2, ...)
-    top_kthread: str = ""
+    kthreads: float = 0.0  # kernel threads (kworkers, ksoftirqd, jbd2, ...), anyone's
 
 
 def proc_stat() -> list[int]:
@@ -327,7 +328,7 @@ def proc_stat() -> list[int]:
 
 
 def kthread_jiffies() -> dict[str, int]:
-    """utime + stime of each kernel thread (children of kthreadd), by name."""
+    """utime + stime of each kernel thread (children of kthreadd), by pid."""
     out: dict[str, int] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -336,11 +337,9 @@ def kthread_jiffies() -> dict[str, int]:
             text = (d / "stat").read_text()
         except OSError:
             continue
-        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :]
-        f = rest.split()
+        f = text[text.rindex(")") + 2 :].split()
         if f[1] == "2":  # ppid: kthreadd
-            key = f"{name}#{d.name}"
-            out[key] = int(f[11]) + int(f[12])
+            out[d.name] = int(f[11]) + int(f[12])
     return out
 
 
@@ -350,11 +349,8 @@ def cpu_split(
     total = max(sum(s1) - sum(s0), 1)
     d = [b - a for a, b in zip(s0, s1, strict=True)]
     hz = os.sysconf("SC_CLK_TCK")
-    deltas = {k: v - k0.get(k, 0) for k, v in k1.items()}
-    top = max(deltas, key=lambda k: deltas[k], default="")
-    kt = sum(deltas.values()) / (hz * ncpu * wall)
-    top_name = f"{top.split('#')[0]} {deltas[top] / (hz * ncpu * wall):.3f}" if top else ""
-    return CpuSplit(d[2] / total, d[4] / total, (d[5] + d[6]) / total, kt, top_name)
+    kt = sum(v - k0.get(k, 0) for k, v in k1.items()) / (hz * ncpu * wall)
+    return CpuSplit(d[2] / total, d[4] / total, (d[5] + d[6]) / total, kt)
 
 
 @dataclass
@@ -367,11 +363,23 @@ class Result:
     errors: int = 0
     link: float = 0.0  # the wire's use toward the client, share of its rate
     disk_mib_s: float = 0.0  # read + written on the antagonist's disk
+    wait_us: float = 0.0  # the service pod's run-queue wait per request
     split: CpuSplit = field(default_factory=CpuSplit)
 
     def pct(self, q: float) -> float:
         xs = sorted(self.latencies_ms)
         return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def run_delay_ns(tb: CgroupTestbed, uid: str) -> int:
+    """Nanoseconds the pod's threads have waited on a run queue (their schedstat), summed:
+    the time they were ready to run and a cpu ran something else."""
+    total = 0
+    for tasks in (tb.base / "cpu" / tb.pod_cgroup(uid)).rglob("tasks"):
+        for tid in tasks.read_text().split():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int(Path(f"/proc/{tid}/schedstat").read_text().split()[1])
+    return total
 
 
 def kill_pod(tb: CgroupTestbed, uid: str) -> None:
@@ -437,9 +445,9 @@ class Bench:
         self._kind_config: str | None = "base"
         self._sinks: list[subprocess.Popen[bytes]] = []
 
-    def _agent_for(self, kind: str) -> None:
+    def _agent_for(self, kind: str, how: str) -> None:
         """Restart the agent when this kind needs another configuration than it runs."""
-        want = kind if kind in ("io", "net") else "base"
+        want = kind if kind in ("io", "net") and how == "agent" else "base"
         if want != self._kind_config:
             self.world.restart(agent_config(want, self.args, self.link, self.disk))
             self._kind_config = want
@@ -450,12 +458,12 @@ class Bench:
         pods: list[tuple[str, str]] = []
         stress: subprocess.Popen[bytes] | None = None
         sink: subprocess.Popen[bytes] | None = None
-        agent_on = how == "agent"
+        agent_on = how.startswith("agent")
         if kind in KINDS:
             self._seq += 1
             name = f"{kind}-{self._seq}"
             if agent_on:
-                self._agent_for(kind)
+                self._agent_for(kind, how)
                 req = {self.world.names.RECLAIMED_MILLICPU: str(1000 * self.ncpu)}
                 if kind == "vm":
                     req[self.world.names.RECLAIMED_MEMORY] = self.args.reclaimed_memory
@@ -489,6 +497,8 @@ class Bench:
         argv = [sys.executable, "-c", CLIENT, NODE_IP, str(self.args.port), str(self.args.rate)]
         argv = Link.in_ns(self.link.client, [*argv, str(seconds), "16", str(out)])
         client = self.tb.spawn(self.shared, "nginx", argv)
+        time.sleep(0.05)  # the client in its cgroup, its start not yet counted as waiting
+        r0 = run_delay_ns(self.tb, self.shared)
         deadline = time.monotonic() + seconds + 60
         while client.poll() is None and time.monotonic() < deadline:
             time.sleep(1.0 if agent_on else 0.25)
@@ -497,6 +507,7 @@ class Bench:
         if client.poll() is None:
             print(f"  warning: {mode}: the client did not finish in time")
             client.kill()
+        r1 = run_delay_ns(self.tb, self.shared)
         wall = time.monotonic() - t0
         busy = node_busy(meter, time.monotonic()) or 0.0
         pods_busy = (pods_cpu_s(self.tb) - cpu0) / (self.ncpu * wall)
@@ -518,11 +529,12 @@ class Bench:
             sink.wait(timeout=10)
         if agent_on:
             self.world.tick()
-            if kind == "net":
+            if self._kind_config == "net":
                 self.link.unshape()
         lat = [x * 1000 for x in data["lat"]]
+        wait = (r1 - r0) / 1000 / max(len(lat), 1)
         steal = (st1 - st0) / max(tot1 - tot0, 1)
-        return Result(mode, lat, busy, pods_busy, steal, data["errors"], link, disk, split)
+        return Result(mode, lat, busy, pods_busy, steal, data["errors"], link, disk, wait, split)
 
     def close(self) -> None:
         for sink in self._sinks:
@@ -556,7 +568,6 @@ def summarize(merged: dict[str, list[Result]]) -> list[Result]:
             mean([r.split.iowait for r in runs]),
             mean([r.split.softirq for r in runs]),
             mean([r.split.kthreads for r in runs]),
-            "; ".join(r.split.top_kthread for r in runs),
         )
         out.append(
             Result(
@@ -568,6 +579,7 @@ def summarize(merged: dict[str, list[Result]]) -> list[Result]:
                 sum(r.errors for r in runs),
                 mean([r.link for r in runs]),
                 mean([r.disk_mib_s for r in runs]),
+                mean([r.wait_us for r in runs]),
                 split,
             )
         )
@@ -582,34 +594,45 @@ def report(merged: dict[str, list[Result]], background: float, load: str) -> Non
     results = {r.name: r for r in summarize(merged)}
     print(f"background before the runs: node busy {background:.2f}, loadavg {load}")
     print(f"loadavg after the runs: {loadavg()}")
-    head = f"{'mode':<12} {'requests':>8} {'p50_ms':>8} {'p99_ms':>8} {'max_ms':>8}"
-    tail = f"{'node_busy':>9} {'pods_busy':>9} {'steal':>6} {'link':>5} {'disk':>6}"
+    head = f"{'mode':<17} {'requests':>8} {'p50_ms':>8} {'p99_ms':>8} {'max_ms':>8}"
+    tail = f"{'node_busy':>9} {'pods_busy':>9} {'steal':>6} {'link':>5} {'disk':>6} {'wait_us':>7}"
     print(f"{head} {tail} {'errors':>6}")
     for r in results.values():
         print(
-            f"{r.name:<12} {len(r.latencies_ms):>8} {r.pct(0.5):>8.3f} {r.pct(0.99):>8.3f} "
+            f"{r.name:<17} {len(r.latencies_ms):>8} {r.pct(0.5):>8.3f} {r.pct(0.99):>8.3f} "
             f"{max(r.latencies_ms, default=0):>8.3f} {r.node_busy:>9.3f} {r.pods_busy:>9.3f} "
-            f"{r.steal:>6.3f} {r.link:>5.2f} {r.disk_mib_s:>6.1f} {r.errors:>6}"
+            f"{r.steal:>6.3f} {r.link:>5.2f} {r.disk_mib_s:>6.1f} {r.wait_us:>7.1f} {r.errors:>6}"
         )
-    print("where the node's cpu went (share of cpus x wall): system iowait softirq kthreads")
+    print("where the node's cpu went (share of cpus x wall, anyone's): system iowait softirq")
+    print("  (irq included) and kernel threads")
     for r in results.values():
         s = r.split
         print(
-            f"{r.name:<12} {s.system:>6.3f} {s.iowait:>6.3f} {s.softirq:>7.3f} "
-            f"{s.kthreads:>8.3f}  top kernel thread per round: {s.top_kthread}"
+            f"{r.name:<17} {s.system:>6.3f} {s.iowait:>6.3f} {s.softirq:>7.3f} {s.kthreads:>8.3f}"
         )
     for name, runs in merged.items():
         rounds = "  ".join(f"{r.pct(0.99):.2f}/{r.pods_busy:.2f}/{r.node_busy:.2f}" for r in runs)
-        print(f"{name:<12} per round p99_ms/pods_busy/node_busy: {rounds}")
+        print(f"{name:<17} per round p99_ms/pods_busy/node_busy: {rounds}")
     solo = results["solo"].pct(0.99)
     for kind in KINDS:
         if f"{kind}-agent" not in results:
             continue
         kub, agent = results[f"{kind}-kubelet"], results[f"{kind}-agent"]
+        cpu_only = results.get(f"{kind}-agent-cpuonly")
         print(
             f"{kind}_p99_over_solo: kubelet {kub.pct(0.99) / solo:.2f}  "
-            f"agent {agent.pct(0.99) / solo:.2f}  busy {agent.pods_busy:.2f}"
+            + ("" if cpu_only is None else f"agent-cpuonly {cpu_only.pct(0.99) / solo:.2f}  ")
+            + f"agent {agent.pct(0.99) / solo:.2f}  busy {agent.pods_busy:.2f}"
             + (f"  link {kub.link:.2f} / {agent.link:.2f}" if kind == "net" else "")
+        )
+        per_round = zip(
+            merged["solo"], merged[f"{kind}-kubelet"], merged[f"{kind}-agent"], strict=True
+        )
+        ratios = [(k.pct(0.99) / s.pct(0.99), a.pct(0.99) / s.pct(0.99)) for s, k, a in per_round]
+        print(
+            f"  {kind} per round, p99 over that round's solo (kubelet/agent): "
+            + "  ".join(f"{k:.2f}/{a:.2f}" for k, a in ratios)
+            + f"  median agent {statistics.median(a for _, a in ratios):.2f}"
         )
     cpu = results.get("cpu-agent")
     if cpu is not None:
@@ -636,6 +659,12 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--io-pod-iops", type=int, default=2000, help="... and its iops limit")
     ap.add_argument(
         "--io-root-bps", default="32Mi", help="io agent: the reclaimed root's cap, all pods"
+    )
+    ap.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="also run io and net under the agent without its io / network knobs "
+        "(<kind>-agent-cpuonly): what its cpu knobs alone do against them",
     )
     ap.add_argument(
         "--json",
@@ -685,7 +714,10 @@ def main() -> int:
     time.sleep(1.0)
     background = node_busy(probe, time.monotonic()) or 0.0
     load = loadavg()
-    modes = ["solo", *(f"{k}-{h}" for k in args.kind_list for h in ("kubelet", "agent"))]
+    modes = ["solo"]
+    for k in args.kind_list:
+        cpu_only = ["agent-cpuonly"] if args.cpu_only and k in ("io", "net") else []
+        modes += [f"{k}-{h}" for h in ("kubelet", *cpu_only, "agent")]
     merged: dict[str, list[Result]] = {m: [] for m in modes}
     with contextlib.ExitStack() as stack:
         link = Link(args.link_mbit, stack)
@@ -729,6 +761,7 @@ def write_json(path: Path, merged: dict[str, list[Result]], background: float) -
             "steal": r.steal,
             "link": r.link,
             "disk_mib_s": r.disk_mib_s,
+            "wait_us": r.wait_us,
             "requests": len(r.latencies_ms),
         }
         for r in summarize(merged)
