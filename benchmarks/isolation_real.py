@@ -61,6 +61,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -243,6 +244,12 @@ class Link:
         """Bytes the wire has sent toward the client."""
         out = run("ip", "-n", self.wire, "-s", "-j", "link", "show", "dev", self.wire_device)
         return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
+
+    def class_bytes(self) -> dict[str, int]:
+        """Bytes each HTB class of the node's device has sent (the kernel's count)."""
+        out = run(*self.in_ns(self.node, ["tc", "-s", "class", "show", "dev", self.device]))
+        found = re.findall(r"class htb (\S+) .*?\n\s*Sent (\d+) bytes", out)
+        return {handle: int(n) for handle, n in found}
 
     def unshape(self) -> None:
         """Take the agent's shaping off the node's device, as an operator does after turning
@@ -530,6 +537,9 @@ class Bench:
         if agent_on:
             self.world.tick()
             if self._kind_config == "net":
+                sent = self.link.class_bytes()
+                shown = ", ".join(f"{h} {b / 1e6:.1f} MB" for h, b in sorted(sent.items()))
+                print(f"  {mode}: sent by class on {self.link.device}: {shown}")
                 self.link.unshape()
         lat = [x * 1000 for x in data["lat"]]
         wait = (r1 - r0) / 1000 / max(len(lat), 1)
