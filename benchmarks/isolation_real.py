@@ -38,8 +38,8 @@ Modes, interleaved in rounds so that drifting background load hits each alike:
 
 Prints p50/p99 per mode, the node's busy share (/proc/stat, other users included), the
 pods' own busy share (their cpu time over cpus x wall time), steal, the link's use, the
-MiB/s done on the antagonist's disk, the service pod's run-queue wait per request (its
-threads' schedstat: time ready to run while a cpu ran something else), and where the
+MiB/s done on the antagonist's disk, nginx's run-queue wait per request (its threads'
+schedstat: time ready to run while a cpu ran something else), and where the
 node's cpu went (system, iowait, softirq, kernel threads); then one `<kind>_p99_over_solo`
 line per kind and as the last line
 `service_p99_over_solo: <ratio> busy: <share>` for the cpu antagonist under the agent.
@@ -258,15 +258,20 @@ class Link:
 
 
 class Disk:
-    """The antagonist's own disk: a loop device over a file on the node's disk, with
-    direct io to the file (no page cache in between, as a disk), ext4 on it, mounted at
-    `mount` in this benchmark's mount namespace."""
+    """The antagonist's own disk: a loop device over a file on the node's disk, written
+    through once and then used with direct io (no page cache in between and no block
+    allocation in the node's filesystem: as a disk), ext4 on it, mounted at `mount` in this
+    benchmark's mount namespace."""
 
     def __init__(self, size_mib: int, scheduler: str, stack: contextlib.ExitStack) -> None:
         fd, backing = tempfile.mkstemp(prefix="pykatalyst-isoreal-", suffix=".img", dir="/var/tmp")
         os.close(fd)
         stack.callback(lambda: Path(backing).unlink(missing_ok=True))
-        os.truncate(backing, size_mib << 20)
+        # Written through once: writes into a sparse or preallocated file would allocate
+        # blocks and convert extents in the node filesystem's journal, which a disk of
+        # its own never touches (and which the service's log shares).
+        zeros = ["dd", "if=/dev/zero", f"of={backing}", "bs=4M", f"count={size_mib // 4}"]
+        run(*zeros, "conv=fsync", "status=none")
         self.dev = run("losetup", "--find", "--show", "--direct-io=on", backing).strip()
         stack.callback(quiet, "losetup", "--detach", self.dev)
         rdev = os.stat(self.dev).st_rdev
@@ -370,7 +375,7 @@ class Result:
     errors: int = 0
     link: float = 0.0  # the wire's use toward the client, share of its rate
     disk_mib_s: float = 0.0  # read + written on the antagonist's disk
-    wait_us: float = 0.0  # the service pod's run-queue wait per request
+    wait_us: float = 0.0  # nginx's run-queue wait per request
     split: CpuSplit = field(default_factory=CpuSplit)
 
     def pct(self, q: float) -> float:
@@ -378,14 +383,15 @@ class Result:
         return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def run_delay_ns(tb: CgroupTestbed, uid: str) -> int:
-    """Nanoseconds the pod's threads have waited on a run queue (their schedstat), summed:
-    the time they were ready to run and a cpu ran something else."""
+def run_delay_ns(tb: CgroupTestbed, uid: str, comm: str) -> int:
+    """Nanoseconds the pod's threads named `comm` have waited on a run queue (their
+    schedstat), summed: the time they were ready to run and a cpu ran something else."""
     total = 0
     for tasks in (tb.base / "cpu" / tb.pod_cgroup(uid)).rglob("tasks"):
         for tid in tasks.read_text().split():
             with contextlib.suppress(OSError, IndexError, ValueError):
-                total += int(Path(f"/proc/{tid}/schedstat").read_text().split()[1])
+                if Path(f"/proc/{tid}/comm").read_text().strip() == comm:
+                    total += int(Path(f"/proc/{tid}/schedstat").read_text().split()[1])
     return total
 
 
@@ -504,8 +510,7 @@ class Bench:
         argv = [sys.executable, "-c", CLIENT, NODE_IP, str(self.args.port), str(self.args.rate)]
         argv = Link.in_ns(self.link.client, [*argv, str(seconds), "16", str(out)])
         client = self.tb.spawn(self.shared, "nginx", argv)
-        time.sleep(0.05)  # the client in its cgroup, its start not yet counted as waiting
-        r0 = run_delay_ns(self.tb, self.shared)
+        r0 = run_delay_ns(self.tb, self.shared, "nginx")
         deadline = time.monotonic() + seconds + 60
         while client.poll() is None and time.monotonic() < deadline:
             time.sleep(1.0 if agent_on else 0.25)
@@ -514,7 +519,7 @@ class Bench:
         if client.poll() is None:
             print(f"  warning: {mode}: the client did not finish in time")
             client.kill()
-        r1 = run_delay_ns(self.tb, self.shared)
+        r1 = run_delay_ns(self.tb, self.shared, "nginx")
         wall = time.monotonic() - t0
         busy = node_busy(meter, time.monotonic()) or 0.0
         pods_busy = (pods_cpu_s(self.tb) - cpu0) / (self.ncpu * wall)
@@ -732,7 +737,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         link = Link(args.link_mbit, stack)
         args.node_ns = link.node
-        disk = Disk(1024, "bfq", stack) if "io" in args.kind_list else None
+        disk = Disk(512, "bfq", stack) if "io" in args.kind_list else None
         if disk is not None:
             args.io_dir = disk.mount
         netcls = net_cls_mount(stack) if "net" in args.kind_list else None
