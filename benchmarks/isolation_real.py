@@ -94,7 +94,7 @@ from isolation import (  # noqa: E402
 )
 from pykatalyst.agent.config import AgentConfig  # noqa: E402
 from pykatalyst.agent.host.linux import LinuxHost  # noqa: E402
-from pykatalyst.agent.host.netshape import NetShaper  # noqa: E402
+from pykatalyst.agent.host.netshape import NFT_TABLE, NetShaper  # noqa: E402
 
 PACKAGES = {"nginx-light": "nginx", "stress-ng": "stress-ng", "iperf3": "iperf3"}
 NET_TOOLS = ("ip", "tc", "nft", "nsenter")
@@ -245,16 +245,18 @@ class Link:
         out = run("ip", "-n", self.wire, "-s", "-j", "link", "show", "dev", self.wire_device)
         return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
 
-    def class_bytes(self) -> dict[str, int]:
-        """Bytes each HTB class of the node's device has sent (the kernel's count)."""
+    def class_sent(self) -> dict[str, tuple[int, int]]:
+        """(bytes, packets) each HTB class of the node's device has sent (the kernel's
+        count; a packet is what the stack handed the device, up to a 64 KiB GSO chunk)."""
         out = run(*self.in_ns(self.node, ["tc", "-s", "class", "show", "dev", self.device]))
-        found = re.findall(r"class htb (\S+) .*?\n\s*Sent (\d+) bytes", out)
-        return {handle: int(n) for handle, n in found}
+        found = re.findall(r"class htb (\S+) .*?\n\s*Sent (\d+) bytes (\d+) pkt", out)
+        return {handle: (int(n), int(k)) for handle, n, k in found}
 
     def unshape(self) -> None:
-        """Take the agent's shaping off the node's device, as an operator does after turning
-        network QoS off (an agent started with it off leaves it alone)."""
-        NetShaper(netns=self.node).apply(None)
+        """Take the agent's shaping off the node's device with the commands an operator
+        runs after turning network QoS off (an agent started with it off leaves it alone)."""
+        quiet(*self.in_ns(self.node, ["tc", "qdisc", "del", "dev", self.device, "root"]))
+        quiet(*self.in_ns(self.node, ["nft", "delete", "table", "inet", NFT_TABLE]))
 
 
 class Disk:
@@ -542,10 +544,14 @@ class Bench:
         if agent_on:
             self.world.tick()
             if self._kind_config == "net":
-                sent = self.link.class_bytes()
-                shown = ", ".join(f"{h} {b / 1e6:.1f} MB" for h, b in sorted(sent.items()))
+                sent = self.link.class_sent()
+                shown = ", ".join(
+                    f"{h} {b / 1e6:.1f} MB in {k} packets" + (f" of {b / k:.0f} B" if k else "")
+                    for h, (b, k) in sorted(sent.items())
+                )
                 print(f"  {mode}: sent by class on {self.link.device}: {shown}")
                 self.link.unshape()
+                self._kind_config = None  # the next agent starts afresh and shapes again
         lat = [x * 1000 for x in data["lat"]]
         wait = (r1 - r0) / 1000 / max(len(lat), 1)
         steal = (st1 - st0) / max(tot1 - tot0, 1)
