@@ -39,7 +39,8 @@ Modes, interleaved in rounds so that drifting background load hits each alike:
 Prints p50/p99 per mode, the node's busy share (/proc/stat, other users included), the
 pods' own busy share (their cpu time over cpus x wall time), steal, the link's use, the
 MiB/s done on the antagonist's disk, nginx's run-queue wait per request (its threads'
-schedstat: time ready to run while a cpu ran something else), and where the
+schedstat: time ready to run while a cpu ran something else), in net runs the packets that
+queued at the wire and what each egress class sent, and where the
 node's cpu went (system, iowait, softirq, kernel threads); then one `<kind>_p99_over_solo`
 line per kind and as the last line
 `service_p99_over_solo: <ratio> busy: <share>` for the cpu antagonist under the agent.
@@ -244,6 +245,13 @@ class Link:
         """Bytes the wire has sent toward the client."""
         out = run("ip", "-n", self.wire, "-s", "-j", "link", "show", "dev", self.wire_device)
         return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
+
+    def wire_waits(self) -> int:
+        """Times a packet found the wire busy and had to queue there (the token bucket's
+        overlimits)."""
+        out = run(*self.in_ns(self.wire, ["tc", "-s", "qdisc", "show", "dev", self.wire_device]))
+        found = re.search(r"qdisc tbf .*?overlimits (\d+)", out, re.S)
+        return int(found.group(1)) if found else 0
 
     def class_sent(self) -> dict[str, tuple[int, int]]:
         """(bytes, packets) each HTB class of the node's device has sent (the kernel's
@@ -508,6 +516,7 @@ class Bench:
         meter.sample(time.monotonic(), [])
         t0, cpu0, (st0, tot0) = time.monotonic(), pods_cpu_s(self.tb), steal_ticks()
         s0, k0, w0 = proc_stat(), kthread_jiffies(), self.link.wire_bytes()
+        q0 = self.link.wire_waits()
         d0 = self.disk.bytes_done() if self.disk is not None else 0
         argv = [sys.executable, "-c", CLIENT, NODE_IP, str(self.args.port), str(self.args.rate)]
         argv = Link.in_ns(self.link.client, [*argv, str(seconds), "16", str(out)])
@@ -527,6 +536,9 @@ class Bench:
         pods_busy = (pods_cpu_s(self.tb) - cpu0) / (self.ncpu * wall)
         split = cpu_split(s0, proc_stat(), k0, kthread_jiffies(), self.ncpu, wall)
         link = (self.link.wire_bytes() - w0) * 8 / (wall * self.link.mbit * 1e6)
+        if kind == "net":
+            waits = (self.link.wire_waits() - q0) / wall
+            print(f"  {mode}: packets that queued at the wire: {waits:.0f}/s")
         disk = (self.disk.bytes_done() - d0) / wall / (1 << 20) if self.disk is not None else 0.0
         st1, tot1 = steal_ticks()
         data = json.loads(out.read_text()) if out.exists() else {"lat": [], "errors": -1}
