@@ -20,8 +20,9 @@ the first pair is its egress device: what the agent shapes when its network QoS 
   caller it gets the service's protection. Every request and response crosses the link.
 - Reclaimed_cores pods run antagonists, one kind at a time: `cpu` (stress-ng, a worker
   per cpu), `vm` (stress-ng, workers touching `--vm-bytes` each), `io` (stress-ng `--hdd`
-  writers with O_DIRECT on an ext4 filesystem of their own disk: a loop device over a file,
-  with direct io to its backing file, so that it behaves as a disk, not as page cache) and
+  writers with O_DIRECT on an ext4 filesystem of their own disk: a loop device over a file
+  written through once, with direct io to it, so that it behaves as a disk, not as page
+  cache or as allocations in the node's filesystem) and
   `net` (iperf3 sending from the node to a receiver beside the client, over the same link
   as the service's responses).
 
@@ -39,13 +40,13 @@ Modes, interleaved in rounds so that drifting background load hits each alike:
 Prints p50/p99 per mode, the node's busy share (/proc/stat, other users included), the
 pods' own busy share (their cpu time over cpus x wall time), steal, the link's use, the
 MiB/s done on the antagonist's disk, nginx's run-queue wait per request (its threads'
-schedstat: time ready to run while a cpu ran something else), in net runs the packets that
-queued at the wire and what each egress class sent, and where the
-node's cpu went (system, iowait, softirq, kernel threads); then one `<kind>_p99_over_solo`
-line per kind and as the last line
-`service_p99_over_solo: <ratio> busy: <share>` for the cpu antagonist under the agent.
-The load average is printed before and after the runs. See docs/agent.md ("Isolation with
-real software") for what it shows and what it cannot.
+schedstat: time ready to run while a cpu ran something else), where the node's cpu went
+(system, iowait, softirq, kernel threads), and in net runs the packets that queued at the
+wire and what each egress class sent; then one `<kind>_p99_over_solo` line per kind with
+per-round ratios, and as the last line `service_p99_over_solo: <ratio> busy: <share>` for
+the cpu antagonist under the agent. The load average is printed before and after the
+runs. See docs/agent.md ("Isolation with real software") for what it shows and what it
+cannot.
 
 The benchmark runs in a mount namespace of its own (it re-executes itself under
 `unshare --mount`): the antagonist's filesystem and the net_cls hierarchy it classifies by
