@@ -99,7 +99,7 @@ from pykatalyst.agent.host.linux import LinuxHost  # noqa: E402
 from pykatalyst.agent.host.netshape import NFT_TABLE, NetShaper  # noqa: E402
 
 PACKAGES = {"nginx-light": "nginx", "stress-ng": "stress-ng", "iperf3": "iperf3"}
-NET_TOOLS = ("ip", "tc", "nft", "nsenter")
+NET_TOOLS = ("ip", "tc", "nsenter")
 IO_TOOLS = ("losetup", "mkfs.ext4", "mount", "umount")
 KINDS = ("cpu", "vm", "io", "net")
 PRIVATE_ENV = "PYKATALYST_ISOLATION_REAL_PRIVATE_MOUNTS"
@@ -719,7 +719,7 @@ def missing_tools(kinds: list[str]) -> list[str]:
     need = ["nginx", "unshare", *NET_TOOLS]
     need += ["stress-ng"] if {"cpu", "vm", "io"} & set(kinds) else []
     need += [*IO_TOOLS] if "io" in kinds else []
-    need += ["iperf3"] if "net" in kinds else []
+    need += ["iperf3", "nft"] if "net" in kinds else []
     return [t for t in need if shutil.which(t) is None]
 
 
