@@ -155,10 +155,11 @@ class AgentWorld:
         overlap: bool,
         idle_root: bool,
         config: AgentConfig | None = None,
+        host: LinuxHost | None = None,
     ) -> None:
         """`config` replaces the agent configuration this benchmark picks from `overlap`
-        and `idle_root`."""
-        from pykatalyst.agent.agent import Agent
+        and `idle_root`; `host` the testbed's own host (one that shapes another network
+        namespace, say)."""
         from pykatalyst.api import names
         from pykatalyst.cluster.memory import MemoryCluster
 
@@ -178,20 +179,29 @@ class AgentWorld:
             },
         )
         self.clock = clock
-        self.host = tb.host()
-        self.enforcer = Enforcer(self.host, clock=clock)
-        if config is None:
-            config = AgentConfig.model_validate(
-                {
-                    "cpu": {"overlap_reclaim_with_share": overlap},
-                    "reclaimed_root": "auto" if idle_root else "",
-                    # the testbed's roots are not a kubelet's: idling them breaks nothing
-                    "reclaimed_root_cpu_idle": idle_root,
-                    "checkpoint_path": None,
-                }
-            )
+        self.host = host or tb.host()
+        self.restart(config or AgentConfig.model_validate(self.base_config(overlap, idle_root)))
+
+    @staticmethod
+    def base_config(overlap: bool, idle_root: bool) -> dict[str, object]:
+        """The agent configuration this benchmark runs with, as a config file's content."""
+        return {
+            "cpu": {"overlap_reclaim_with_share": overlap},
+            "reclaimed_root": "auto" if idle_root else "",
+            # the testbed's roots are not a kubelet's: idling them breaks nothing
+            "reclaimed_root_cpu_idle": idle_root,
+            "checkpoint_path": None,
+        }
+
+    def restart(self, config: AgentConfig) -> None:
+        """A new agent (and enforcer) with `config`, as after an agent restart: the pods,
+        the cluster and the knobs the last one wrote stay."""
+        from pykatalyst.agent.agent import Agent
+
+        self.config = config
+        self.enforcer = Enforcer(self.host, clock=self.clock)
         self.agent = Agent(
-            self.node, self.cluster, self.host, clock, config, enforcer=self.enforcer
+            self.node, self.cluster, self.host, self.clock, config, enforcer=self.enforcer
         )
         self._shown = 0
         self.pools_shown = False

@@ -139,6 +139,51 @@ def test_reclaimed_pods_writes_are_throttled_and_a_shared_pods_are_not(
     assert t.read(batch, "blkio.throttle.write_bps_device") == ""
 
 
+def test_the_reclaimed_roots_cap_holds_on_v1_split_over_its_pods(
+    testbed: CgroupTestbed, loop_device: tuple[str, str]
+) -> None:
+    """On v1 a limit on the root binds nobody (throttling is flat): the agent splits the
+    root's cap over the containers below it, so two reclaimed pods writing at once get
+    half of it each."""
+    dev, majmin = loop_device
+    t = testbed
+    uids = [f"{RECLAIMED}-{i}" for i in range(2)]
+    for uid in uids:
+        t.add_pod(uid, "besteffort", ["batch"])
+    root = f"{t.kubepods}/besteffort"
+    cfg = AgentConfig.model_validate(
+        {"io": {"reclaimed_root": {"limits": [{"device": majmin, "write_bps": "8Mi"}]}}}
+    )
+    pods = [
+        (
+            f"default/{uid}",
+            names.QOS_RECLAIMED_CORES,
+            t.pod_cgroup(uid),
+            (t.container_cgroup(uid, "batch"),),
+        )
+        for uid in uids
+    ]
+    desired, terms = decide_io(pods, root, {}, cfg.io.reclaimed_root.value(), 1)
+    assert root not in desired and "2 containers" in terms[root]["io.max"]
+    report = Enforcer(t.host(), clock=RealClock()).apply(desired)
+    assert report.ok, report.failed
+    for uid in uids:
+        assert t.read(t.container_cgroup(uid, "batch"), "blkio.throttle.write_bps_device") == (
+            f"{majmin} {4 * MIB}"
+        )
+    start = time.monotonic()
+    argv = ["dd", "if=/dev/zero", f"of={dev}", "bs=1M", f"count={WRITE_MIB}", "oflag=direct"]
+    procs = [
+        t.spawn(uid, "batch", [*argv, f"seek={i * WRITE_MIB}", "status=none"])
+        for i, uid in enumerate(uids)
+    ]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    took = time.monotonic() - start
+    print(f"two pods under a root capped at 8 MiB/s wrote {2 * WRITE_MIB} MiB in {took:.2f} s")
+    # 16 MiB in all at 8 MiB/s together: about 2 s (each 8 MiB at 4 MiB/s), not 1 s
+    assert took >= 0.6 * 2 * WRITE_MIB / 8, took
+
+
 def test_oom_score_adj_reaches_the_containers_processes(testbed: CgroupTestbed) -> None:
     t = testbed
     t.add_pod(RECLAIMED, "besteffort", ["batch"])

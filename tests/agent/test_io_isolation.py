@@ -14,7 +14,14 @@ from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import CheckpointError, Enforcer, decode_desired, encode_desired
 from pykatalyst.agent.host import cgroupfs
 from pykatalyst.agent.host.base import IoLatency, IoLimit, IoLimits, Knob, KnobWrite
-from pykatalyst.agent.io_policy import LevelIo, decide_io, io_knobs, misordered
+from pykatalyst.agent.io_policy import (
+    LevelIo,
+    decide_io,
+    io_knobs,
+    misordered,
+    split_limits,
+    tighter,
+)
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import VirtualClock
 from tests.fixtures.fake_node import FakePod, make_kubelet_tree
@@ -148,6 +155,71 @@ def test_each_pod_gets_its_levels_knobs_and_the_root_the_tiers() -> None:
     assert v1["c1"] == {Knob.IO_MAX: IoLimits((lim,))}
     assert v1["kubepods/besteffort"] == {Knob.IO_WEIGHT: 10}
     assert "not hierarchical" in v1_terms["kubepods/besteffort"]["io.max"]
+
+
+def test_on_v1_the_reclaimed_roots_cap_is_split_over_the_containers_below_it() -> None:
+    """v1 throttling binds only the cgroup a limit is on: the root's cap holds only if the
+    containers below it share it, each within its own level's limit too."""
+    mib = 1 << 20
+    root = "kubepods/besteffort"
+    levels = {names.QOS_RECLAIMED_CORES: LevelIo(limits=(IoLimit("7:0", wbps=8 * mib),))}
+    root_io = LevelIo(limits=(IoLimit("7:0", wbps=30 * mib, wiops=90), IoLimit("8:0", rbps=6)))
+    pods = [
+        ("default/a", names.QOS_RECLAIMED_CORES, f"{root}/poda", ("a1", "a2")),
+        ("default/b", names.QOS_RECLAIMED_CORES, f"{root}/podb", ("b1",)),
+        ("default/web", names.QOS_SHARED_CORES, "kubepods/burstable/podw", ("w1",)),
+    ]
+    desired, terms = decide_io(pods, root, levels, root_io, 1)
+    each = IoLimits((IoLimit("7:0", wbps=8 * mib, wiops=30), IoLimit("8:0", rbps=2)))
+    for cg in ("a1", "a2", "b1"):
+        assert desired[cg] == {Knob.IO_MAX: each}  # 30Mi/3 = 10Mi > its level's 8Mi
+    assert "w1" not in desired and "kubepods/burstable/podw" not in desired  # not below
+    assert root not in desired
+    assert "3 containers" in terms[root]["io.max"]
+    assert terms["default/b"]["root_share"] == "1/3 of the reclaimed root's limits"
+    # a looser level limit: the root's share binds
+    loose = {names.QOS_RECLAIMED_CORES: LevelIo(limits=(IoLimit("7:0", wbps=20 * mib),))}
+    desired, _ = decide_io(pods, root, loose, root_io, 1)
+    assert desired["b1"][Knob.IO_MAX] == IoLimits(
+        (IoLimit("7:0", wbps=10 * mib, wiops=30), IoLimit("8:0", rbps=2))
+    )
+    # no level settings at all: the share alone, and still nothing on the root
+    desired, _ = decide_io(pods[1:], root, {}, root_io, 1)
+    assert desired == {"b1": {Knob.IO_MAX: IoLimits.of(root_io.limits)}}
+    # nobody below the root: nothing to split, and the terms say so
+    desired, terms = decide_io(pods[2:], root, levels, root_io, 1)
+    assert desired == {} and "no container" in terms[root]["io.max"]
+    # v2 keeps the cap on the root, where the kernel applies it to the whole subtree
+    v2, _ = decide_io(pods, root, levels, root_io, 2)
+    assert v2[root] == {Knob.IO_MAX: IoLimits.of(root_io.limits)}
+    assert v2[f"{root}/podb"][Knob.IO_MAX] == IoLimits.of(levels[pods[0][1]].limits)
+
+
+@given(limits, st.integers(1, 64))
+def test_split_limits_never_add_up_to_more_than_the_whole(whole: IoLimits, n: int) -> None:
+    parts = split_limits(whole.devices, n)
+    for lim, part in zip(whole.devices, parts, strict=True):
+        for f in ("rbps", "wbps", "riops", "wiops"):
+            total, one = getattr(lim, f), getattr(part, f)
+            assert (one is None) == (total is None)
+            if total is not None:
+                assert one >= 1 and (n * one <= total or one == 1)
+
+
+def test_split_limits_refuses_a_count_below_one() -> None:
+    with pytest.raises(ValueError, match="accepted: an int >= 1"):
+        split_limits((IoLimit("7:0", wbps=1),), 0)
+
+
+@given(limits, limits)
+def test_tighter_takes_the_smaller_figure_per_device(a: IoLimits, b: IoLimits) -> None:
+    both = {lim.device: lim for lim in tighter(a.devices, b.devices).devices}
+    assert set(both) == {lim.device for lim in (*a.devices, *b.devices)}
+    for src in (a, b):
+        for lim in src.devices:
+            for f in ("rbps", "wbps", "riops", "wiops"):
+                mine, got = getattr(lim, f), getattr(both[lim.device], f)
+                assert mine is None or (got is not None and got <= mine)
 
 
 def test_the_io_config_takes_quantities_and_durations_and_refuses_mistakes() -> None:

@@ -57,6 +57,47 @@ def misordered(levels: Mapping[str, LevelIo], order: Sequence[str]) -> list[str]
     return [lv for i, (lv, w) in enumerate(known) if any(w > w2 for _, w2 in known[i + 1 :])]
 
 
+def split_limits(limits: Sequence[IoLimit], n: int) -> tuple[IoLimit, ...]:
+    """Each of `n` cgroups' part of `limits` when they must not exceed them together: every
+    figure divided by n, rounded down, at least 1 (the kernel's smallest limit)."""
+    if n < 1:
+        raise ValueError(f"n: {n!r}; accepted: an int >= 1")
+
+    def part(v: int | None) -> int | None:
+        return None if v is None else max(1, v // n)
+
+    return tuple(
+        IoLimit(lim.device, part(lim.rbps), part(lim.wbps), part(lim.riops), part(lim.wiops))
+        for lim in limits
+    )
+
+
+def tighter(a: Sequence[IoLimit], b: Sequence[IoLimit]) -> IoLimits:
+    """Both sets of limits at once: per device and figure, the smaller (None: unlimited)."""
+
+    def low(x: int | None, y: int | None) -> int | None:
+        return y if x is None else x if y is None else min(x, y)
+
+    by_dev: dict[str, IoLimit] = {}
+    for lim in (*a, *b):
+        was = by_dev.get(lim.device)
+        if was is None:
+            by_dev[lim.device] = lim
+            continue
+        by_dev[lim.device] = IoLimit(
+            lim.device,
+            low(was.rbps, lim.rbps),
+            low(was.wbps, lim.wbps),
+            low(was.riops, lim.riops),
+            low(was.wiops, lim.wiops),
+        )
+    return IoLimits.of(list(by_dev.values()))
+
+
+def _below(cgroup: str, root: str | None) -> bool:
+    return root is not None and cgroup.startswith(root.rstrip("/") + "/")
+
+
 def decide_io(
     pods: Sequence[tuple[str, str, str, tuple[str, ...]]],
     root: str | None,
@@ -68,25 +109,50 @@ def decide_io(
     gets its level's, the reclaimed root the root's; the terms say which cgroup got what.
 
     cgroup v1's throttling is not hierarchical (a limit binds only the processes of the
-    cgroup it is on), so there the limits go on each container and the root gets none."""
+    cgroup it is on), so there the limits go on each container, and the root's limits,
+    which no file on the root would enforce, are split evenly over the containers of the
+    pods below it: each gets at most 1/n of each figure (and no more than its level's own
+    limit), so that together they never exceed the root's."""
     desired: dict[str, dict[Knob, KnobValue]] = {}
     terms: dict[str, Any] = {}
+    root_limits = root_io.limits if root_io is not None and version == 1 else ()
+    below = [p for p in pods if _below(p[2], root)] if root_limits else []
+    n_below = sum(len(p[3]) for p in below)
+    share = split_limits(root_limits, n_below) if n_below else ()
     for key, level, cgroup, containers in pods:
         knobs = pod_io_knobs(level, levels, version)
-        if not knobs:
+        extra = share if _below(cgroup, root) else ()
+        if not knobs and not extra:
             continue
         terms[key] = {"level": level, **_knob_terms(knobs)}
-        limits = knobs.pop(Knob.IO_MAX, None) if version == 1 else None
+        if version == 1:
+            own = knobs.pop(Knob.IO_MAX, None)
+            limits = tighter(own.devices if isinstance(own, IoLimits) else (), extra)
+            if limits.devices:
+                for cg in containers:
+                    desired[cg] = {Knob.IO_MAX: limits}
+                terms[key]["io.max_on"] = (
+                    "each container (cgroup v1 throttling binds only the leaf)"
+                )
+            if extra:
+                terms[key]["io.max_per_container"] = _knob_terms({Knob.IO_MAX: limits})[
+                    Knob.IO_MAX.value
+                ]
+                terms[key]["root_share"] = f"1/{n_below} of the reclaimed root's limits"
         if knobs:
             desired[cgroup] = knobs
-        if limits is not None:
-            for cg in containers:
-                desired[cg] = {Knob.IO_MAX: limits}
-            terms[key]["io.max_on"] = "each container (cgroup v1 throttling binds only the leaf)"
     if root is not None:
         knobs = io_knobs(root_io, version)
         if version == 1 and knobs.pop(Knob.IO_MAX, None) is not None:
-            terms[root] = {"io.max": "not written: cgroup v1 throttling is not hierarchical"}
+            terms[root] = {
+                "io.max": (
+                    f"not written on the root (cgroup v1 throttling is not hierarchical): "
+                    f"split evenly over the {n_below} containers below it"
+                    if n_below
+                    else "not written: cgroup v1 throttling is not hierarchical, and no "
+                    "container is below the root to split it over"
+                )
+            }
         if knobs:
             desired[root] = knobs
             terms[root] = {"level": "reclaimed root", **terms.get(root, {}), **_knob_terms(knobs)}
