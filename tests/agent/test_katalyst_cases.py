@@ -132,7 +132,10 @@ SMOOTHING_CASE = [
 
 def test_capped_smooth_window() -> None:
     sm = HeadroomSmoother(30.0, 10.0, 0.3, 4.0, 0.0, 0.0)
-    got = [sm.update(10.0 * (i + 1), raw)[0] for i, (raw, _) in enumerate(SMOOTHING_CASE)]
+    got = []
+    for i, (raw, _) in enumerate(SMOOTHING_CASE):
+        out, _, sm = sm.update(10.0 * (i + 1), raw)
+        got.append(out)
     want = [w for _, w in SMOOTHING_CASE]
     assert got == [None if w is None else pytest.approx(w) for w in want]
 
