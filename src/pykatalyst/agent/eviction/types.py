@@ -109,8 +109,8 @@ def from_digest(d: PodDigest, **overrides: Any) -> PodInfo:
         annotations=d.annotations,
         labels=d.labels,
     )
-    if overrides.keys() < _REQUEST_FIELDS:
-        # requests the caller has not got (reading them is the costly part)
+    if not overrides.keys() >= _REQUEST_FIELDS:
+        # requests the caller has not got
         values.update(
             request_milli_cpu=d.request(names.RESOURCE_CPU),
             request_memory=d.request(names.RESOURCE_MEMORY),
