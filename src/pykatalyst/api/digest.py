@@ -310,6 +310,36 @@ def digest_and_key(raw: Any) -> tuple[PodDigest, str | None]:
     return digest, key
 
 
+def rebound(d: PodDigest, raw: Mapping[str, Any]) -> PodDigest:
+    """The digest of a newer version of `d`'s pod in which only its binding, status or
+    version changed (its labels, annotations and the rest of its spec are as `d` read
+    them): the instance fields read again, without reading the template."""
+    meta = raw.get("metadata") or {}
+    phase = _str((raw.get("status") or {}).get("phase"))
+    # built field by field: a scheduler sees every binding, and replace() is slow
+    return PodDigest(
+        d.uid,
+        d.namespace,
+        d.name,
+        _str(meta.get("resourceVersion")),
+        _str((raw.get("spec") or {}).get("nodeName")),
+        d.scheduler_name,
+        phase,
+        d.priority,
+        d.priority_class_name,
+        d.labels,
+        d.annotations,
+        d.qos,
+        d.requests,
+        d.problem,
+        d.problem_reason,
+        d.mirror,
+        d.static,
+        bool(meta.get("deletionTimestamp")),
+        phase in TERMINAL_PHASES,
+    )
+
+
 def digest_pod(raw: Any) -> PodDigest:
     """Read one pod; never raises (see the module's notes on problems)."""
     return digest_and_key(raw)[0]
