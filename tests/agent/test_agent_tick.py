@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pykatalyst.agent.tick import decide
 from pykatalyst.api import names
-from tests.agent.test_agent_invariants import pod_st
+from tests.agent.test_agent_invariants import step_st
 from tests.agent.test_agent_loop import Node
 
 CONFIGS: list[dict[str, Any]] = [
@@ -22,11 +22,6 @@ CONFIGS: list[dict[str, Any]] = [
     {"advisor": {"isolation": {"enabled": True}}},
     {"advisor": {"provision_policy": "rama", "reserved_for_allocate_cpu": 0}},
 ]
-step_st = st.tuples(
-    st.sampled_from(["add", "add", "remove", "load"]),
-    pod_st,
-    st.floats(min_value=0, max_value=12),
-)
 
 
 @settings(
@@ -52,7 +47,7 @@ def test_decide_is_pure(
             name, uid = live.pop(int(load) % len(live))
             n.cluster.delete(names.POD, name, "default", grace_period_seconds=0)
             n.host.remove_pod(uid)
-        else:
+        elif op == "load":
             n.host.set_load(live[int(load) % len(live)][1], load)
         if i < len(steps) - 1:  # the last change is news to the decision under test
             n.run(10)

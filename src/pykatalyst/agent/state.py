@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from pykatalyst.agent.host.base import PodCgroup
 from pykatalyst.api import names
-from pykatalyst.api.digest import PROBLEM_INVALID_RESOURCES, PodDigest, digest_pod
+from pykatalyst.api.digest import PROBLEM_INVALID_RESOURCES, DigestView, PodDigest, digest_pod
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS
 from pykatalyst.api.timefmt import parse_rfc3339
@@ -34,7 +34,7 @@ class ContainerSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class PodSpec:
+class PodSpec(DigestView):
     """The pod as the agent decides on it (immutable per resourceVersion): the one
     `PodDigest` every component reads, with what only the agent needs — its containers'
     cpu requests, limits and runtime ids, when it started, and the agent's word on why
@@ -45,22 +45,6 @@ class PodSpec:
     containers: tuple[ContainerSpec, ...]
     started_at: float | None  # status.startTime, else creationTimestamp
     created_key: tuple[float, str]  # placement order for dedicated pods
-
-    @property
-    def uid(self) -> str:
-        return self.digest.uid
-
-    @property
-    def namespace(self) -> str:
-        return self.digest.namespace
-
-    @property
-    def name(self) -> str:
-        return self.digest.name
-
-    @property
-    def key(self) -> str:
-        return self.digest.key
 
     @property
     def qos(self) -> PodQoS | None:

@@ -145,6 +145,30 @@ class PodDigest:
         return self.requests.get(canonical_resource(resource), 0)
 
 
+class DigestView:
+    """The identity of a component's view of a pod, read off the `PodDigest` the view
+    holds: views extend the digest by composition and read it no other way."""
+
+    __slots__ = ()
+    digest: PodDigest
+
+    @property
+    def uid(self) -> str:
+        return self.digest.uid
+
+    @property
+    def namespace(self) -> str:
+        return self.digest.namespace
+
+    @property
+    def name(self) -> str:
+        return self.digest.name
+
+    @property
+    def key(self) -> str:
+        return self.digest.key
+
+
 def _str(value: Any, default: str = "") -> str:
     return value if isinstance(value, str) else default
 

@@ -23,7 +23,7 @@ from pykatalyst.api.digest import (
 from pykatalyst.api.digest import (
     TERMINAL_PHASES as TERMINAL_PHASES,
 )
-from pykatalyst.api.digest import PodDigest, check_amounts, digest_and_key
+from pykatalyst.api.digest import DigestView, PodDigest, check_amounts, digest_and_key
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS
 from pykatalyst.api.quantity import QuantityError, parse_quantity
@@ -91,7 +91,7 @@ def _canonical_json(value: Any) -> str:
 
 
 @dataclass(slots=True)
-class PodInfo:
+class PodInfo(DigestView):
     """A pod as the scheduler sees it: its `digest` (identity, binding, QoS, priority,
     phase), and what the scheduler reads beyond it. `problem` is set when the pod cannot
     be scheduled as written (invalid QoS annotations, unreadable requests): it stays
@@ -119,14 +119,6 @@ class PodInfo:
     def __post_init__(self) -> None:
         self.key = self.digest.key
         self.uid = self.digest.uid or self.key
-
-    @property
-    def namespace(self) -> str:
-        return self.digest.namespace
-
-    @property
-    def name(self) -> str:
-        return self.digest.name
 
     @property
     def resource_version(self) -> str:

@@ -22,7 +22,7 @@ from pykatalyst.api.digest import (
 from pykatalyst.api.digest import (
     MIRROR_POD_ANNOTATION as MIRROR_POD_ANNOTATION,
 )
-from pykatalyst.api.digest import PodDigest, digest_pod
+from pykatalyst.api.digest import DigestView, PodDigest, digest_pod
 from pykatalyst.api.objects import Taint
 from pykatalyst.api.records import DecisionRecord
 from pykatalyst.api.records import RankEntry as RankEntry
@@ -33,7 +33,7 @@ EvictionRecord = DecisionRecord
 
 
 @dataclass(frozen=True, slots=True)
-class PodInfo:
+class PodInfo(DigestView):
     """One pod on the node: its `PodDigest` (identity, priority, protection, requests,
     annotations), the QoS level the agent manages it at, and what ranking and plugins
     need beyond the digest: its pool and NUMA nodes, and the latest measurements (None
@@ -54,22 +54,6 @@ class PodInfo:
     memory: int | None = None
     numa_memory: Mapping[int, int] = field(default_factory=dict)
     memory_psi_avg10: float | None = None
-
-    @property
-    def uid(self) -> str:
-        return self.digest.uid
-
-    @property
-    def namespace(self) -> str:
-        return self.digest.namespace
-
-    @property
-    def name(self) -> str:
-        return self.digest.name
-
-    @property
-    def key(self) -> str:
-        return self.digest.key
 
     @property
     def priority(self) -> int:
