@@ -70,18 +70,6 @@ class PodSpec(DigestView):
         return self.digest.request(names.RESOURCE_MEMORY)
 
     @property
-    def reclaimed_milli_cpu(self) -> int:
-        return self.digest.request(names.RECLAIMED_MILLICPU)
-
-    @property
-    def reclaimed_memory(self) -> int:
-        return self.digest.request(names.RECLAIMED_MEMORY)
-
-    @property
-    def terminating(self) -> bool:
-        return self.digest.deleting
-
-    @property
     def finished(self) -> bool:
         return self.digest.terminal
 

@@ -146,8 +146,9 @@ class PodDigest:
 
 
 class DigestView:
-    """The identity of a component's view of a pod, read off the `PodDigest` the view
-    holds: views extend the digest by composition and read it no other way."""
+    """What a component's view of a pod reads off the `PodDigest` the view holds (its
+    identity, deletion, reclaimed requests): views extend the digest by composition and
+    read it no other way."""
 
     __slots__ = ()
     digest: PodDigest
@@ -167,6 +168,19 @@ class DigestView:
     @property
     def key(self) -> str:
         return self.digest.key
+
+    @property
+    def terminating(self) -> bool:
+        """Whether its deletion has begun."""
+        return self.digest.deleting
+
+    @property
+    def reclaimed_milli_cpu(self) -> int:
+        return self.digest.request(names.RECLAIMED_MILLICPU)
+
+    @property
+    def reclaimed_memory(self) -> int:
+        return self.digest.request(names.RECLAIMED_MEMORY)
 
 
 def _str(value: Any, default: str = "") -> str:

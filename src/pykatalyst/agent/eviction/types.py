@@ -68,10 +68,6 @@ class PodInfo(DigestView):
         return self.digest.static
 
     @property
-    def terminating(self) -> bool:
-        return self.digest.deleting
-
-    @property
     def annotations(self) -> Mapping[str, str]:
         return self.digest.annotations
 
@@ -86,14 +82,6 @@ class PodInfo(DigestView):
     @property
     def request_memory(self) -> int:
         return self.digest.request(names.RESOURCE_MEMORY)
-
-    @property
-    def reclaimed_milli_cpu(self) -> int:
-        return self.digest.request(names.RECLAIMED_MILLICPU)
-
-    @property
-    def reclaimed_memory(self) -> int:
-        return self.digest.request(names.RECLAIMED_MEMORY)
 
     @property
     def evict_score(self) -> float:
