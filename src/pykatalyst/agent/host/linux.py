@@ -15,7 +15,6 @@ import contextlib
 import errno as errno_mod
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -55,12 +54,12 @@ from pykatalyst.agent.host.procfs import (
 from pykatalyst.agent.host.rawread import (
     CPU_STAT_V1,
     CPU_STAT_V2,
-    MEM_STAT_V1,
-    MEM_STAT_V1_OWN,
-    MEM_STAT_V2,
     USAGE_V2,
+    CgroupFiles,
     CgroupStatsLink,
+    cpu_times,
     int_or_none,
+    memory_figures,
     pick,
     read_bytes,
     task_state,
@@ -76,25 +75,6 @@ _DRIVERS = ("cgroupfs", "systemd", "auto")
 # How long a cgroup's missing files (pressure files, on kernels without per-cgroup PSI) and
 # its listed subtree are trusted before being looked for again.
 _RECHECK_S = 30.0
-
-
-@dataclass(slots=True)
-class _CgroupFiles:
-    """The resolved file paths of one sampled cgroup and what is known to be missing."""
-
-    cpu_dir: str
-    cpu_stat: str
-    cpu_usage: str | None  # cpuacct.usage (v1); v2 has usage_usec in cpu.stat
-    mem_stat: str | None
-    mem_usage: str | None
-    cpu_psi: str
-    mem_psi: str | None
-    tasks: str  # the per-cgroup thread list: "tasks" (v1), "cgroup.threads" (v2)
-    checked_at: float
-    cpu_psi_missing: bool = False
-    mem_psi_missing: bool = False
-    task_dirs: list[str] | None = None  # the cgroup and its descendants, when listed
-    counted: bool = False  # its task list was read at least once
 
 
 # Hints for the kernel's terse refusals, keyed by (file, errno).
@@ -141,7 +121,7 @@ class LinuxHost:
         self._page_size = page_size or os.sysconf("SC_PAGE_SIZE")
         self._topology: CPUTopology | None = None
         self._prev_cgroup_cpu: dict[str, tuple[float, float]] = {}
-        self._files: dict[str, _CgroupFiles] = {}
+        self._files: dict[str, CgroupFiles] = {}
         # Runnable-task counts straight from the kernel, on a real v1 machine (None: not
         # tried yet; False: unavailable, /proc is read instead).
         self._link: CgroupStatsLink | Literal[False] | None = None
@@ -294,7 +274,7 @@ class LinuxHost:
             cpu_psi_some_avg10=None if cpu_psi_text is None else _psi_avg10(cpu_psi_text),
         )
 
-    def _cgroup_files(self, now: float, cg: str) -> _CgroupFiles | None:
+    def _cgroup_files(self, now: float, cg: str) -> CgroupFiles | None:
         f = self._files.get(cg)
         if f is None:
             cpu_dir = self._sdir(cg, "cpu")
@@ -303,7 +283,7 @@ class LinuxHost:
             v2 = self.cgroup_version == 2
             acct = None if v2 else self._sdir(cg, "cpuacct")
             mem_dir = self._sdir(cg, "memory")
-            f = _CgroupFiles(
+            f = CgroupFiles(
                 cpu_dir=cpu_dir,
                 cpu_stat=f"{cpu_dir}/cpu.stat",
                 cpu_usage=None if acct is None else f"{acct}/cpuacct.usage",
@@ -333,14 +313,14 @@ class LinuxHost:
         if cpu_stat_raw is None and not os.path.isdir(f.cpu_dir):
             return None
         cpu_stat = pick(cpu_stat_raw or b"", CPU_STAT_V2 if v2 else CPU_STAT_V1)
-        usage_s, throttled_s = _cpu_times(f, cpu_stat, v2)
+        usage_s, throttled_s = cpu_times(f, cpu_stat, v2)
         rate: float | None = None
         if usage_s is not None:
             prev = self._prev_cgroup_cpu.get(cg)
             if prev is not None and now > prev[0]:
                 rate = max(0.0, (usage_s - prev[1]) / (now - prev[0]))
             self._prev_cgroup_cpu[cg] = (now, usage_s)
-        usage, rss, cache, shmem, working_set = _memory_figures(f, v2)
+        usage, rss, cache, shmem, working_set = memory_figures(f, v2)
         cpu_psi = None
         if not f.cpu_psi_missing:
             cpu_psi = self._read(f.cpu_psi)
@@ -365,7 +345,7 @@ class LinuxHost:
             cpu_psi_some_avg10=None if cpu_psi is None else _psi_avg10(cpu_psi),
         )
 
-    def _nr_running(self, f: _CgroupFiles, rate: float | None) -> int | None:
+    def _nr_running(self, f: CgroupFiles, rate: float | None) -> int | None:
         """Runnable threads in the cgroup and below (the cgroup's cpu usage counts them all).
 
         Katalyst's container load is the smoothed count of runnable threads. A cgroup that
@@ -725,51 +705,6 @@ class LinuxHost:
     def _read(path: str | Path) -> str | None:
         data = read_bytes(path)
         return None if data is None else data.decode("utf-8", "replace")
-
-
-def _cpu_times(
-    f: _CgroupFiles, cpu_stat: dict[bytes, int], v2: bool
-) -> tuple[float | None, float | None]:
-    """The cgroup's cumulative cpu time and time throttled, in seconds (None: unknown)."""
-    usage_s: float | None = None
-    if v2:
-        usec = cpu_stat.get(b"usage_usec")
-        if usec is not None:
-            usage_s = usec / 1e6
-        throttled = cpu_stat.get(b"throttled_usec")
-        return usage_s, None if throttled is None else throttled / 1e6
-    nsec = None if f.cpu_usage is None else int_or_none(read_bytes(f.cpu_usage))
-    if nsec is not None and nsec >= 0:
-        usage_s = nsec / 1e9
-    throttled = cpu_stat.get(b"throttled_time")
-    return usage_s, None if throttled is None else throttled / 1e9
-
-
-def _memory_figures(
-    f: _CgroupFiles, v2: bool
-) -> tuple[int | None, int | None, int | None, int | None, int | None]:
-    """The cgroup's memory (usage, rss, cache, shmem, working set), None where unknown."""
-    mem: dict[bytes, int] = {}
-    usage: int | None = None
-    if f.mem_stat is not None and f.mem_usage is not None:
-        raw = read_bytes(f.mem_stat) or b""
-        mem = pick(raw, MEM_STAT_V2 if v2 else MEM_STAT_V1)
-        if not v2 and len(mem) < len(MEM_STAT_V1):
-            mem |= pick(raw, MEM_STAT_V1_OWN)
-        usage = int_or_none(read_bytes(f.mem_usage))
-        if usage is not None and usage < 0:
-            usage = None
-    if v2:
-        rss, cache = mem.get(b"anon"), mem.get(b"file")
-        shmem, inactive = mem.get(b"shmem"), mem.get(b"inactive_file")
-    else:
-        # total_* cover the whole subtree; the bare keys only the cgroup's own tasks.
-        rss = mem.get(b"total_rss", mem.get(b"rss"))
-        cache = mem.get(b"total_cache", mem.get(b"cache"))
-        shmem = mem.get(b"total_shmem", mem.get(b"shmem"))
-        inactive = mem.get(b"total_inactive_file", mem.get(b"inactive_file"))
-    working_set = None if usage is None else max(0, usage - (inactive or 0))
-    return usage, rss, cache, shmem, working_set
 
 
 def _partly_reclaimed(w: KnobWrite, failure: WriteFailure) -> bool:

@@ -1,12 +1,14 @@
 """Reading kernel files fast: a whole cgroup or proc file as bytes, the few keys a sample
-needs from a flat keyed file, and a cgroup's runnable task count from the taskstats netlink
-family. `LinuxHost` reads hundreds of cgroups every tick through these."""
+needs from a flat keyed file, a cgroup's cpu and memory figures from its resolved files, and
+its runnable task count from the taskstats netlink family. `LinuxHost` reads hundreds of
+cgroups every tick through these."""
 
 from __future__ import annotations
 
 import os
 import socket
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -175,3 +177,67 @@ def task_state(stat: bytes) -> bytes | None:
         return None
     rest = stat[end + 1 :].split(None, 1)
     return rest[0] if rest else None
+
+
+@dataclass(slots=True)
+class CgroupFiles:
+    """The resolved file paths of one sampled cgroup and what is known to be missing."""
+
+    cpu_dir: str
+    cpu_stat: str
+    cpu_usage: str | None  # cpuacct.usage (v1); v2 has usage_usec in cpu.stat
+    mem_stat: str | None
+    mem_usage: str | None
+    cpu_psi: str
+    mem_psi: str | None
+    tasks: str  # the per-cgroup thread list: "tasks" (v1), "cgroup.threads" (v2)
+    checked_at: float
+    cpu_psi_missing: bool = False
+    mem_psi_missing: bool = False
+    task_dirs: list[str] | None = None  # the cgroup and its descendants, when listed
+    counted: bool = False  # its task list was read at least once
+
+
+def cpu_times(
+    f: CgroupFiles, cpu_stat: dict[bytes, int], v2: bool
+) -> tuple[float | None, float | None]:
+    """The cgroup's cumulative cpu time and time throttled, in seconds (None: unknown)."""
+    usage_s: float | None = None
+    if v2:
+        usec = cpu_stat.get(b"usage_usec")
+        if usec is not None:
+            usage_s = usec / 1e6
+        throttled = cpu_stat.get(b"throttled_usec")
+        return usage_s, None if throttled is None else throttled / 1e6
+    nsec = None if f.cpu_usage is None else int_or_none(read_bytes(f.cpu_usage))
+    if nsec is not None and nsec >= 0:
+        usage_s = nsec / 1e9
+    throttled = cpu_stat.get(b"throttled_time")
+    return usage_s, None if throttled is None else throttled / 1e9
+
+
+def memory_figures(
+    f: CgroupFiles, v2: bool
+) -> tuple[int | None, int | None, int | None, int | None, int | None]:
+    """The cgroup's memory (usage, rss, cache, shmem, working set), None where unknown."""
+    mem: dict[bytes, int] = {}
+    usage: int | None = None
+    if f.mem_stat is not None and f.mem_usage is not None:
+        raw = read_bytes(f.mem_stat) or b""
+        mem = pick(raw, MEM_STAT_V2 if v2 else MEM_STAT_V1)
+        if not v2 and len(mem) < len(MEM_STAT_V1):
+            mem |= pick(raw, MEM_STAT_V1_OWN)
+        usage = int_or_none(read_bytes(f.mem_usage))
+        if usage is not None and usage < 0:
+            usage = None
+    if v2:
+        rss, cache = mem.get(b"anon"), mem.get(b"file")
+        shmem, inactive = mem.get(b"shmem"), mem.get(b"inactive_file")
+    else:
+        # total_* cover the whole subtree; the bare keys only the cgroup's own tasks.
+        rss = mem.get(b"total_rss", mem.get(b"rss"))
+        cache = mem.get(b"total_cache", mem.get(b"cache"))
+        shmem = mem.get(b"total_shmem", mem.get(b"shmem"))
+        inactive = mem.get(b"total_inactive_file", mem.get(b"inactive_file"))
+    working_set = None if usage is None else max(0, usage - (inactive or 0))
+    return usage, rss, cache, shmem, working_set
