@@ -440,15 +440,7 @@ def layout(
     if not domain:
         # Every NUMA node holds dedicated pods: the pools live on their leftovers.
         domain, leftover = leftover, EMPTY
-    # NUMA nodes with SNB pools keep their share of the reclaim reserve; the leftovers of
-    # dedicated-only nodes are wholly reclaim.
-    per_numa = _spread(reclaim_min, list(topo.numa_nodes))
-    snb_rfr = {n: per_numa[n] for n in snb_numas}
-    guaranteed = sum(snb_rfr.values()) + sum(
-        len(leftover & topo.cpus_in_numa(n)) for n in bound if n not in snb_rfr
-    )
-    rfr = max(reclaim_min - guaranteed, 0)
-    rfr = min(max(rfr, 1 if reclaim_min else 0), len(domain))
+    rfr, snb_rfr = _reclaim_reserve(topo, reclaim_min, snb_numas, bound, domain, leftover)
     share_numas = tuple(sorted({topo.numa_of(c) for c in domain}))
     return Layout(
         reserve,
@@ -464,6 +456,27 @@ def layout(
         snb_rfr,
         foreign,
     )
+
+
+def _reclaim_reserve(
+    topo: CPUTopology,
+    reclaim_min: int,
+    snb_numas: Sequence[int],
+    bound: Sequence[int],
+    domain: CPUSet,
+    leftover: CPUSet,
+) -> tuple[int, dict[int, int]]:
+    """The reclaim reserve of the share domain, and of each NUMA node with SNB pools.
+
+    NUMA nodes with SNB pools keep their share of the reclaim reserve; the leftovers of
+    dedicated-only nodes are wholly reclaim."""
+    per_numa = _spread(reclaim_min, list(topo.numa_nodes))
+    snb_rfr = {n: per_numa[n] for n in snb_numas}
+    guaranteed = sum(snb_rfr.values()) + sum(
+        len(leftover & topo.cpus_in_numa(n)) for n in bound if n not in snb_rfr
+    )
+    rfr = max(reclaim_min - guaranteed, 0)
+    return min(max(rfr, 1 if reclaim_min else 0), len(domain)), snb_rfr
 
 
 def _split_free(topo: CPUTopology, taken: CPUSet, bound: Sequence[int]) -> tuple[CPUSet, CPUSet]:
