@@ -51,6 +51,58 @@ I64 = npt.NDArray[np.int64]
 Progress = Callable[[int, int], None]
 
 
+def _domains(running: list[SimPod], masks: list[int]) -> tuple[np.ndarray, list[int], list[int]]:
+    """Cpu domains: on each node, pods whose cpusets overlap compete in one domain (the
+    union of their cpusets); disjoint cpusets (Katalyst's pools) are separate. Each pod's
+    domain, and each domain's cpus (a mask) and node."""
+    by_node: dict[int, dict[int, list[int]]] = {}
+    for i, p in enumerate(running):
+        by_node.setdefault(p.node, {}).setdefault(masks[i], []).append(i)
+    domain = np.empty(len(running), dtype=np.int64)
+    dom_mask: list[int] = []
+    dom_node: list[int] = []
+    for nidx, by_mask in by_node.items():
+        groups: list[tuple[int, list[int]]] = []
+        for m, idxs in by_mask.items():
+            union, members = m, list(idxs)
+            rest = []
+            for gm, gi in groups:
+                if gm & union:
+                    union |= gm
+                    members.extend(gi)
+                else:
+                    rest.append((gm, gi))
+            # merging can make the union touch groups it skipped: repeat until stable
+            merged = True
+            while merged:
+                merged = False
+                keep = []
+                for gm, gi in rest:
+                    if gm & union:
+                        union |= gm
+                        members.extend(gi)
+                        merged = True
+                    else:
+                        keep.append((gm, gi))
+                rest = keep
+            groups = [*rest, (union, members)]
+        for union, members in groups:
+            domain[members] = len(dom_mask)
+            dom_mask.append(union)
+            dom_node.append(nidx)
+    return domain, dom_mask, dom_node
+
+
+def _mask_rows(masks: list[int], cpus: int) -> np.ndarray:
+    """The masks as rows of booleans, one column per cpu."""
+    nbytes = (cpus + 7) // 8
+    if not masks:
+        return np.zeros((0, cpus), dtype=bool)
+    raw = np.frombuffer(b"".join(m.to_bytes(nbytes, "little") for m in masks), np.uint8)
+    rows = np.unpackbits(raw.reshape(len(masks), nbytes), axis=1, bitorder="little")[:, :cpus]
+    return rows.astype(bool)
+
+
 @dataclass(frozen=True, slots=True)
 class _CpuStep:
     """One step's cpu: per running pod its demand and grant and whether it is batch; per
@@ -474,65 +526,13 @@ class PolicySim:
         mem_limit = np.fromiter(
             (math.inf if k.memory_limit is None else k.memory_limit for k in knobs), np.float64, n
         )
-        # Cpu domains: on each node, pods whose cpusets overlap compete in one domain (the
-        # union of their cpusets); disjoint cpusets (Katalyst's pools) are separate.
-        by_node: dict[int, dict[int, list[int]]] = {}
-        for i, p in enumerate(running):
-            by_node.setdefault(p.node, {}).setdefault(masks[i], []).append(i)
-        domain = np.empty(n, dtype=np.int64)
-        dom_mask: list[int] = []
-        dom_node: list[int] = []
-        for nidx, by_mask in by_node.items():
-            groups: list[tuple[int, list[int]]] = []
-            for m, idxs in by_mask.items():
-                union, members = m, list(idxs)
-                rest = []
-                for gm, gi in groups:
-                    if gm & union:
-                        union |= gm
-                        members.extend(gi)
-                    else:
-                        rest.append((gm, gi))
-                # merging can make the union touch groups it skipped: repeat until stable
-                merged = True
-                while merged:
-                    merged = False
-                    keep = []
-                    for gm, gi in rest:
-                        if gm & union:
-                            union |= gm
-                            members.extend(gi)
-                            merged = True
-                        else:
-                            keep.append((gm, gi))
-                    rest = keep
-                groups = [*rest, (union, members)]
-            for union, members in groups:
-                domain[members] = len(dom_mask)
-                dom_mask.append(union)
-                dom_node.append(nidx)
-        nd = len(dom_mask)
-        c = self._max_cpus
-        nbytes = (c + 7) // 8
-        if nd:
-            raw = np.frombuffer(b"".join(m.to_bytes(nbytes, "little") for m in dom_mask), np.uint8)
-            dm = np.unpackbits(raw.reshape(nd, nbytes), axis=1, bitorder="little")[:, :c]
-            dm = dm.astype(bool)
-        else:
-            dm = np.zeros((0, c), dtype=bool)
+        domain, dom_mask, dom_node = _domains(running, masks)
+        dm = _mask_rows(dom_mask, self._max_cpus)
         cap = dm.sum(axis=1).astype(np.float64)
         svc_idx = np.fromiter(
             (p.index if p.kind == "service" else -1 for p in running), np.int64, n
         )
-        share_mask = 0
-        reclaim_mask = 0
-        for i, p in enumerate(running):
-            if p.node == self.sample_node:
-                if p.kind == "service":
-                    share_mask |= masks[i]
-                else:
-                    reclaim_mask |= masks[i]
-        self._sample_pools = (float(share_mask.bit_count()), float(reclaim_mask.bit_count()))
+        self._sample_pools = self._cpus_on_sample(running, masks)
         self._row = {p.uid: i for i, p in enumerate(running)}
         self._a = {
             "running": running,
@@ -553,6 +553,18 @@ class PolicySim:
             "adj": np.fromiter((p.oom_adj for p in running), np.int64, n),
         }
         self._arrays_dirty = False
+
+    def _cpus_on_sample(self, running: list[SimPod], masks: list[int]) -> tuple[float, float]:
+        """The cpus services and batch pods may run on, on the sample node."""
+        share_mask = 0
+        reclaim_mask = 0
+        for i, p in enumerate(running):
+            if p.node == self.sample_node:
+                if p.kind == "service":
+                    share_mask |= masks[i]
+                else:
+                    reclaim_mask |= masks[i]
+        return float(share_mask.bit_count()), float(reclaim_mask.bit_count())
 
     # --- the step -----------------------------------------------------------------------
 
