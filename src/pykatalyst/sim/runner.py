@@ -32,6 +32,7 @@ from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import ApiError, NotFound
 from pykatalyst.sim import manifests
+from pykatalyst.sim.arrays import CpuStep, domains, mask_rows
 from pykatalyst.sim.control import ControlPlane, make_control_plane
 from pykatalyst.sim.host import NodeUsage, PodKnobs, PodUsage, SimHost, run_queue_wait_us
 from pykatalyst.sim.physics import (
@@ -49,76 +50,6 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 Progress = Callable[[int, int], None]
-
-
-def _domains(running: list[SimPod], masks: list[int]) -> tuple[np.ndarray, list[int], list[int]]:
-    """Cpu domains: on each node, pods whose cpusets overlap compete in one domain (the
-    union of their cpusets); disjoint cpusets (Katalyst's pools) are separate. Each pod's
-    domain, and each domain's cpus (a mask) and node."""
-    by_node: dict[int, dict[int, list[int]]] = {}
-    for i, p in enumerate(running):
-        by_node.setdefault(p.node, {}).setdefault(masks[i], []).append(i)
-    domain = np.empty(len(running), dtype=np.int64)
-    dom_mask: list[int] = []
-    dom_node: list[int] = []
-    for nidx, by_mask in by_node.items():
-        groups: list[tuple[int, list[int]]] = []
-        for m, idxs in by_mask.items():
-            union, members = m, list(idxs)
-            rest = []
-            for gm, gi in groups:
-                if gm & union:
-                    union |= gm
-                    members.extend(gi)
-                else:
-                    rest.append((gm, gi))
-            # merging can make the union touch groups it skipped: repeat until stable
-            merged = True
-            while merged:
-                merged = False
-                keep = []
-                for gm, gi in rest:
-                    if gm & union:
-                        union |= gm
-                        members.extend(gi)
-                        merged = True
-                    else:
-                        keep.append((gm, gi))
-                rest = keep
-            groups = [*rest, (union, members)]
-        for union, members in groups:
-            domain[members] = len(dom_mask)
-            dom_mask.append(union)
-            dom_node.append(nidx)
-    return domain, dom_mask, dom_node
-
-
-def _mask_rows(masks: list[int], cpus: int) -> np.ndarray:
-    """The masks as rows of booleans, one column per cpu."""
-    nbytes = (cpus + 7) // 8
-    if not masks:
-        return np.zeros((0, cpus), dtype=bool)
-    raw = np.frombuffer(b"".join(m.to_bytes(nbytes, "little") for m in masks), np.uint8)
-    rows = np.unpackbits(raw.reshape(len(masks), nbytes), axis=1, bitorder="little")[:, :cpus]
-    return rows.astype(bool)
-
-
-@dataclass(frozen=True, slots=True)
-class _CpuStep:
-    """One step's cpu: per running pod its demand and grant and whether it is batch; per
-    sharing domain the usage of normal, idle, normal batch and light batch pods, and its
-    capacity (at least 1); per node and cpu the busy share of batch and of all pods."""
-
-    demand: np.ndarray
-    granted: np.ndarray
-    batch: np.ndarray
-    normal_use: np.ndarray
-    idle_use: np.ndarray
-    batch_normal: np.ndarray
-    light_use: np.ndarray
-    safe_cap: np.ndarray
-    per_cpu_batch: np.ndarray
-    per_cpu_all: np.ndarray
 
 
 @dataclass(slots=True)
@@ -526,8 +457,8 @@ class PolicySim:
         mem_limit = np.fromiter(
             (math.inf if k.memory_limit is None else k.memory_limit for k in knobs), np.float64, n
         )
-        domain, dom_mask, dom_node = _domains(running, masks)
-        dm = _mask_rows(dom_mask, self._max_cpus)
+        domain, dom_mask, dom_node = domains([p.node for p in running], masks)
+        dm = mask_rows(dom_mask, self._max_cpus)
         cap = dm.sum(axis=1).astype(np.float64)
         svc_idx = np.fromiter(
             (p.index if p.kind == "service" else -1 for p in running), np.int64, n
@@ -619,7 +550,7 @@ class PolicySim:
         self._record(now, cpu, node_mem, (viol, total_replicas, worst))
         self._settle(now, killed, cpu.batch)
 
-    def _share(self, step: int) -> _CpuStep:
+    def _share(self, step: int) -> CpuStep:
         """Every running pod's demand and the cpu it is granted, and the usage by domain,
         cpu and node that follows."""
         a = self._a
@@ -660,7 +591,7 @@ class PolicySim:
         if nd:
             np.add.at(per_cpu_batch, dom_node, dm * (batch_all / safe_cap)[:, None])
             np.add.at(per_cpu_all, dom_node, dm * (total_dom / safe_cap)[:, None])
-        return _CpuStep(
+        return CpuStep(
             demand,
             granted,
             batch,
@@ -673,7 +604,7 @@ class PolicySim:
             per_cpu_all,
         )
 
-    def _latencies(self, cpu: _CpuStep) -> tuple[int, int, float]:
+    def _latencies(self, cpu: CpuStep) -> tuple[int, int, float]:
         """Each service replica's p99 latency this step, appended per service: (replicas
         over their SLO, replicas running, the worst p99 / SLO)."""
         a = self._a
@@ -728,7 +659,7 @@ class PolicySim:
             self.latency[ld.service.name].append(float(p99[sel].mean()) if sel.any() else 0.0)
         return int((p99 > slo).sum()), len(sv), float((p99 / slo).max())
 
-    def _progress(self, cpu: _CpuStep) -> None:
+    def _progress(self, cpu: CpuStep) -> None:
         """The cpu time, throttling and batch progress of every running pod."""
         a = self._a
         running: list[SimPod] = a["running"]
@@ -762,7 +693,7 @@ class PolicySim:
                 killed.append(int(members[v]))
         return killed, node_mem
 
-    def _host_figures(self, cpu: _CpuStep, node_mem: np.ndarray) -> None:
+    def _host_figures(self, cpu: CpuStep, node_mem: np.ndarray) -> None:
         """What the hosts report to their agents next time they look."""
         a = self._a
         self._runnable = np.asarray(np.minimum(cpu.demand, a["limit"]), dtype=np.float64)
@@ -773,7 +704,7 @@ class PolicySim:
         self._node_load = self._node_load * decay + runnable_node[:, None] * (1 - decay)
 
     def _record(
-        self, now: float, cpu: _CpuStep, node_mem: np.ndarray, slo: tuple[int, int, float]
+        self, now: float, cpu: CpuStep, node_mem: np.ndarray, slo: tuple[int, int, float]
     ) -> None:
         """The step's figures into the series: (replicas violating, replicas, worst p99
         / SLO) in `slo`."""
