@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from pykatalyst.agent.host.base import PodCgroup
@@ -23,6 +23,10 @@ from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.cluster.protocol import JSON
 
 T = TypeVar("T")
+
+
+DEFAULT_LEVEL = names.DEFAULT_QOS_LEVEL
+CPU, MEMORY = names.RESOURCE_CPU, names.RESOURCE_MEMORY
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,29 +49,23 @@ class PodSpec(DigestView):
     containers: tuple[ContainerSpec, ...]
     started_at: float | None  # status.startTime, else creationTimestamp
     created_key: tuple[float, str]  # placement order for dedicated pods
+    # Read off the digest once: the tick reads them for every pod, many times over.
+    qos: PodQoS | None = field(init=False)  # None when the agent leaves the pod alone
+    level: str = field(init=False)
+    request_cores: float = field(init=False)
+    memory_request: int = field(init=False)
 
-    @property
-    def qos(self) -> PodQoS | None:
-        """The QoS declaration; None when the agent leaves the pod alone."""
-        return self.digest.qos if self.error is None else None
-
-    @property
-    def level(self) -> str:
-        qos = self.qos
-        return qos.level if qos is not None else names.DEFAULT_QOS_LEVEL
+    def __post_init__(self) -> None:
+        qos = self.digest.qos if self.error is None else None
+        object.__setattr__(self, "qos", qos)
+        object.__setattr__(self, "level", qos.level if qos is not None else DEFAULT_LEVEL)
+        object.__setattr__(self, "request_cores", self.digest.request(CPU) / 1000.0)
+        object.__setattr__(self, "memory_request", self.digest.request(MEMORY))
 
     @property
     def pool(self) -> str:
         qos = self.qos
         return qos.cpuset_pool if qos is not None else ""
-
-    @property
-    def request_cores(self) -> float:
-        return self.digest.request(names.RESOURCE_CPU) / 1000.0
-
-    @property
-    def memory_request(self) -> int:
-        return self.digest.request(names.RESOURCE_MEMORY)
 
     @property
     def finished(self) -> bool:

@@ -112,45 +112,36 @@ class PodInfo(DigestView):
     spread_constraints: list[dict[str, Any]] = field(default_factory=list)
     scheduling_gates: list[str] = field(default_factory=list)
     static_signature: str = ""
-    # the digest's identity, kept at hand: the queue and the snapshot look pods up by it
+    # Read off the digest (and again when it changes): plugins, the queue and the
+    # snapshot read them for every pod at every step, and an attribute is the cheapest.
     uid: str = field(init=False)  # the pod's uid (its namespace/name when it has none)
     key: str = field(init=False)
+    namespace: str = field(init=False)
+    name: str = field(init=False)
+    scheduler_name: str = field(init=False)
+    priority: int = field(init=False)
+    labels: Mapping[str, str] = field(init=False)
+    qos: PodQoS | None = field(init=False)
+    node_name: str = field(init=False)
+    terminal: bool = field(init=False)
+    deleting: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.key = self.digest.key
-        self.uid = self.digest.uid or self.key
+        d = self.digest
+        self.key = d.key
+        self.uid = d.uid or self.key
+        self.namespace, self.name = d.namespace, d.name
+        self.scheduler_name, self.priority = d.scheduler_name, d.priority
+        self.labels, self.qos = d.labels, d.qos
+        self._bound()
+
+    def _bound(self) -> None:
+        d = self.digest
+        self.node_name, self.terminal, self.deleting = d.node_name, d.terminal, d.deleting
 
     @property
     def resource_version(self) -> str:
         return self.digest.resource_version
-
-    @property
-    def scheduler_name(self) -> str:
-        return self.digest.scheduler_name
-
-    @property
-    def node_name(self) -> str:
-        return self.digest.node_name
-
-    @property
-    def priority(self) -> int:
-        return self.digest.priority
-
-    @property
-    def labels(self) -> Mapping[str, str]:
-        return self.digest.labels
-
-    @property
-    def qos(self) -> PodQoS | None:
-        return self.digest.qos
-
-    @property
-    def terminal(self) -> bool:
-        return self.digest.terminal
-
-    @property
-    def deleting(self) -> bool:
-        return self.digest.deleting
 
     def rebound(self, raw: dict[str, Any]) -> PodInfo:
         """This pod at a newer version in which only its binding, status or version
@@ -158,35 +149,35 @@ class PodInfo(DigestView):
         info = copy.copy(self)
         info.raw = raw
         info.digest = pod_digest.rebound(self.digest, raw)
+        info._bound()
         return info
 
     @property
     def is_reclaimed(self) -> bool:
-        qos = self.digest.qos
+        qos = self.qos
         return qos is not None and qos.is_reclaimed
 
     @property
     def is_dedicated_numa(self) -> bool:
         """A dedicated_cores pod with numa_binding: the pods that consume whole cpus of a
         NUMA zone under the dynamic policy."""
-        qos = self.digest.qos
+        qos = self.qos
         return qos is not None and qos.is_dedicated and qos.numa_binding
 
     @property
     def is_numa_exclusive(self) -> bool:
-        qos = self.digest.qos
+        qos = self.qos
         return qos is not None and qos.is_dedicated and qos.numa_binding and qos.numa_exclusive
 
     @property
     def k8s_qos_class(self) -> str:
-        qos = self.digest.qos
+        qos = self.qos
         return qos.k8s_qos_class if qos is not None else ""
 
     @property
     def counts_on_node(self) -> bool:
         """Whether the pod holds resources on its node (bound and not finished)."""
-        d = self.digest
-        return bool(d.node_name) and not d.terminal
+        return bool(self.node_name) and not self.terminal
 
     def request(self, resource: str) -> int:
         return self.requests.get(resource, 0)
