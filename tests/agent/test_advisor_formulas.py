@@ -152,7 +152,10 @@ def smoother() -> HeadroomSmoother:
 
 def test_smoother_publishes_nothing_until_the_window_is_full() -> None:
     sm = smoother()
-    outs = [sm.update(t, 44.0)[0] for t in (0, 30, 60)]
+    outs = []
+    for t in (0, 30, 60):
+        out, _, sm = sm.update(t, 44.0)
+        outs.append(out)
     assert outs == [None, None, None]
     assert sm.update(90, 44.0)[0] == 44.0
 
@@ -160,18 +163,15 @@ def test_smoother_publishes_nothing_until_the_window_is_full() -> None:
 def test_smoother_ignores_small_moves_and_limits_big_ones() -> None:
     sm = smoother()
     for t in (0, 30, 60, 90):
-        sm.update(t, 44.0)
+        _, _, sm = sm.update(t, 44.0)
     assert sm.update(120, 44.8)[0] == 44.0  # window avg moves by 0.2 < 0.3
-    sm2 = smoother()
-    for t in (0, 30, 60, 90):
-        sm2.update(t, 44.0)
-    assert sm2.update(120, 4.0)[0] == 40.0  # avg 34, but at most 4 per step
+    assert sm.update(120, 4.0)[0] == 40.0  # avg 34, but at most 4 per step
 
 
 def test_smoother_floors_at_min_reclaimed_for_report() -> None:
     sm = smoother()
     for t in (0, 30, 60, 90):
-        out, terms = sm.update(t, 1.0)
+        out, terms, sm = sm.update(t, 1.0)
     assert out == 4.0 and terms["floored_to"] == 4.0
 
 
@@ -181,7 +181,7 @@ def test_smoothed_report_moves_at_most_max_step_per_sample(values: list[float]) 
     sm = smoother()
     last = None
     for i, v in enumerate(values):
-        out, _ = sm.update(i * 30.0, v)
+        out, _, sm = sm.update(i * 30.0, v)
         if out is not None and last is not None:
             assert abs(out - last) <= 4.0 + 1e-9
         if out is not None:

@@ -13,13 +13,13 @@ from pykatalyst.agent.eviction import (
     EvictionManager,
     EvictionRecorder,
     EvictionSnapshot,
-    PodInfo,
     ReclaimedCapacity,
 )
 from pykatalyst.api import names
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
+from tests.agent.eviction_pods import eviction_pod
 
 GIB = 1 << 30
 runner = CliRunner()
@@ -42,11 +42,11 @@ def evict_once(tmp_path: Path, dry_run: bool = False) -> tuple[Path, Path]:
             )
         )
     pods = tuple(
-        PodInfo(
-            uid=p["metadata"]["uid"],
-            namespace="batch",
-            name=p["metadata"]["name"],
-            qos_level=names.QOS_RECLAIMED_CORES,
+        eviction_pod(
+            p["metadata"]["uid"],
+            "batch",
+            p["metadata"]["name"],
+            names.QOS_RECLAIMED_CORES,
             reclaimed_milli_cpu=m,
         )
         for p, m in zip(created, (2000, 9000), strict=True)

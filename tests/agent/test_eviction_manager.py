@@ -24,6 +24,7 @@ from pykatalyst.agent.eviction import (
 from pykatalyst.agent.eviction.ranking import minimal_prefix, usage_fn
 from pykatalyst.agent.host.base import HostSample, MemoryInfo
 from pykatalyst.api import names
+from tests.agent.eviction_pods import eviction_pod
 
 GIB = 1 << 30
 RECLAIMED = names.QOS_RECLAIMED_CORES
@@ -32,7 +33,12 @@ PRESSURE_KEY = names.TAINT_PREFIX + names.CONDITION_MEMORY_PRESSURE
 
 
 def pod(name: str, level: str = RECLAIMED, **kw: object) -> PodInfo:
-    return PodInfo(uid=f"uid-{name}", namespace="default", name=name, qos_level=level, **kw)  # type: ignore[arg-type]
+    return eviction_pod(f"uid-{name}", "default", name, level, **kw)  # type: ignore[arg-type]
+
+
+def deleting(p: PodInfo) -> PodInfo:
+    """The pod once its deletion has begun."""
+    return replace(p, digest=replace(p.digest, deleting=True))
 
 
 def system_only(**extra: object) -> EvictionConfig:
@@ -142,7 +148,7 @@ def test_at_most_the_burst_is_evicted_per_round_and_the_rest_waits() -> None:
     assert len(first.evictions) == 3  # Katalyst's burst: 3 per 5 s round
     # the same round 1 s later is not a new round
     assert not mgr.decide(replace(snap, now=1)).ran
-    terminating = tuple(replace(p, terminating=True) if p.uid in mgr.in_flight else p for p in pods)
+    terminating = tuple(deleting(p) if p.uid in mgr.in_flight else p for p in pods)
     # victims still terminating: no second wave for the same plugin
     waiting = mgr.decide(replace(snap, now=5, pods=terminating))
     assert not waiting.victims
@@ -169,9 +175,7 @@ def test_terminating_pods_count_as_released_so_nothing_more_is_evicted() -> None
     plan = mgr.decide(EvictionSnapshot(0, "n1", (big, small), reclaimed=cap))
     assert [v.pod.name for v in plan.victims] == ["big"]
     for t in (5, 10, 15, 20):
-        later = mgr.decide(
-            EvictionSnapshot(t, "n1", (replace(big, terminating=True), small), reclaimed=cap)
-        )
+        later = mgr.decide(EvictionSnapshot(t, "n1", (deleting(big), small), reclaimed=cap))
         assert not later.victims
         assert later.thresholds[0].met == Met.SOFT  # 12k <= 5 x 6k once big is released
 

@@ -20,6 +20,7 @@ from pykatalyst.agent.eviction import (
 )
 from pykatalyst.agent.host.base import HostSample, MemoryInfo, NumaMemory
 from pykatalyst.api import names
+from tests.agent.eviction_pods import eviction_pod
 
 GIB = 1 << 30
 RECLAIMED = names.QOS_RECLAIMED_CORES
@@ -27,7 +28,7 @@ SHARED = names.QOS_SHARED_CORES
 
 
 def pod(name: str, level: str = RECLAIMED, **kw: object) -> PodInfo:
-    return PodInfo(uid=f"uid-{name}", namespace="default", name=name, qos_level=level, **kw)  # type: ignore[arg-type]
+    return eviction_pod(f"uid-{name}", "default", name, level, **kw)  # type: ignore[arg-type]
 
 
 def only(plugin: str, **extra: object) -> EvictionConfig:

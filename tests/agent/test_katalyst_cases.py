@@ -23,7 +23,6 @@ from pykatalyst.agent.eviction import (
     EvictionConfig,
     EvictionManager,
     EvictionSnapshot,
-    PodInfo,
 )
 from pykatalyst.agent.eviction.config import NumaMemoryPressureConfig
 from pykatalyst.agent.eviction.plugins import NumaMemoryPressurePlugin
@@ -31,6 +30,7 @@ from pykatalyst.agent.host.base import HostSample, NumaMemory
 from pykatalyst.api import names
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
+from tests.agent.eviction_pods import eviction_pod
 
 GIB = 1 << 30
 
@@ -132,7 +132,10 @@ SMOOTHING_CASE = [
 
 def test_capped_smooth_window() -> None:
     sm = HeadroomSmoother(30.0, 10.0, 0.3, 4.0, 0.0, 0.0)
-    got = [sm.update(10.0 * (i + 1), raw)[0] for i, (raw, _) in enumerate(SMOOTHING_CASE)]
+    got = []
+    for i, (raw, _) in enumerate(SMOOTHING_CASE):
+        out, _, sm = sm.update(10.0 * (i + 1), raw)
+        got.append(out)
     want = [w for _, w in SMOOTHING_CASE]
     assert got == [None if w is None else pytest.approx(w) for w in want]
 
@@ -176,10 +179,17 @@ def test_numa_below_watermark_counter(frees: list[int], counters: list[int]) -> 
     assert got == counters
 
 
+RECLAIMED = names.QOS_RECLAIMED_CORES
+
+
 def test_two_numa_nodes_under_pressure_each_get_a_victim_in_one_round() -> None:
     pods = [
-        PodInfo("u0", "default", "batch0", names.QOS_RECLAIMED_CORES, numa_memory={0: 4 * GIB}),
-        PodInfo("u1", "default", "batch1", names.QOS_RECLAIMED_CORES, numa_memory={1: 4 * GIB}),
+        eviction_pod(
+            "u0", "default", "batch0", names.QOS_RECLAIMED_CORES, numa_memory={0: 4 * GIB}
+        ),
+        eviction_pod(
+            "u1", "default", "batch1", names.QOS_RECLAIMED_CORES, numa_memory={1: 4 * GIB}
+        ),
     ]
     cfg = EvictionConfig.model_validate(
         {

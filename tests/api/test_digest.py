@@ -133,6 +133,7 @@ def test_the_backstop_reads_what_the_digest_reads(raw: dict[str, Any]) -> None:
 def test_the_agent_reads_what_the_digest_reads(raw: dict[str, Any]) -> None:
     d = digest_pod(raw)
     spec = parse_pod(raw)
+    assert spec.digest == d  # the agent's view holds the digest, and reads the pod no other way
     assert (spec.uid, spec.namespace, spec.name) == (d.uid, d.namespace, d.name)
     if not d.readable:
         assert spec.error is not None and spec.qos is None

@@ -22,7 +22,6 @@ from pykatalyst.agent.eviction import (
     EvictionManager,
     EvictionRecorder,
     EvictionSnapshot,
-    PodInfo,
     ReclaimedCapacity,
 )
 from pykatalyst.agent.host.base import Knob
@@ -40,6 +39,7 @@ from pykatalyst.runtime.apiserver import ApiServer
 from pykatalyst.scheduler.scheduler import Scheduler
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
+from tests.agent.eviction_pods import eviction_pod
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json
 
 TOPO = CPUTopology.synthetic(2, 12, 2, memory_per_numa=96 * GIB)
@@ -90,7 +90,7 @@ def _configure(cluster: MemoryCluster) -> None:
 
 def _evict(cluster: MemoryCluster, uid: str, now: float) -> None:
     """The eviction manager and executor, as the agent's eviction stage runs them."""
-    pod = PodInfo(uid, "default", "batch", names.QOS_RECLAIMED_CORES, reclaimed_milli_cpu=9000)
+    pod = eviction_pod(uid, "default", "batch", names.QOS_RECLAIMED_CORES, reclaimed_milli_cpu=9000)
     plan = EvictionManager(NODE, EvictionConfig()).decide(
         EvictionSnapshot(now, NODE, (pod,), reclaimed=ReclaimedCapacity(1000, 100 * GIB))
     )

@@ -14,9 +14,8 @@ Katalyst's canonical provisioning, in four steps, each a pure function returning
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pykatalyst.agent.config import AdvisorConfig
@@ -343,12 +342,13 @@ def memory_headroom(
 # --- reporting smoothing ----------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class HeadroomSmoother:
     """Katalyst's headroom reporter for one resource: sliding-window average, then a step
     clamp (ignore small moves, limit big ones), minus the report reserve, floored.
 
-    `update` returns None until the window is full (nothing is published before then).
+    A value: `update` returns the figure to publish (None until the window is full:
+    nothing is published before then), its terms, and the smoother with this sample.
     """
 
     window_s: float
@@ -357,7 +357,7 @@ class HeadroomSmoother:
     max_step: float
     reserved_for_report: float
     min_for_report: float
-    samples: deque[tuple[float, float]] = field(default_factory=deque)
+    samples: tuple[tuple[float, float], ...] = ()
     last: float | None = None
     last_sample_time: float | None = None
 
@@ -367,43 +367,66 @@ class HeadroomSmoother:
             return 1
         return max(1, round(self.window_s / self.sample_period_s))
 
-    def update(self, now: float, value: float) -> tuple[float | None, Terms]:
+    def update(self, now: float, value: float) -> tuple[float | None, Terms, HeadroomSmoother]:
         due = self.last_sample_time is None or now - self.last_sample_time >= self.sample_period_s
+        samples, sampled_at = self.samples, self.last_sample_time
         if due:
-            self.samples.append((now, value))
-            self.last_sample_time = now
+            samples, sampled_at = (*samples, (now, value)), now
         ttl = 2 * self.window_s
-        while self.samples and now - self.samples[0][0] > ttl:
-            self.samples.popleft()
-        window = [v for t, v in self.samples if now - t <= self.window_s + 1e-9]
+        old = 0
+        while old < len(samples) and now - samples[old][0] > ttl:
+            old += 1
+        samples = samples[old:]
+        window = [v for t, v in samples if now - t <= self.window_s + 1e-9]
         need = self.needed_samples
         terms: Terms = {
             "window_s": self.window_s,
             "window_samples": len(window),
             "window_needed": need,
         }
+        kept = replace(self, samples=samples, last_sample_time=sampled_at)
         if len(window) < need or not window:
             terms["state"] = "window filling"
-            return None, terms
+            return None, terms, kept
         avg = sum(window[-need:]) / need
         terms["window_avg"] = round(avg, 3)
-        if due or self.last is None:
-            if self.last is None:
-                stepped = avg
-            else:
-                delta = avg - self.last
-                if abs(delta) < self.min_step:
-                    stepped = self.last
-                    terms["step"] = "below min step: kept"
-                else:
-                    clamp = self.max_step if self.max_step > 0 else abs(delta)
-                    stepped = self.last + max(-clamp, min(clamp, delta))
-            self.last = stepped
-        assert self.last is not None
-        terms["stepped"] = round(self.last, 3)
-        r = self.last - self.reserved_for_report
+        last = self.last
+        if due or last is None:
+            last = self._stepped(avg, terms)
+        terms["stepped"] = round(last, 3)
+        r = last - self.reserved_for_report
         terms["reserved_for_report"] = self.reserved_for_report
         if r < self.min_for_report:
             terms["floored_to"] = self.min_for_report
         r = max(r, self.min_for_report)
-        return r, terms
+        return r, terms, replace(kept, last=last)
+
+    def _stepped(self, avg: float, terms: Terms) -> float:
+        if self.last is None:
+            return avg
+        delta = avg - self.last
+        if abs(delta) < self.min_step:
+            terms["step"] = "below min step: kept"
+            return self.last
+        clamp = self.max_step if self.max_step > 0 else abs(delta)
+        return self.last + max(-clamp, min(clamp, delta))
+
+    def tuned(
+        self,
+        window_s: float,
+        sample_period_s: float,
+        min_step: float,
+        max_step: float,
+        reserved_for_report: float,
+        min_for_report: float,
+    ) -> HeadroomSmoother:
+        """The same history under other settings."""
+        return replace(
+            self,
+            window_s=window_s,
+            sample_period_s=sample_period_s,
+            min_step=min_step,
+            max_step=max_step,
+            reserved_for_report=reserved_for_report,
+            min_for_report=min_for_report,
+        )

@@ -20,17 +20,16 @@ from typing import Any
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from pykatalyst.agent.config_sections import IoConfig, KubeletConfig
+from pykatalyst.agent.config_sections import NetworkConfig as NetworkConfig
+from pykatalyst.agent.config_sections import Section as _Section
 from pykatalyst.agent.eviction.config import EvictionConfig
-from pykatalyst.agent.host.base import IoLimit
-from pykatalyst.agent.io_policy import LevelIo, misordered
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.problems import one_line
@@ -41,10 +40,6 @@ from pykatalyst.topology.cpuset import CPUSet
 GI = 1024**3
 MI = 1024**2
 PROTECTION_MODES = ("none", "low", "min")  # memory_advisor.protection
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
 class CpuPolicyConfig(_Section):
@@ -390,227 +385,6 @@ class MemoryGuardConfig(_Section):
         if v not in PROTECTION_MODES:
             raise ValueError(f"accepted: {', '.join(PROTECTION_MODES)}; got {v!r}")
         return v
-
-
-class DeviceLimitConfig(_Section):
-    """io.max of one block device: bytes (quantities such as 50Mi) and operations per second."""
-
-    device: str = Field(description="the block device as MAJ:MIN (lsblk -o NAME,MAJ:MIN)")
-    read_bps: Bytes | None = None
-    write_bps: Bytes | None = None
-    read_iops: int | None = Field(None, gt=0)
-    write_iops: int | None = Field(None, gt=0)
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v: str) -> str:
-        return _device_id(v)
-
-    @field_validator("read_bps", "write_bps")
-    @classmethod
-    def _positive(cls, v: int | None) -> int | None:
-        if v is not None and v <= 0:
-            raise ValueError("must be a positive quantity of bytes per second, e.g. 50Mi")
-        return v
-
-    def limit(self) -> IoLimit:
-        return IoLimit(self.device, self.read_bps, self.write_bps, self.read_iops, self.write_iops)
-
-
-class DeviceLatencyConfig(_Section):
-    device: str = Field(description="the block device as MAJ:MIN")
-    target: Seconds = Field(description="io.latency target, a Go duration such as 10ms")
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v: str) -> str:
-        return _device_id(v)
-
-    @field_validator("target")
-    @classmethod
-    def _target(cls, v: float) -> float:
-        if v * 1e6 < 1:
-            raise ValueError("must be at least 1us")
-        return v
-
-
-def _device_id(v: str) -> str:
-    major, sep, minor = v.partition(":")
-    if not (sep and major.isdigit() and minor.isdigit()):
-        raise ValueError(f"accepted: a block device as MAJ:MIN such as 8:0; got {v!r}")
-    return f"{int(major)}:{int(minor)}"
-
-
-class LevelIoConfig(_Section):
-    weight: int | None = Field(
-        None, ge=1, le=10000, description="io.weight (v1: blkio.bfq.weight, at most 1000)"
-    )
-    limits: tuple[DeviceLimitConfig, ...] = ()
-    latency: tuple[DeviceLatencyConfig, ...] = Field((), description="cgroup v2 only")
-
-    def value(self) -> LevelIo:
-        return LevelIo(
-            self.weight,
-            tuple(lim.limit() for lim in self.limits),
-            {t.device: max(round(t.target * 1e6), 1) for t in self.latency} or None,
-        )
-
-
-_LADDER = (
-    names.QOS_RECLAIMED_CORES,
-    names.QOS_SHARED_CORES,
-    names.QOS_DEDICATED_CORES,
-    names.QOS_SYSTEM_CORES,
-)
-
-
-class IoConfig(_Section):
-    """Disk I/O per QoS level (docs/agent.md, "Memory and disk I/O"); empty: not managed."""
-
-    levels: dict[str, LevelIoConfig] = Field(
-        default_factory=dict,
-        description="per QoS level (reclaimed_cores, shared_cores, dedicated_cores, "
-        "system_cores): weight, limits and latency targets written on each of its pods",
-    )
-    reclaimed_root: LevelIoConfig = Field(
-        default_factory=LevelIoConfig,
-        description="weight and limits of the reclaimed root: all reclaimed pods together",
-    )
-
-    @field_validator("levels")
-    @classmethod
-    def _levels(cls, v: dict[str, LevelIoConfig]) -> dict[str, LevelIoConfig]:
-        bad = [k for k in v if k not in _LADDER]
-        if bad:
-            raise ValueError(f"unknown QoS level {bad[0]!r}; accepted: {', '.join(_LADDER)}")
-        wrong = misordered({k: c.value() for k, c in v.items()}, _LADDER)
-        if wrong:
-            raise ValueError(
-                f"{wrong[0]} has a higher io weight than a level above it; weights must "
-                f"not fall along {' <= '.join(_LADDER)}"
-            )
-        return v
-
-    def level_values(self) -> dict[str, LevelIo]:
-        return {k: c.value() for k, c in self.levels.items()}
-
-
-class KubeletConfig(_Section):
-    """Where the agent finds the kubelet's cpu manager (docs/agent.md, "Beside the kubelet's
-    cpu manager")."""
-
-    config_path: str = Field(
-        "/var/lib/kubelet/config.yaml",
-        description="the kubelet's KubeletConfiguration file, read for cpuManagerPolicy and "
-        "reservedSystemCPUs ('' : not read, the policy is taken to be none)",
-    )
-    pod_resources_socket: str = Field(
-        "/var/lib/kubelet/pod-resources/kubelet.sock",
-        description="the kubelet's pod-resources gRPC socket (PodResourcesLister v1), asked "
-        "for the cpus the static cpu manager gave out",
-    )
-    timeout_s: Seconds = Field(2.0, description="deadline of each pod-resources call")
-
-
-# Katalyst's QoS levels in the order of their egress priority (HTB prio, lower first).
-NET_LEVELS = (
-    names.QOS_SYSTEM_CORES,
-    names.QOS_DEDICATED_CORES,
-    names.QOS_SHARED_CORES,
-    names.QOS_RECLAIMED_CORES,
-)
-_MAX_CLASSID = 0xFFFF_FFFF
-
-
-class NetLevelConfig(_Section):
-    """One QoS level's egress class: an HTB class on the egress device."""
-
-    class_id: int = Field(
-        gt=0,
-        le=_MAX_CLASSID,
-        description="the level's net class id (Katalyst's "
-        "--network-resource-plugin-class-id-<level>), 0xMMMMmmmm = tc class MMMM:mmmm",
-    )
-    rate_ratio: float = Field(ge=0, le=1, description="bandwidth guaranteed, share of capacity")
-    ceil_ratio: float = Field(gt=0, le=1, description="most it may borrow, share of capacity")
-    prio: int = Field(ge=0, le=7, description="HTB priority when borrowing (0 first)")
-
-    @model_validator(mode="after")
-    def _ceil(self) -> NetLevelConfig:
-        if self.ceil_ratio < self.rate_ratio:
-            raise ValueError(
-                f"ceil_ratio {self.ceil_ratio} is below rate_ratio {self.rate_ratio}; "
-                "accepted: rate_ratio <= ceil_ratio <= 1"
-            )
-        return self
-
-
-def _default_net_levels() -> dict[str, NetLevelConfig]:
-    rows = {  # class id, guaranteed share, ceiling, priority
-        names.QOS_SYSTEM_CORES: (0x1_0010, 0.05, 1.0, 0),
-        names.QOS_DEDICATED_CORES: (0x1_0020, 0.3, 1.0, 1),
-        names.QOS_SHARED_CORES: (0x1_0030, 0.5, 1.0, 1),
-        names.QOS_RECLAIMED_CORES: (0x1_0040, 0.05, 1.0, 7),
-    }
-    return {
-        level: NetLevelConfig(class_id=c, rate_ratio=r, ceil_ratio=ceil, prio=p)
-        for level, (c, r, ceil, p) in rows.items()
-    }
-
-
-class NetworkConfig(_Section):
-    """Egress QoS on the node: one HTB class per QoS level on the egress device, pods'
-    sockets classified into them (v1: net_cls.classid; v2: the socket's cgroup)."""
-
-    enabled: bool = Field(False, description="shape egress by QoS level (off, as Katalyst)")
-    device: str = Field("", description="the egress network device (e.g. eth0)")
-    link_mbit: float = Field(0.0, ge=0, description="the device's line rate in Mbit/s")
-    egress_ratio: float = Field(
-        0.94, gt=0, le=1, description="share of the line rate given out (Katalyst: 0.94)"
-    )
-    default_level: str = Field(
-        names.QOS_SHARED_CORES, description="the class of traffic no pod rule matches"
-    )
-    levels: dict[str, NetLevelConfig] = Field(default_factory=_default_net_levels)
-
-    @field_validator("levels", mode="before")
-    @classmethod
-    def _merge_levels(cls, value: Any) -> Any:
-        """Levels a config leaves out, and fields it leaves out, keep the defaults."""
-        if not isinstance(value, dict):
-            return value
-        merged: dict[str, Any] = {k: v.model_dump() for k, v in _default_net_levels().items()}
-        for key, given in value.items():
-            if key not in NET_LEVELS:
-                raise ValueError(f"unknown QoS level {key!r}; accepted: {', '.join(NET_LEVELS)}")
-            base = merged.get(key, {})
-            merged[key] = {**base, **given} if isinstance(given, dict) else given
-        return merged
-
-    @model_validator(mode="after")
-    def _consistent(self) -> NetworkConfig:
-        if self.default_level not in NET_LEVELS:
-            raise ValueError(
-                f"default_level: {self.default_level!r}; accepted: {', '.join(NET_LEVELS)}"
-            )
-        ids = [lv.class_id for lv in self.levels.values()]
-        majors = {c >> 16 for c in ids}
-        if len(set(ids)) != len(ids) or len(majors) != 1 or 0 in majors:
-            raise ValueError(
-                f"levels.*.class_id: {[hex(c) for c in ids]}; accepted: distinct ids with one "
-                "tc major (0xMMMM0000, MMMM > 0) and minors other than 0 and 1"
-            )
-        if any(c & 0xFFFF in (0, 1) for c in ids):
-            raise ValueError("levels.*.class_id: minor 0 and 1 are the root qdisc and class")
-        total = sum(lv.rate_ratio for lv in self.levels.values())
-        if total > 1 + 1e-9:
-            raise ValueError(f"levels.*.rate_ratio add up to {total:.3f}; accepted: <= 1")
-        if self.enabled and (not self.device or self.link_mbit <= 0):
-            raise ValueError(
-                "network.enabled needs device (the egress device) and link_mbit > 0 "
-                f"(got device={self.device!r}, link_mbit={self.link_mbit})"
-            )
-        return self
 
 
 class AgentConfig(_Section):

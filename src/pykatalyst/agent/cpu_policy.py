@@ -219,35 +219,9 @@ def place_dedicated(
         free_mem = free_numa_memory(topo, out.values(), memory, snb_held)
         hints = numa_hints(topo, req, available, occupied, free_mem)
         if not hints:
-            failed[req.uid] = (
-                f"no NUMA hint fits {req.cpus} dedicated cpus"
-                + (f" and {req.memory} bytes of memory" if free_mem is not None else "")
-                + (" on wholly free NUMA nodes" if req.exclusive else "")
-                + f" (free per NUMA: { {n: len(c) for n, c in sorted(available.items())} }"
-                + (f", memory {free_mem}" if free_mem is not None else "")
-                + ")"
-            )
+            failed[req.uid] = _no_hint(req, available, free_mem)
             continue
-        chosen: DedicatedAssignment | None = None
-        for mask in hints:
-            pool = CPUSet().union(*(available[n] for n in mask))
-            if req.exclusive:
-                cpus = pool
-            elif req.distribute_evenly:
-                per = req.cpus // len(mask)
-                cpus = CPUSet().union(*(take_by_topology(topo, available[n], per) for n in mask))
-            else:
-                cpus = take_by_topology(topo, pool, req.cpus)
-            if len(topo.all_cpus - taken - cpus) < min_left:
-                continue
-            chosen = DedicatedAssignment(
-                req.uid,
-                cpus,
-                mask,
-                req.exclusive,
-                {"hint": list(mask), "hints_considered": len(hints), "request_cpus": req.cpus},
-            )
-            break
+        chosen = _first_fit(topo, req, hints, available, taken, min_left)
         if chosen is None:
             failed[req.uid] = (
                 f"placing {req.cpus} dedicated cpus would leave fewer than {min_left} cpus "
@@ -257,6 +231,50 @@ def place_dedicated(
         out[req.uid] = chosen
         taken = taken | chosen.cpuset
     return out, failed
+
+
+def _no_hint(
+    req: DedicatedRequest, available: Mapping[int, CPUSet], free_mem: Mapping[int, int] | None
+) -> str:
+    """Why no NUMA node (or set of them) can hold the pod."""
+    return (
+        f"no NUMA hint fits {req.cpus} dedicated cpus"
+        + (f" and {req.memory} bytes of memory" if free_mem is not None else "")
+        + (" on wholly free NUMA nodes" if req.exclusive else "")
+        + f" (free per NUMA: { {n: len(c) for n, c in sorted(available.items())} }"
+        + (f", memory {free_mem}" if free_mem is not None else "")
+        + ")"
+    )
+
+
+def _first_fit(
+    topo: CPUTopology,
+    req: DedicatedRequest,
+    hints: Sequence[tuple[int, ...]],
+    available: Mapping[int, CPUSet],
+    taken: CPUSet,
+    min_left: int,
+) -> DedicatedAssignment | None:
+    """The pod's cpus on the first hint that leaves the pools `min_left` cpus."""
+    for mask in hints:
+        pool = CPUSet().union(*(available[n] for n in mask))
+        if req.exclusive:
+            cpus = pool
+        elif req.distribute_evenly:
+            per = req.cpus // len(mask)
+            cpus = CPUSet().union(*(take_by_topology(topo, available[n], per) for n in mask))
+        else:
+            cpus = take_by_topology(topo, pool, req.cpus)
+        if len(topo.all_cpus - taken - cpus) < min_left:
+            continue
+        return DedicatedAssignment(
+            req.uid,
+            cpus,
+            mask,
+            req.exclusive,
+            {"hint": list(mask), "hints_considered": len(hints), "request_cpus": req.cpus},
+        )
+    return None
 
 
 # --- 2b. shared pods with NUMA binding (SNB) ------------------------------------------------
@@ -407,38 +425,22 @@ def layout(
         {r.uid: r.memory for r in dedicated_requests},
     )
     taken = held.union(*(a.cpuset for a in dedicated.values()))
-    bound = tuple(sorted({n for a in dedicated.values() for n in a.numas} | set(snb.values())))
-    domain = EMPTY
-    leftover = EMPTY
-    for n in topo.numa_nodes:
-        free = topo.cpus_in_numa(n) - taken
-        if n in bound:
-            leftover = leftover | free
-        else:
-            domain = domain | free
+    ded_numas = {n for a in dedicated.values() for n in a.numas}
+    bound = tuple(sorted(ded_numas | set(snb.values())))
+    domain, leftover = _split_free(topo, taken, bound)
     if not domain and snb:
         # Every NUMA node is bound: pods without NUMA binding need a home more than SNB
         # pods need their binding, so those run unbound this time.
         why = "every NUMA node holds NUMA-bound pods; running without NUMA binding"
         snb_failed = {**snb_failed, **dict.fromkeys(snb, why)}
         snb = {}
-        bound = tuple(sorted({n for a in dedicated.values() for n in a.numas}))
-        leftover = EMPTY
-        for n in bound:
-            leftover = leftover | (topo.cpus_in_numa(n) - taken)
+        bound = tuple(sorted(ded_numas))
+        leftover = _split_free(topo, taken, bound)[1]
     snb_numas = sorted(set(snb.values()))
     if not domain:
         # Every NUMA node holds dedicated pods: the pools live on their leftovers.
         domain, leftover = leftover, EMPTY
-    # NUMA nodes with SNB pools keep their share of the reclaim reserve; the leftovers of
-    # dedicated-only nodes are wholly reclaim.
-    per_numa = _spread(reclaim_min, list(topo.numa_nodes))
-    snb_rfr = {n: per_numa[n] for n in snb_numas}
-    guaranteed = sum(snb_rfr.values()) + sum(
-        len(leftover & topo.cpus_in_numa(n)) for n in bound if n not in snb_rfr
-    )
-    rfr = max(reclaim_min - guaranteed, 0)
-    rfr = min(max(rfr, 1 if reclaim_min else 0), len(domain))
+    rfr, snb_rfr = _reclaim_reserve(topo, reclaim_min, snb_numas, bound, domain, leftover)
     share_numas = tuple(sorted({topo.numa_of(c) for c in domain}))
     return Layout(
         reserve,
@@ -454,6 +456,40 @@ def layout(
         snb_rfr,
         foreign,
     )
+
+
+def _reclaim_reserve(
+    topo: CPUTopology,
+    reclaim_min: int,
+    snb_numas: Sequence[int],
+    bound: Sequence[int],
+    domain: CPUSet,
+    leftover: CPUSet,
+) -> tuple[int, dict[int, int]]:
+    """The reclaim reserve of the share domain, and of each NUMA node with SNB pools.
+
+    NUMA nodes with SNB pools keep their share of the reclaim reserve; the leftovers of
+    dedicated-only nodes are wholly reclaim."""
+    per_numa = _spread(reclaim_min, list(topo.numa_nodes))
+    snb_rfr = {n: per_numa[n] for n in snb_numas}
+    guaranteed = sum(snb_rfr.values()) + sum(
+        len(leftover & topo.cpus_in_numa(n)) for n in bound if n not in snb_rfr
+    )
+    rfr = max(reclaim_min - guaranteed, 0)
+    return min(max(rfr, 1 if reclaim_min else 0), len(domain)), snb_rfr
+
+
+def _split_free(topo: CPUTopology, taken: CPUSet, bound: Sequence[int]) -> tuple[CPUSet, CPUSet]:
+    """The cpus not `taken`: (on the NUMA nodes not `bound`, on the bound ones)."""
+    domain = EMPTY
+    leftover = EMPTY
+    for n in topo.numa_nodes:
+        free = topo.cpus_in_numa(n) - taken
+        if n in bound:
+            leftover = leftover | free
+        else:
+            domain = domain | free
+    return domain, leftover
 
 
 def _snb_memory(requests: Sequence[SnbRequest], previous: Mapping[str, int]) -> dict[int, int]:

@@ -32,7 +32,7 @@ import contextlib
 import json
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -384,14 +384,45 @@ class Enforcer:
         result = self._host.apply(planned) if planned else None
 
         applied = () if result is None else result.applied
-        failures = () if result is None else result.failed
         by_write = {s.write: s for s in steps}
+        self._took(now, applied, by_write)
+        failed, new, vanished = self._sort_failures(
+            now, () if result is None else result.failed, by_write
+        )
+        for cg in vanished:
+            self._forget(cg)
+        if planned or changed_state or vanished:
+            self._save(self._desired, complete=True, now=now)
+        self._complete = True
+        return EnforceReport(
+            now,
+            False,
+            planned=planned,
+            applied=tuple(applied),
+            failed=tuple(failed),
+            new_failures=tuple(new),
+            vanished=tuple(vanished),
+            notes=tuple(notes),
+            unsupported=tuple(k for k in Knob if k in self._unsupported),
+        )
+
+    def _took(
+        self, now: float, applied: Sequence[KnobWrite], by_write: Mapping[KnobWrite, _Step]
+    ) -> None:
+        """Record the writes the host took, and know their values from now on."""
         for w in applied:
             self._reported = {r for r in self._reported if (r[0], r[1]) != (w.cgroup, w.knob)}
             self._record(now, by_write.get(w), "applied", w)
             known = self._known.get(w.cgroup)
             if known is not None and w.knob not in ONE_SHOT_KNOBS:
                 known[w.knob] = w.value
+
+    def _sort_failures(
+        self, now: float, failures: Sequence[WriteFailure], by_write: Mapping[KnobWrite, _Step]
+    ) -> tuple[list[WriteFailure], list[WriteFailure], list[str]]:
+        """Record the writes the host refused: (failed, first reported now, the cgroups
+        found gone). An unsupported knob is reported once per machine (a machine-wide
+        one) or per cgroup; another failure once per cgroup, knob and error."""
         vanished: list[str] = []
         failed: list[WriteFailure] = []
         new: list[WriteFailure] = []
@@ -420,22 +451,7 @@ class Enforcer:
             if key not in self._reported:
                 self._reported.add(key)
                 new.append(f)
-        for cg in vanished:
-            self._forget(cg)
-        if planned or changed_state or vanished:
-            self._save(self._desired, complete=True, now=now)
-        self._complete = True
-        return EnforceReport(
-            now,
-            False,
-            planned=planned,
-            applied=tuple(applied),
-            failed=tuple(failed),
-            new_failures=tuple(new),
-            vanished=tuple(vanished),
-            notes=tuple(notes),
-            unsupported=tuple(k for k in Knob if k in self._unsupported),
-        )
+        return failed, new, vanished
 
     def resume(self, dry_run: bool = False) -> EnforceReport:
         """Re-apply the checkpointed desired state (after a restart, before the first plan

@@ -1,31 +1,75 @@
-"""What one tick of the node agent decides from, gathered before anything is decided.
+"""What one tick of the node agent decides from, gathered before anything is decided, and
+what it carries from one tick to the next.
 
 `Agent.reconcile(now)` is three steps: gather a `TickInputs` (the node's pods and dynamic
-config from the node-state holder, the effective `AgentConfig`, the pods parsed, one Host
-sample), decide the tick's `AgentPlan` from it, then execute the plan (eviction stages,
-the enforcer, the reporter, Events). An eviction stage sees an `EvictionInput`: the plan as
-decided, the pods, the metrics and the sample, and the same `NodeView` the agent read.
+config from the node-state holder, the effective `AgentConfig`, the pods parsed and matched
+to their cgroups, one Host sample, the kubelet's pins, the pods' indicator targets), decide
+the tick's `AgentPlan` and next `AgentState` from it and the current `AgentState`
+(`agent/tick.py`, pure), then execute the plan (eviction stages, the enforcer, the
+reporter, Events). An eviction stage sees an `EvictionInput`: the plan as decided, the
+pods, the metrics and the sample, and the same `NodeView` the agent read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from pykatalyst.agent.config import AgentConfig
-from pykatalyst.agent.host.base import HostSample
+from pykatalyst.agent.advisor import HeadroomSmoother, RegulatorState
+from pykatalyst.agent.config import AgentConfig, ReporterConfig
+from pykatalyst.agent.cpu_state import CpuState
+from pykatalyst.agent.host.base import HostSample, Knob, KnobValue, PodCgroup
+from pykatalyst.agent.kubelet_cpu import KubeletCpuPolicy, KubeletPins
 from pykatalyst.agent.metrics import MetricStore
 from pykatalyst.agent.node_state import NodeView
-from pykatalyst.agent.plan import AgentPlan, PlanEvent
-from pykatalyst.agent.state import PodSpec
+from pykatalyst.agent.plan import AgentPlan, PlanEvent, PodPlan
+from pykatalyst.agent.rama import PIDState
+from pykatalyst.agent.regions import IsolationState
+from pykatalyst.agent.state import ContainerCgroups, PodSpec
+from pykatalyst.topology.cpuset import CPUSet
+from pykatalyst.topology.machine import CPUTopology
+
+NO_CGROUPS = ContainerCgroups(None, {})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What does not change while the agent runs: the node, its machine, and whether the
+    agent only says what it would do."""
+
+    node: str
+    topology: CPUTopology
+    cgroup_version: int
+    dry_run: bool = False
+    numa_of: Mapping[int, int] = field(default_factory=dict)  # cpu -> NUMA node
+    terms: Mapping[str, Any] = field(default_factory=dict)  # the plan's `topology`
+
+    @classmethod
+    def of(cls, node: str, topo: CPUTopology, cgroup_version: int, dry_run: bool) -> NodeFacts:
+        terms = {
+            "cpus": topo.num_cpus,
+            "cores": topo.num_cores,
+            "sockets": topo.num_sockets,
+            "numa_nodes": topo.num_numa_nodes,
+            "threads_per_core": topo.threads_per_core,
+            "memory_bytes": topo.total_memory,
+            "numa": {str(n): str(topo.cpus_in_numa(n)) for n in topo.numa_nodes},
+        }
+        numa_of = {c: topo.numa_of(c) for c in topo.all_cpus}
+        return cls(node, topo, cgroup_version, dry_run, numa_of, terms)
 
 
 @dataclass(frozen=True, slots=True)
 class TickInputs:
     """One tick's inputs: `specs` are the node's pods that have not finished, parsed once
-    per resourceVersion; `warnings` and `events` are what gathering them had to say (an
-    unreadable config, a pod list that failed)."""
+    per resourceVersion (`order`: their uids by namespace/name), `first_seen` when the agent
+    first saw each, `cgroups` and `matched` the cgroups the Host found for them; `metrics`
+    holds the samples so far, this tick's included (read, never written, by `decide`);
+    `pins` and `kubelet` what the kubelet's cpu manager holds; `reclaimed_root` and
+    `guaranteed_root` the kubelet's QoS cgroups the agent writes to; `spd_targets` the
+    indicator targets of the pods' ServiceProfileDescriptors. `warnings` and `events` are
+    what gathering them had to say (an unreadable config, a pod list that failed)."""
 
     now: float
     node: NodeView
@@ -33,8 +77,76 @@ class TickInputs:
     config_status: Mapping[str, Any]
     specs: Mapping[str, PodSpec]
     sample: HostSample
+    facts: NodeFacts
+    metrics: MetricStore
     warnings: tuple[str, ...] = ()
     events: tuple[PlanEvent, ...] = ()
+    order: tuple[str, ...] = ()
+    first_seen: Mapping[str, float] = field(default_factory=dict)
+    cgroups: Mapping[str, PodCgroup] = field(default_factory=dict)
+    matched: Mapping[str, ContainerCgroups] = field(default_factory=dict)
+    pins: KubeletPins | None = None
+    kubelet: KubeletCpuPolicy | None = None
+    reclaimed_root: str | None = None
+    guaranteed_root: str | None = None
+    spd_targets: Mapping[tuple[str, str], Mapping[str, float]] = field(default_factory=dict)
+
+    def cgroups_of(self, s: PodSpec) -> ContainerCgroups:
+        """The pod's cgroups, its containers' by name."""
+        return self.matched.get(s.uid, NO_CGROUPS)
+
+    def ramping(self, s: PodSpec) -> bool:
+        """Whether the pod started less than the ramp-up period ago (its usage is not yet
+        what it will be)."""
+        start = s.started_at if s.started_at is not None else self.first_seen.get(s.uid)
+        if start is None:
+            return False
+        return self.now - start < self.config.cpu.ramp_up_period_s
+
+
+# One pod's plan and its cgroups' knobs, with the inputs they were made from.
+PlanCacheEntry = tuple[tuple[Any, ...], PodPlan, tuple[tuple[str, dict[Knob, KnobValue]], ...]]
+
+
+def smoother(
+    rc: ReporterConfig, cpu: bool, held: HeadroomSmoother | None = None
+) -> HeadroomSmoother:
+    """A headroom smoother with the reporter's window, steps and report floors, keeping
+    `held`'s history."""
+    base = held if held is not None else HeadroomSmoother(0, 0, 0, 0, 0, 0)
+    return base.tuned(
+        rc.sliding_window_s,
+        rc.headroom_sync_period_s,
+        rc.min_step_cpu if cpu else float(rc.min_step_memory),
+        rc.max_step_cpu if cpu else float(rc.max_step_memory),
+        rc.reserved_for_report_cpu if cpu else float(rc.reserved_for_report_memory),
+        rc.min_reclaimed_for_report_cpu if cpu else float(rc.min_reclaimed_for_report_memory),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentState:
+    """What one tick hands the next, as a value: the cpu placement, the regulators' and
+    rama's controllers per pool, the provision step that last sized each pool, the
+    isolated pods, the cpus lent to the reclaim pool, the headroom smoothers, the Events
+    already sent, when each reclaimed pod's cache was last dropped, and the pods' plans
+    with the inputs they came from. `decide` returns a new one; nothing changes one."""
+
+    placement: CpuState = field(default_factory=CpuState)
+    regulators: Mapping[str, RegulatorState] = field(default_factory=dict)
+    dedicated_regulators: Mapping[str, RegulatorState] = field(default_factory=dict)
+    rama: Mapping[str, Mapping[str, PIDState]] = field(default_factory=dict)
+    steps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    isolated: frozenset[str] = frozenset()
+    isolation_states: Mapping[tuple[str, str], IsolationState] = field(default_factory=dict)
+    borrowed: Mapping[str, CPUSet] = field(default_factory=dict)
+    cpu_smoother: HeadroomSmoother = field(default_factory=lambda: smoother(ReporterConfig(), True))
+    mem_smoother: HeadroomSmoother = field(
+        default_factory=lambda: smoother(ReporterConfig(), False)
+    )
+    events_sent: frozenset[tuple[str, str, str]] = frozenset()
+    dropped_at: Mapping[str, float] = field(default_factory=dict)
+    plans: Mapping[str, PlanCacheEntry] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

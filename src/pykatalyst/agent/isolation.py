@@ -1,6 +1,6 @@
 """Memory and disk I/O isolation in one pass of the agent: the inputs gathered from the
-pass's pod plans, sample and host, then the pure decisions of `memory_policy` and
-`io_policy`, merged into the pass's desired knobs."""
+pass's pod plans and sample, then the pure decisions of `memory_policy` and `io_policy`,
+merged into the pass's desired knobs."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class IsolationResult:
 def isolation_pass(
     now: float,
     config: AgentConfig,
-    host: Host,
+    cgroup_version: int,
     topology: CPUTopology,
     plans: Iterable[PodPlan],
     specs: Mapping[str, PodSpec],
@@ -38,9 +38,11 @@ def isolation_pass(
     root: str | None,
     bound_numas: Iterable[int],
     dropped_at: Mapping[str, float],
+    top: str | None,
 ) -> IsolationResult:
-    """What memory and io knobs this pass wants (`desired` holds only those)."""
-    version = host.cgroup_version
+    """What memory and io knobs this pass wants (`desired` holds only those); `top` is the
+    kubelet's guaranteed cgroup (`guaranteed_root`)."""
+    version = cgroup_version
     pods = [_memory_pod(p, specs[p.uid], sample) for p in plans if _managed(p, specs)]
     mcfg = config.memory_advisor
     inp = memory_policy.MemoryInputs(
@@ -52,7 +54,7 @@ def isolation_pass(
         reclaimed_numas=tuple(memory_policy.unbound_mems(topology, bound_numas)),
         root=root,
         root_usage=_reclaimed_usage(pods, sample),
-        top=_top(host) if mcfg.protection != "none" else None,
+        top=top if mcfg.protection != "none" else None,
     )
     mem = memory_policy.decide_memory(inp, mcfg, dropped_at)
     io_desired, io_terms = io_policy.decide_io(
@@ -114,7 +116,8 @@ def _reclaimed_usage(pods: Iterable[memory_policy.MemoryPod], sample: HostSample
     return total
 
 
-def _top(host: Host) -> str | None:
+def guaranteed_root(host: Host) -> str | None:
+    """The kubelet's guaranteed cgroup (kubepods itself), when the host can tell."""
     try:
         top = host.qos_cgroup(GUARANTEED)
     except ValueError:

@@ -1,26 +1,32 @@
 """What the agent knows about the pods on its node: cluster objects joined with the cgroups
 the Host found.
 
-Parsing a pod (QoS annotations, requests) is cached by (uid, resourceVersion): the loop
-runs every few seconds over every pod, and a pod changes far less often than that.
+A pod is read once, as its `PodDigest` (api/digest.py: identity, QoS declaration,
+requests, deleting or finished), and the agent's `PodSpec` holds that digest with what only
+the agent needs (containers, start time). Both are cached by (uid, resourceVersion): the
+loop runs every few seconds over every pod, and a pod changes far less often than that.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from pykatalyst.agent.host.base import PodCgroup
 from pykatalyst.api import names
-from pykatalyst.api.limits import PodShapeError
+from pykatalyst.api.digest import PROBLEM_INVALID_RESOURCES, DigestView, PodDigest, digest_pod
 from pykatalyst.api.objects import Pod
-from pykatalyst.api.qos import PodQoS, QoSError, parse_pod_qos
+from pykatalyst.api.qos import PodQoS
 from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.cluster.protocol import JSON
 
 T = TypeVar("T")
+
+
+DEFAULT_LEVEL = names.DEFAULT_QOS_LEVEL
+CPU, MEMORY = names.RESOURCE_CPU, names.RESOURCE_MEMORY
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,37 +38,43 @@ class ContainerSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class PodSpec:
-    """The parts of a pod the agent decides on (immutable per resourceVersion)."""
+class PodSpec(DigestView):
+    """The pod as the agent decides on it (immutable per resourceVersion): the one
+    `PodDigest` every component reads, with what only the agent needs — its containers'
+    cpu requests, limits and runtime ids, when it started, and the agent's word on why
+    it is left alone (`error`)."""
 
-    uid: str
-    namespace: str
-    name: str
-    resource_version: str
-    qos: PodQoS | None
-    error: str | None  # why the QoS declaration is refused
-    request_cores: float
-    memory_request: int
-    reclaimed_milli_cpu: int
-    reclaimed_memory: int
+    digest: PodDigest
+    error: str | None  # why the agent leaves the pod alone (its digest's problem)
     containers: tuple[ContainerSpec, ...]
     started_at: float | None  # status.startTime, else creationTimestamp
     created_key: tuple[float, str]  # placement order for dedicated pods
-    terminating: bool
-    finished: bool
-    spd_name: str = ""  # its ServiceProfileDescriptor (annotation), "" when none
+    # Read off the digest once: the tick reads them for every pod, many times over.
+    qos: PodQoS | None = field(init=False)  # None when the agent leaves the pod alone
+    level: str = field(init=False)
+    request_cores: float = field(init=False)
+    memory_request: int = field(init=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def level(self) -> str:
-        return self.qos.level if self.qos is not None else names.DEFAULT_QOS_LEVEL
+    def __post_init__(self) -> None:
+        qos = self.digest.qos if self.error is None else None
+        object.__setattr__(self, "qos", qos)
+        object.__setattr__(self, "level", qos.level if qos is not None else DEFAULT_LEVEL)
+        object.__setattr__(self, "request_cores", self.digest.request(CPU) / 1000.0)
+        object.__setattr__(self, "memory_request", self.digest.request(MEMORY))
 
     @property
     def pool(self) -> str:
-        return self.qos.cpuset_pool if self.qos is not None else ""
+        qos = self.qos
+        return qos.cpuset_pool if qos is not None else ""
+
+    @property
+    def finished(self) -> bool:
+        return self.digest.terminal
+
+    @property
+    def spd_name(self) -> str:
+        """Its ServiceProfileDescriptor (annotation), "" when none."""
+        return self.digest.annotations.get(names.SPD_NAME_ANNOTATION, "")
 
 
 def _timestamp(text: object) -> float | None:
@@ -87,89 +99,46 @@ def _container_ids(status: Mapping[str, object]) -> dict[str, str]:
     return out
 
 
-def _unreadable(obj: object, exc: PodShapeError) -> PodSpec:
-    """A pod that breaks the Pod schema: known by identity only, never managed."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    ident = {
-        k: str(v) if isinstance(v, str) else ""
-        for k, v in (meta.items() if isinstance(meta, Mapping) else ())
-        if k in ("uid", "namespace", "name", "resourceVersion")
-    }
-    key = f"{ident.get('namespace', '')}/{ident.get('name', '')}"
-    exc.object = f"Pod {key}"
-    return PodSpec(
-        uid=ident.get("uid", ""),
-        namespace=ident.get("namespace", ""),
-        name=ident.get("name", ""),
-        resource_version=ident.get("resourceVersion", ""),
-        qos=None,
-        error=f"unreadable pod: {exc}",
-        request_cores=0.0,
-        memory_request=0,
-        reclaimed_milli_cpu=0,
-        reclaimed_memory=0,
-        containers=(),
-        started_at=None,
-        created_key=(math.inf, key),
-        terminating=False,
-        finished=False,
-    )
-
-
-def parse_pod(obj: JSON) -> PodSpec:
-    """Read one pod; a QoS or resource problem is recorded in `error`, never raised."""
-    qos: PodQoS | None = None
-    error: str | None = None
-    try:
-        qos = parse_pod_qos(obj)  # checks the pod's shape and limits first
-    except PodShapeError as exc:
-        return _unreadable(obj, exc)
-    except QoSError as exc:
-        exc.object = f"Pod {Pod(obj).key}"
-        error = str(exc)
-    pod = Pod(obj)
-    request_cores = 0.0
-    memory_request = reclaimed_cpu = reclaimed_mem = 0
-    containers: list[ContainerSpec] = []
+def _containers(pod: Pod) -> tuple[ContainerSpec, ...]:
+    """The containers' cpu requests and limits (raises ValueError when unreadable)."""
     ids = _container_ids(pod.status)
-    try:
-        request_cores = pod.request_milli_cpu() / 1000.0
-        memory_request = pod.request_memory()
-        reclaimed_cpu = pod.reclaimed_milli_cpu()
-        reclaimed_mem = pod.reclaimed_memory()
-        for c in pod.containers():
-            q = c.requests().get(names.RESOURCE_CPU)
-            lim = c.limits().get(names.RESOURCE_CPU)
-            containers.append(
-                ContainerSpec(
-                    c.name,
-                    q.milli_value() / 1000.0 if q is not None else 0.0,
-                    ids.get(c.name),
-                    lim.milli_value() / 1000.0 if lim is not None else 0.0,
-                )
+    out: list[ContainerSpec] = []
+    for c in pod.containers():
+        q = c.requests().get(names.RESOURCE_CPU)
+        lim = c.limits().get(names.RESOURCE_CPU)
+        out.append(
+            ContainerSpec(
+                c.name,
+                q.milli_value() / 1000.0 if q is not None else 0.0,
+                ids.get(c.name),
+                lim.milli_value() / 1000.0 if lim is not None else 0.0,
             )
-    except ValueError as exc:
-        error = error or f"Pod {pod.key}: invalid resources: {exc}"
-        qos = None
+        )
+    return tuple(out)
+
+
+def parse_pod(obj: JSON, digest: PodDigest | None = None) -> PodSpec:
+    """The agent's view of one pod over its digest (`digest_pod(obj)` unless given); a
+    problem with the pod is recorded in `error`, never raised."""
+    d = digest_pod(obj) if digest is None else digest
+    if not d.readable:
+        return PodSpec(d, d.problem, (), None, (math.inf, d.key))
+    pod = Pod(obj)
+    error = f"Pod {d.key}: {d.problem}" if d.problem else None
+    containers: tuple[ContainerSpec, ...] = ()
+    if d.problem_reason != PROBLEM_INVALID_RESOURCES:
+        try:
+            containers = _containers(pod)
+        except ValueError as exc:
+            error = error or f"Pod {d.key}: invalid resources: {exc}"
     started = _timestamp(pod.status.get("startTime"))
     created = _timestamp(pod.metadata.get("creationTimestamp"))
     return PodSpec(
-        uid=pod.uid,
-        namespace=pod.namespace,
-        name=pod.name,
-        resource_version=pod.resource_version,
-        qos=qos if error is None else None,
-        error=error,
-        request_cores=request_cores,
-        memory_request=memory_request,
-        reclaimed_milli_cpu=reclaimed_cpu,
-        reclaimed_memory=reclaimed_mem,
-        containers=tuple(containers),
-        started_at=started if started is not None else created,
-        created_key=(created if created is not None else math.inf, pod.key),
-        terminating=pod.deletion_timestamp is not None,
-        finished=pod.is_terminated,
-        spd_name=str((pod.metadata.get("annotations") or {}).get(names.SPD_NAME_ANNOTATION, "")),
+        d,
+        error,
+        containers,
+        started if started is not None else created,
+        (created if created is not None else math.inf, d.key),
     )
 
 

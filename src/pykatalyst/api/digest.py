@@ -145,6 +145,44 @@ class PodDigest:
         return self.requests.get(canonical_resource(resource), 0)
 
 
+class DigestView:
+    """What a component's view of a pod reads off the `PodDigest` the view holds (its
+    identity, deletion, reclaimed requests): views extend the digest by composition and
+    read it no other way."""
+
+    __slots__ = ()
+    digest: PodDigest
+
+    @property
+    def uid(self) -> str:
+        return self.digest.uid
+
+    @property
+    def namespace(self) -> str:
+        return self.digest.namespace
+
+    @property
+    def name(self) -> str:
+        return self.digest.name
+
+    @property
+    def key(self) -> str:
+        return self.digest.key
+
+    @property
+    def terminating(self) -> bool:
+        """Whether its deletion has begun."""
+        return self.digest.deleting
+
+    @property
+    def reclaimed_milli_cpu(self) -> int:
+        return self.digest.request(names.RECLAIMED_MILLICPU)
+
+    @property
+    def reclaimed_memory(self) -> int:
+        return self.digest.request(names.RECLAIMED_MEMORY)
+
+
 def _str(value: Any, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
@@ -308,6 +346,36 @@ def digest_and_key(raw: Any) -> tuple[PodDigest, str | None]:
         terminal=phase in TERMINAL_PHASES,
     )
     return digest, key
+
+
+def rebound(d: PodDigest, raw: Mapping[str, Any]) -> PodDigest:
+    """The digest of a newer version of `d`'s pod in which only its binding, status or
+    version changed (its labels, annotations and the rest of its spec are as `d` read
+    them): the instance fields read again, without reading the template."""
+    meta = raw.get("metadata") or {}
+    phase = _str((raw.get("status") or {}).get("phase"))
+    # built field by field: a scheduler sees every binding, and replace() is slow
+    return PodDigest(
+        d.uid,
+        d.namespace,
+        d.name,
+        _str(meta.get("resourceVersion")),
+        _str((raw.get("spec") or {}).get("nodeName")),
+        d.scheduler_name,
+        phase,
+        d.priority,
+        d.priority_class_name,
+        d.labels,
+        d.annotations,
+        d.qos,
+        d.requests,
+        d.problem,
+        d.problem_reason,
+        d.mirror,
+        d.static,
+        bool(meta.get("deletionTimestamp")),
+        phase in TERMINAL_PHASES,
+    )
 
 
 def digest_pod(raw: Any) -> PodDigest:

@@ -19,7 +19,7 @@ from pykatalyst.api import duration, names
 from pykatalyst.cli.kubeopts import ContextArg, InClusterArg, KubeconfigArg, cluster_from_options
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import Clock, RealClock
-from pykatalyst.cluster.protocol import BadRequest
+from pykatalyst.cluster.protocol import BadRequest, Cluster
 from pykatalyst.cluster.selectors import parse_label_selector
 from pykatalyst.controllers.backstop import BackstopConfig
 from pykatalyst.runtime.controller import (
@@ -131,6 +131,27 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
+EMBEDDED_NOTE = (
+    "note: no --kubeconfig/--in-cluster: running against the embedded in-memory "
+    "cluster, which starts empty"
+)
+
+
+def elect(
+    cluster: Cluster,
+    identity: str | None,
+    lease: tuple[str, str],
+    config: LeaderConfig,
+    stderr: bool = False,
+) -> LeaderElector:
+    """The leader elector on the lease (namespace, name), saying so."""
+    namespace, name = lease
+    who = identity or default_identity()
+    elector = LeaderElector(cluster, who, name=name, namespace=namespace, config=config)
+    print_message(f"leader election: lease {namespace}/{name} as {who}", stderr=stderr)
+    return elector
+
+
 def leader_config(lease_duration: str, renew_deadline: str, retry_period: str) -> LeaderConfig:
     """The lease timings from their command-line durations; a bad one is a usage error
     naming its flag."""
@@ -145,6 +166,23 @@ def leader_config(lease_duration: str, renew_deadline: str, retry_period: str) -
         for field, flag in _LEASE_FLAGS.items():
             message = message.replace(field, flag)
         raise typer.BadParameter(message) from None
+
+
+def _timings(taint_after: str, evict_after: str, period: str) -> tuple[float, float, float]:
+    """The backstop's taint and evict delays and the period, in seconds; usage errors name
+    their flag."""
+    taint_s = parse_duration(taint_after, "--taint-after")
+    evict_s = parse_duration(evict_after, "--evict-after")
+    period_s = parse_duration(period, "--period")
+    if period_s <= 0:
+        raise typer.BadParameter(f"{period!r}: must be longer than 0", param_hint="--period")
+    if evict_s < taint_s:
+        raise typer.BadParameter(
+            f"{evict_after!r} is shorter than --taint-after {taint_after!r}: a node must stop "
+            "taking new reclaimed pods before its reclaimed pods are evicted",
+            param_hint="--evict-after",
+        )
+    return taint_s, evict_s, period_s
 
 
 def controller(
@@ -290,17 +328,7 @@ def controller(
             parse_label_selector(node_selector)
         except BadRequest as exc:
             raise typer.BadParameter(str(exc), param_hint="--node-selector") from None
-    taint_s = parse_duration(taint_after, "--taint-after")
-    evict_s = parse_duration(evict_after, "--evict-after")
-    period_s = parse_duration(period, "--period")
-    if period_s <= 0:
-        raise typer.BadParameter(f"{period!r}: must be longer than 0", param_hint="--period")
-    if evict_s < taint_s:
-        raise typer.BadParameter(
-            f"{evict_after!r} is shorter than --taint-after {taint_after!r}: a node must stop "
-            "taking new reclaimed pods before its reclaimed pods are evicted",
-            param_hint="--evict-after",
-        )
+    taint_s, evict_s, period_s = _timings(taint_after, evict_after, period)
     leader_cfg: LeaderConfig | None = None
     if leader_elect:
         leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
@@ -309,21 +337,11 @@ def controller(
     cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
     embedded = kubeconfig is None and not in_cluster
     if embedded:
-        print_message(
-            "note: no --kubeconfig/--in-cluster: running against the embedded in-memory "
-            "cluster, which starts empty",
-            stderr=True,
-        )
+        print_message(EMBEDDED_NOTE, stderr=True)
     elector: LeaderElector | None = None
     if leader_cfg is not None and not dry_run and not embedded:
-        who = identity or default_identity()
-        elector = LeaderElector(
-            cluster, who, name=lease_name, namespace=lease_namespace, config=leader_cfg
-        )
-        print_message(
-            f"leader election: lease {lease_namespace}/{lease_name} as {who}",
-            stderr=output is OutputFormat.JSON,
-        )
+        lease = (lease_namespace, lease_name)
+        elector = elect(cluster, identity, lease, leader_cfg, output is OutputFormat.JSON)
     elif leader_cfg is not None and dry_run:
         print_message("note: --dry-run changes nothing, so it acts without the lease", stderr=True)
     runner = ControllerRunner(

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from pykatalyst.api import names
-from pykatalyst.cli.controller import default_identity, leader_config
+from pykatalyst.cli.controller import EMBEDDED_NOTE, elect, leader_config
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
     IN_CLUSTER_OPTION,
@@ -159,24 +159,14 @@ def scheduler(
     Schedules every pod whose schedulerName matches a profile, binding it through
     pods/binding."""
     cfg = _load(config)
-    try:
-        security = ServeSecurity(
-            server_ssl_context(tls_cert_file, tls_private_key_file, client_ca_file),
-            load_token(token_file) if token_file is not None else None,
-            extender_max_body_bytes,
-        )
-    except ValueError as exc:
-        print_message(f"error: {exc}", stderr=True)
-        raise typer.Exit(code=2) from None
+    security = _security(
+        tls_cert_file, tls_private_key_file, client_ca_file, token_file, extender_max_body_bytes
+    )
     if print_config:
         print_message(cfg.to_yaml().rstrip("\n"))
         return
     if leader_elect and extender:
-        print_message(
-            "error: --leader-elect: the extender answers kube-scheduler, whose own leader "
-            "election picks the replica that asks; run the extender without it",
-            stderr=True,
-        )
+        print_message(ELECTED_EXTENDER, stderr=True)
         raise typer.Exit(code=2)
     leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -188,26 +178,13 @@ def scheduler(
     )
     elector: LeaderElector | None = None
     if leader_elect:
-        who = identity or default_identity()
-        elector = LeaderElector(
-            cluster, who, name=lease_name, namespace=lease_namespace, config=leader_cfg
-        )
-        print_message(f"leader election: lease {lease_namespace}/{lease_name} as {who}")
+        elector = elect(cluster, identity, (lease_namespace, lease_name), leader_cfg)
     if kubeconfig is None and not in_cluster:
-        print_message(
-            "note: no --kubeconfig/--in-cluster: running against the embedded in-memory "
-            "cluster, which starts empty",
-            stderr=True,
-        )
+        print_message(EMBEDDED_NOTE, stderr=True)
     real = kubeconfig is not None or in_cluster
     sched = Scheduler(cluster, cfg, bind_workers=bind_workers if real and not extender else 0)
-    service: ExtenderService | None = None
+    service = _extender(sched, profile) if extender else None
     if extender:
-        try:
-            service = ExtenderService(sched, profile)
-        except ValueError as exc:
-            print_message(f"error: {exc}", stderr=True)
-            raise typer.Exit(code=1) from None
         listen = listen or DEFAULT_EXTENDER_LISTEN
     address = listen_address(listen) if listen is not None else None
     names_ = ", ".join(p.scheduler_name for p in cfg.profiles)
@@ -216,21 +193,7 @@ def scheduler(
 
     def listening() -> None:
         if address is not None:
-            what = "extender listening" if extender else "listening"
-            verbs = "filter, prioritize, bind" if extender else "healthz, readyz, metrics"
-            scheme = "https" if security.ssl_context is not None else "http"
-            who = []
-            if security.ssl_context is not None and client_ca_file is not None:
-                who.append("client certificate required")
-            if security.token is not None:
-                who.append("bearer token required")
-            if extender and not who:
-                who.append("no authentication")
-            print_message(
-                f"{what} on {scheme}://{address[0]}:{address[1]} ({verbs}; {', '.join(who)})"
-                if who
-                else f"{what} on {scheme}://{address[0]}:{address[1]} ({verbs})"
-            )
+            print_message(_listening(address, extender, security, client_ca_file is not None))
 
     try:
         code = run_scheduler(
@@ -250,15 +213,68 @@ def scheduler(
         print_message(f"error: --listen {listen}: {exc}", stderr=True)
         raise typer.Exit(code=2) from None
     finally:
-        for outcome in sched.close():
-            _report(outcome)
-        relists = ", ".join(f"{k} {v}" for k, v in sched.relists.items())
-        log.info("informer relists since the start: %s", relists)
+        _close(sched)
     if code != 0:
         print_message(
             "lost the scheduler lease: exiting so that a fresh start follows", stderr=True
         )
         raise typer.Exit(code=code)
+
+
+ELECTED_EXTENDER = (
+    "error: --leader-elect: the extender answers kube-scheduler, whose own leader "
+    "election picks the replica that asks; run the extender without it"
+)
+
+
+def _extender(sched: Scheduler, profile: str | None) -> ExtenderService:
+    try:
+        return ExtenderService(sched, profile)
+    except ValueError as exc:
+        print_message(f"error: {exc}", stderr=True)
+        raise typer.Exit(code=1) from None
+
+
+def _security(
+    cert: Path | None, key: Path | None, client_ca: Path | None, token: Path | None, body: int
+) -> ServeSecurity:
+    """TLS, client certificates and the bearer token the servers ask for; a bad file is a
+    usage error."""
+    try:
+        return ServeSecurity(
+            server_ssl_context(cert, key, client_ca),
+            load_token(token) if token is not None else None,
+            body,
+        )
+    except ValueError as exc:
+        print_message(f"error: {exc}", stderr=True)
+        raise typer.Exit(code=2) from None
+
+
+def _close(sched: Scheduler) -> None:
+    """Finish the bindings in flight, and log how often the informers listed again."""
+    for outcome in sched.close():
+        _report(outcome)
+    relists = ", ".join(f"{k} {v}" for k, v in sched.relists.items())
+    log.info("informer relists since the start: %s", relists)
+
+
+def _listening(
+    address: tuple[str, int], extender: bool, security: ServeSecurity, client_certs: bool
+) -> str:
+    """Where the scheduler listens, for what, and who may ask."""
+    what = "extender listening" if extender else "listening"
+    verbs = "filter, prioritize, bind" if extender else "healthz, readyz, metrics"
+    scheme = "https" if security.ssl_context is not None else "http"
+    who = []
+    if security.ssl_context is not None and client_certs:
+        who.append("client certificate required")
+    if security.token is not None:
+        who.append("bearer token required")
+    if extender and not who:
+        who.append("no authentication")
+    where = f"{what} on {scheme}://{address[0]}:{address[1]}"
+    return f"{where} ({verbs}; {', '.join(who)})" if who else f"{where} ({verbs})"
 
 
 def register(app: typer.Typer) -> None:

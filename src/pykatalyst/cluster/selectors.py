@@ -153,29 +153,8 @@ def parse_label_selector(selector: str | None) -> LabelSelector:
                 reqs.append(Requirement(key, op, frozenset((value,))))
             elif toks[i] in ("in", "notin"):
                 op = toks[i]
-                i += 1
-                if i >= n or toks[i] != "(":
-                    raise _bad(selector, f"expected '(' after {op!r}")
-                i += 1
-                values: set[str] = set()
-                expect_value = True
-                while i < n and toks[i] != ")":
-                    if toks[i] == ",":
-                        if expect_value:
-                            values.add("")
-                        expect_value = True
-                    else:
-                        if not expect_value:
-                            raise _bad(selector, "expected ',' between set values")
-                        values.add(_check_value(selector, toks[i]))
-                        expect_value = False
-                    i += 1
-                if i >= n:
-                    raise _bad(selector, "missing ')'")
-                i += 1
-                if not values:
-                    raise _bad(selector, f"{op!r} needs at least one value")
-                reqs.append(Requirement(key, op, frozenset(values)))
+                values, i = _set_values(selector, toks, i + 1, op)
+                reqs.append(Requirement(key, op, values))
             else:
                 raise _bad(
                     selector,
@@ -189,6 +168,33 @@ def parse_label_selector(selector: str | None) -> LabelSelector:
             if i >= n:
                 raise _bad(selector, "trailing ','")
     return LabelSelector(tuple(reqs))
+
+
+def _set_values(selector: str, toks: list[str], i: int, op: str) -> tuple[frozenset[str], int]:
+    """The values of a set-based requirement, "(a, b)" from `toks[i]` on, and the position
+    after its ")"."""
+    n = len(toks)
+    if i >= n or toks[i] != "(":
+        raise _bad(selector, f"expected '(' after {op!r}")
+    i += 1
+    values: set[str] = set()
+    expect_value = True
+    while i < n and toks[i] != ")":
+        if toks[i] == ",":
+            if expect_value:
+                values.add("")
+            expect_value = True
+        else:
+            if not expect_value:
+                raise _bad(selector, "expected ',' between set values")
+            values.add(_check_value(selector, toks[i]))
+            expect_value = False
+        i += 1
+    if i >= n:
+        raise _bad(selector, "missing ')'")
+    if not values:
+        raise _bad(selector, f"{op!r} needs at least one value")
+    return frozenset(values), i + 1
 
 
 def label_selector_from_dict(spec: Mapping[str, Any] | None) -> LabelSelector:

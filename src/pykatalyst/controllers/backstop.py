@@ -33,7 +33,13 @@ from pykatalyst.api.digest import (
 from pykatalyst.api.digest import (
     MIRROR_POD_ANNOTATION as MIRROR_POD_ANNOTATION,
 )
-from pykatalyst.api.digest import PROBLEM_INVALID_QOS, PodDigest, PodDigests, digest_pod
+from pykatalyst.api.digest import (
+    PROBLEM_INVALID_QOS,
+    DigestView,
+    PodDigest,
+    PodDigests,
+    digest_pod,
+)
 from pykatalyst.api.limits import PodShapeError
 from pykatalyst.api.objects import CustomNodeResource, Taint
 from pykatalyst.api.qos import QoSError, qos_level
@@ -72,22 +78,10 @@ class BackstopConfig(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class ReclaimedPod:
+class ReclaimedPod(DigestView):
     """A reclaimed_cores pod as the backstop sees it: its digest."""
 
     digest: PodDigest
-
-    @property
-    def uid(self) -> str:
-        return self.digest.uid
-
-    @property
-    def namespace(self) -> str:
-        return self.digest.namespace
-
-    @property
-    def name(self) -> str:
-        return self.digest.name
 
     @property
     def node(self) -> str:
@@ -102,10 +96,6 @@ class ReclaimedPod:
     def protected(self) -> str:
         """Why it may not be evicted; "" when it may."""
         return self.digest.protection
-
-    @property
-    def key(self) -> str:
-        return self.digest.key
 
 
 def reclaimed_pod(obj: JSON) -> ReclaimedPod | None:

@@ -525,6 +525,29 @@ def resolve(raw: Mapping[str, Any], source: str = "") -> SchedulerConfig:
     except ValidationError as exc:
         raise SchedulerConfigError(_pydantic_problems("", exc), source) from exc
 
+    problems = _top_level_problems(model)
+    pct = model.percentageOfNodesToScore
+    conn = model.clientConnection
+    resolved = _resolve_profiles(model.profiles or [Profile()], problems)
+    if problems:
+        raise SchedulerConfigError(problems, source)
+    return SchedulerConfig(
+        api_version=str(api_version),
+        profiles=tuple(resolved),
+        percentage_of_nodes_to_score=pct,
+        pod_initial_backoff_seconds=float(model.podInitialBackoffSeconds),
+        pod_max_backoff_seconds=float(model.podMaxBackoffSeconds),
+        parallelism=model.parallelism,
+        leader_election=dict(model.leaderElection),
+        extenders=tuple(e.model_dump() for e in model.extenders),
+        client_qps=(0.0 if conn.qps < 0 else conn.qps if conn.qps > 0 else DEFAULT_CLIENT_QPS),
+        client_burst=conn.burst or DEFAULT_CLIENT_BURST,
+        kubeconfig=conn.kubeconfig,
+    )
+
+
+def _top_level_problems(model: KubeSchedulerConfigurationModel) -> list[str]:
+    """What is wrong with the configuration's own fields (kube-scheduler's validation)."""
     problems: list[str] = []
     if model.parallelism <= 0:
         problems.append(f"parallelism: {model.parallelism} must be greater than 0")
@@ -540,11 +563,14 @@ def resolve(raw: Mapping[str, Any], source: str = "") -> SchedulerConfig:
             f"podMaxBackoffSeconds: {model.podMaxBackoffSeconds} must be greater than or equal "
             f"to podInitialBackoffSeconds ({model.podInitialBackoffSeconds})"
         )
-
     conn = model.clientConnection
     if conn.burst < 0:
         problems.append(f"clientConnection.burst: {conn.burst} must be greater than or equal to 0")
-    profiles = model.profiles or [Profile()]
+    return problems
+
+
+def _resolve_profiles(profiles: list[Profile], problems: list[str]) -> list[ResolvedProfile]:
+    """Every profile resolved, each scheduler name once; what is wrong into `problems`."""
     resolved: list[ResolvedProfile] = []
     seen: set[str] = set()
     for i, prof in enumerate(profiles):
@@ -563,21 +589,7 @@ def resolve(raw: Mapping[str, Any], source: str = "") -> SchedulerConfig:
         sorts = {p.plugins_at(reg.QUEUE_SORT) for p in resolved}
         if len(sorts) > 1:
             problems.append("profiles: queueSort must be the same for all profiles")
-    if problems:
-        raise SchedulerConfigError(problems, source)
-    return SchedulerConfig(
-        api_version=str(api_version),
-        profiles=tuple(resolved),
-        percentage_of_nodes_to_score=pct,
-        pod_initial_backoff_seconds=float(model.podInitialBackoffSeconds),
-        pod_max_backoff_seconds=float(model.podMaxBackoffSeconds),
-        parallelism=model.parallelism,
-        leader_election=dict(model.leaderElection),
-        extenders=tuple(e.model_dump() for e in model.extenders),
-        client_qps=(0.0 if conn.qps < 0 else conn.qps if conn.qps > 0 else DEFAULT_CLIENT_QPS),
-        client_burst=conn.burst or DEFAULT_CLIENT_BURST,
-        kubeconfig=conn.kubeconfig,
-    )
+    return resolved
 
 
 def _merge_set(default: PluginSet, custom: PluginSet) -> PluginSet:
@@ -617,6 +629,33 @@ def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> Resolved
     custom = prof.plugins or Plugins()
     start = len(problems)
     known_list = ", ".join(sorted(reg.plugins()))
+    _check_plugin_lists(custom, label, known_list, problems)
+    points: dict[str, tuple[str, ...]] = {}
+    weights: dict[str, int] = {}
+    if len(problems) == start:
+        # the plugin lists are sound: merge them (args are checked in any case, so that
+        # every problem of the file is reported at once)
+        points, weights = _merge_profile(defaults, custom, label, problems)
+
+    used = {n for p in points.values() for n in p}
+    args = _plugin_args(prof, used, label, known_list, problems)
+    pct = prof.percentageOfNodesToScore
+    if pct is not None and not 0 <= pct <= 100:
+        problems.append(f"{label}.percentageOfNodesToScore: {pct} is not in [0, 100]")
+    if len(problems) > start:
+        return None
+    return ResolvedProfile(
+        scheduler_name=prof.schedulerName,
+        points=points,
+        score_weights=weights,
+        args=args,
+        percentage_of_nodes_to_score=pct,
+    )
+
+
+def _check_plugin_lists(custom: Plugins, label: str, known_list: str, problems: list[str]) -> None:
+    """Every plugin a profile enables or disables is known, extends the point it is listed
+    at, and has a weight of 0 or more; what is not goes into `problems`."""
     for point in (*reg.EXTENSION_POINTS, reg.MULTI_POINT):
         pset = custom.point(point)
         for kind, refs in (("enabled", pset.enabled), ("disabled", pset.disabled)):
@@ -643,14 +682,13 @@ def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> Resolved
                         f"{label}.plugins.{point}.{kind}[{ref.name}].weight: {ref.weight} must "
                         "be a positive integer (0 means the default, 1)"
                     )
-    points: dict[str, tuple[str, ...]] = {}
-    weights: dict[str, int] = {}
-    if len(problems) == start:
-        # the plugin lists are sound: merge them (args are checked in any case, so that
-        # every problem of the file is reported at once)
-        points, weights = _merge_profile(defaults, custom, label, problems)
 
-    used = {n for p in points.values() for n in p}
+
+def _plugin_args(
+    prof: Profile, used: set[str], label: str, known_list: str, problems: list[str]
+) -> dict[str, BaseModel]:
+    """The args of every plugin the profile uses or configures, defaulted and validated;
+    what is wrong goes into `problems`."""
     configs: dict[str, dict[str, Any]] = {}
     for entry in prof.pluginConfig:
         where = f"{label}.pluginConfig[{entry.name}]"
@@ -675,18 +713,7 @@ def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> Resolved
             problems.append(f"{where}.{exc}")
             continue
         args[name] = model
-    pct = prof.percentageOfNodesToScore
-    if pct is not None and not 0 <= pct <= 100:
-        problems.append(f"{label}.percentageOfNodesToScore: {pct} is not in [0, 100]")
-    if len(problems) > start:
-        return None
-    return ResolvedProfile(
-        scheduler_name=prof.schedulerName,
-        points=points,
-        score_weights=weights,
-        args=args,
-        percentage_of_nodes_to_score=pct,
-    )
+    return args
 
 
 def _merge_profile(

@@ -9,6 +9,7 @@ Every plugin reads the result.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from pykatalyst.api.digest import (
 from pykatalyst.api.digest import (
     TERMINAL_PHASES as TERMINAL_PHASES,
 )
-from pykatalyst.api.digest import PodDigest, check_amounts, digest_and_key
+from pykatalyst.api.digest import DigestView, PodDigest, check_amounts, digest_and_key
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS
 from pykatalyst.api.quantity import QuantityError, parse_quantity
@@ -90,26 +91,18 @@ def _canonical_json(value: Any) -> str:
 
 
 @dataclass(slots=True)
-class PodInfo:
-    """A pod as the scheduler sees it: its `digest`, and what the scheduler reads beyond
-    it. `problem` is set when the pod cannot be scheduled as written (invalid QoS
-    annotations, unreadable requests): it stays pending. `requests` are the digest's, with
-    a dedicated_cores pod's cpu rounded up to whole cores (what the agent allocates)."""
+class PodInfo(DigestView):
+    """A pod as the scheduler sees it: its `digest` (identity, binding, QoS, priority,
+    phase), and what the scheduler reads beyond it. `problem` is set when the pod cannot
+    be scheduled as written (invalid QoS annotations, unreadable requests): it stays
+    pending. `requests` are the digest's, with a dedicated_cores pod's cpu rounded up to
+    whole cores (what the agent allocates)."""
 
     raw: dict[str, Any]
-    key: str
-    uid: str
-    namespace: str
-    name: str
-    resource_version: str
-    scheduler_name: str
-    node_name: str
-    priority: int
-    labels: Mapping[str, str]
+    digest: PodDigest
     requests: dict[str, int]
     nonzero_cpu: int
     nonzero_mem: int
-    qos: PodQoS | None
     problem: str = ""
     problem_reason: str = ""
     tolerations: list[dict[str, Any]] = field(default_factory=list)
@@ -119,27 +112,67 @@ class PodInfo:
     spread_constraints: list[dict[str, Any]] = field(default_factory=list)
     scheduling_gates: list[str] = field(default_factory=list)
     static_signature: str = ""
-    terminal: bool = False
-    deleting: bool = False
-    digest: PodDigest | None = None
+    # Read off the digest (and again when it changes): plugins, the queue and the
+    # snapshot read them for every pod at every step, and an attribute is the cheapest.
+    uid: str = field(init=False)  # the pod's uid (its namespace/name when it has none)
+    key: str = field(init=False)
+    namespace: str = field(init=False)
+    name: str = field(init=False)
+    scheduler_name: str = field(init=False)
+    priority: int = field(init=False)
+    labels: Mapping[str, str] = field(init=False)
+    qos: PodQoS | None = field(init=False)
+    node_name: str = field(init=False)
+    terminal: bool = field(init=False)
+    deleting: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        d = self.digest
+        self.key = d.key
+        self.uid = d.uid or self.key
+        self.namespace, self.name = d.namespace, d.name
+        self.scheduler_name, self.priority = d.scheduler_name, d.priority
+        self.labels, self.qos = d.labels, d.qos
+        self._bound()
+
+    def _bound(self) -> None:
+        d = self.digest
+        self.node_name, self.terminal, self.deleting = d.node_name, d.terminal, d.deleting
+
+    @property
+    def resource_version(self) -> str:
+        return self.digest.resource_version
+
+    def rebound(self, raw: dict[str, Any]) -> PodInfo:
+        """This pod at a newer version in which only its binding, status or version
+        changed: what the scheduler read from its spec stands."""
+        info = copy.copy(self)
+        info.raw = raw
+        info.digest = pod_digest.rebound(self.digest, raw)
+        info._bound()
+        return info
 
     @property
     def is_reclaimed(self) -> bool:
-        return self.qos is not None and self.qos.is_reclaimed
+        qos = self.qos
+        return qos is not None and qos.is_reclaimed
 
     @property
     def is_dedicated_numa(self) -> bool:
         """A dedicated_cores pod with numa_binding: the pods that consume whole cpus of a
         NUMA zone under the dynamic policy."""
-        return self.qos is not None and self.qos.is_dedicated and self.qos.numa_binding
+        qos = self.qos
+        return qos is not None and qos.is_dedicated and qos.numa_binding
 
     @property
     def is_numa_exclusive(self) -> bool:
-        return self.is_dedicated_numa and self.qos is not None and self.qos.numa_exclusive
+        qos = self.qos
+        return qos is not None and qos.is_dedicated and qos.numa_binding and qos.numa_exclusive
 
     @property
     def k8s_qos_class(self) -> str:
-        return self.qos.k8s_qos_class if self.qos is not None else ""
+        qos = self.qos
+        return qos.k8s_qos_class if qos is not None else ""
 
     @property
     def counts_on_node(self) -> bool:
@@ -158,7 +191,6 @@ class _Derived:
     requests: dict[str, int]
     nonzero_cpu: int
     nonzero_mem: int
-    qos: PodQoS | None
     problem: str
     problem_reason: str
     tolerations: list[dict[str, Any]]
@@ -168,8 +200,6 @@ class _Derived:
     spread_constraints: list[dict[str, Any]]
     scheduling_gates: list[str]
     static_signature: str
-    scheduler_name: str
-    priority: int
 
 
 _TEMPLATE_CACHE: dict[str, _Derived] = {}
@@ -220,7 +250,6 @@ def _derive(raw: dict[str, Any]) -> _Derived:
         requests=requests,
         nonzero_cpu=nz_cpu,
         nonzero_mem=nz_mem,
-        qos=qos,
         problem=problem,
         problem_reason=problem_reason,
         tolerations=tolerations,
@@ -230,32 +259,13 @@ def _derive(raw: dict[str, Any]) -> _Derived:
         spread_constraints=spread,
         scheduling_gates=gates,
         static_signature=signature,
-        scheduler_name=digest.scheduler_name,
-        priority=digest.priority,
     )
 
 
 def _unreadable(raw: Any, d: PodDigest) -> PodInfo:
     """A pod that breaks the Pod schema: it stays pending, with the reason as its Event."""
-    return PodInfo(
-        raw=raw if isinstance(raw, dict) else {},
-        key=d.key,
-        uid=d.uid or d.key,
-        namespace=d.namespace,
-        name=d.name,
-        resource_version=d.resource_version,
-        scheduler_name=d.scheduler_name,
-        node_name=d.node_name,
-        priority=0,
-        labels={},
-        requests={},
-        nonzero_cpu=0,
-        nonzero_mem=0,
-        qos=None,
-        problem=d.problem,
-        problem_reason=d.problem_reason,
-        digest=d,
-    )
+    raw = raw if isinstance(raw, dict) else {}
+    return PodInfo(raw, d, {}, 0, 0, problem=d.problem, problem_reason=d.problem_reason)
 
 
 def pod_info(raw: dict[str, Any]) -> PodInfo:
@@ -277,30 +287,18 @@ def pod_info(raw: dict[str, Any]) -> PodInfo:
             _TEMPLATE_CACHE[key] = derived
     x = derived
     return PodInfo(
-        raw=raw,
-        key=d.key,
-        uid=d.uid or d.key,
-        namespace=d.namespace,
-        name=d.name,
-        resource_version=d.resource_version,
-        scheduler_name=x.scheduler_name,
-        node_name=d.node_name,
-        priority=x.priority,
-        labels=d.labels,
-        requests=x.requests,
-        nonzero_cpu=x.nonzero_cpu,
-        nonzero_mem=x.nonzero_mem,
-        qos=x.qos,
-        problem=x.problem,
-        problem_reason=x.problem_reason,
-        tolerations=x.tolerations,
-        node_selector=x.node_selector,
-        required_terms=x.required_terms,
-        preferred_terms=x.preferred_terms,
-        spread_constraints=x.spread_constraints,
-        scheduling_gates=x.scheduling_gates,
-        static_signature=x.static_signature,
-        terminal=d.terminal,
-        deleting=d.deleting,
-        digest=d,
+        raw,
+        d,
+        x.requests,
+        x.nonzero_cpu,
+        x.nonzero_mem,
+        x.problem,
+        x.problem_reason,
+        x.tolerations,
+        x.node_selector,
+        x.required_terms,
+        x.preferred_terms,
+        x.spread_constraints,
+        x.scheduling_gates,
+        x.static_signature,
     )

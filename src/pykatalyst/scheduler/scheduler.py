@@ -7,7 +7,6 @@ PodScheduled condition when it cannot be placed, and Events. Time comes from the
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import queue
@@ -192,13 +191,7 @@ class Scheduler:
         uid = str(meta.get("uid", ""))
         cached = self._infos.get(uid)
         if cached is not None and old is not None and _same_except_binding(old, new):
-            status = new.get("status") or {}
-            info = copy.copy(cached)
-            info.raw = new
-            info.resource_version = str(meta.get("resourceVersion", ""))
-            info.node_name = str((new.get("spec") or {}).get("nodeName", "") or "")
-            info.terminal = str(status.get("phase", "")) in ("Succeeded", "Failed")
-            info.deleting = "deletionTimestamp" in meta
+            info = cached.rebound(new)
         else:
             info = pod_info(new)
         self._infos[info.uid] = info

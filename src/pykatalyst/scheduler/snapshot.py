@@ -281,14 +281,7 @@ class NodeSnapshot:
         if not name:
             return False
         view = Node(dict(raw))
-        alloc: dict[str, int] = {}
-        try:
-            for res, q in view.allocatable().items():
-                canon = canonical_resource(res)
-                alloc[canon] = amount(canon, q)
-        except (QuantityError, ValueError, TypeError) as exc:
-            log.warning("node %s: unreadable status.allocatable ignored: %s", name, exc)
-            alloc = {}
+        alloc = _allocatable(name, view)
         labels = {str(k): str(v) for k, v in (view.labels or {}).items()}
         taints = [
             (t.key, t.value, t.effect) for t in view.taints() if t.effect in names.TAINT_EFFECTS
@@ -319,25 +312,35 @@ class NodeSnapshot:
             row = self.resource_row(res)  # may grow self.alloc: look it up afterwards
             self.alloc[row, slot] = value
         if static_changed:
-            for key in self.node_labels[slot]:
-                if key not in labels:
-                    self._set_label(key, slot, None)
-            for key, label in labels.items():
-                self._set_label(key, slot, label)
-            self.node_labels[slot] = labels
-            self.taint_mat[:, slot] = False
-            for t in taints:
-                row = self._taint_row(t)  # may grow self.taint_mat
-                self.taint_mat[row, slot] = True
-            self.node_taints[slot] = taints
-            self.unschedulable[slot] = unschedulable
-            self.static_gen += 1
+            self._set_static(slot, labels, taints, unschedulable)
         if new:
             self._apply_cnr_to_slot(name, slot)
             self._reaccount_node(name, slot)
         self.free[:, slot] = self.alloc[:, slot] - self.req[:, slot]
         resized = old_alloc.shape != self.alloc[:, slot].shape
         return static_changed or resized or bool(np.any(old_alloc != self.alloc[:, slot]))
+
+    def _set_static(
+        self,
+        slot: int,
+        labels: dict[str, str],
+        taints: list[tuple[str, str, str]],
+        unschedulable: bool,
+    ) -> None:
+        """A node's labels, taints and schedulability, in the arrays the filters read."""
+        for key in self.node_labels[slot]:
+            if key not in labels:
+                self._set_label(key, slot, None)
+        for key, label in labels.items():
+            self._set_label(key, slot, label)
+        self.node_labels[slot] = labels
+        self.taint_mat[:, slot] = False
+        for t in taints:
+            row = self._taint_row(t)  # may grow self.taint_mat
+            self.taint_mat[row, slot] = True
+        self.node_taints[slot] = taints
+        self.unschedulable[slot] = unschedulable
+        self.static_gen += 1
 
     def _clear_slot(self, slot: int) -> None:
         for name in self._arrays():
@@ -653,3 +656,16 @@ def _read_numa(view: CustomNodeResource, snap: NodeSnapshot) -> _CNRNuma:
     policy = view.topology_policy
     snap._cnr_policy[view.name] = _POLICY_CODES.get(policy, POLICY_NONE)
     return out
+
+
+def _allocatable(name: str, view: Node) -> dict[str, int]:
+    """The node's allocatable amounts under canonical names; none when unreadable."""
+    alloc: dict[str, int] = {}
+    try:
+        for res, q in view.allocatable().items():
+            canon = canonical_resource(res)
+            alloc[canon] = amount(canon, q)
+    except (QuantityError, ValueError, TypeError) as exc:
+        log.warning("node %s: unreadable status.allocatable ignored: %s", name, exc)
+        return {}
+    return alloc

@@ -223,11 +223,53 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+RESULT_ROWS: list[tuple[str, str]] = [
+    ("cpu utilization, mean", "cpu_util_mean"),
+    ("cpu utilization, p95", "cpu_util_p95"),
+    ("  of which services", "cpu_util_services_mean"),
+    ("  of which batch", "cpu_util_batch_mean"),
+    ("memory utilization, mean", "mem_util_mean"),
+    ("SLO-violating service-minutes", "slo_violation_fraction"),
+    ("batch work completed (core-hours)", "batch_core_hours"),
+    ("batch cpu used (core-hours)", "batch_cpu_core_hours"),
+    ("batch tasks completed", "batch_tasks_completed"),
+    ("batch mean completion time (min)", "batch_mean_completion_minutes"),
+    ("batch mean wait to start (min)", "batch_mean_wait_minutes"),
+    ("batch work lost", "batch_work_lost_fraction"),
+    ("batch tasks still queued at the end", "batch_queue_end"),
+    ("evictions", "evictions"),
+    ("OOM kills", "oom_kills"),
+    ("pods pending, max", "pods_pending_max"),
+    ("reclaimed capacity, mean (cores)", "reclaimed_capacity_mean_cores"),
+]
+FRACTIONS = frozenset(
+    {
+        "cpu_util_mean",
+        "cpu_util_p95",
+        "cpu_util_services_mean",
+        "cpu_util_batch_mean",
+        "mem_util_mean",
+        "slo_violation_fraction",
+        "batch_work_lost_fraction",
+    }
+)
+
+
 def _markdown(result: SimulationResult, data: dict[str, Any]) -> str:
+    lines = _intro(result, data)
+    lines += _goals(data.get("goals") or {})
+    lines += _results(result, data["policies"])
+    lines += ["## Charts", ""]
+    for fname, title in CHARTS:
+        lines += [f"### {title}", "", f"![{title}]({fname})", ""]
+    lines += _model(result)
+    lines += _policies(result)
+    return "\n".join(lines)
+
+
+def _intro(result: SimulationResult, data: dict[str, Any]) -> list[str]:
     sc = result.scenario
-    pols = data["policies"]
-    names_ = list(pols)
-    lines = [
+    return [
         f"# Simulation report: {sc.name}",
         "",
         sc.description.strip() or "",
@@ -237,64 +279,44 @@ def _markdown(result: SimulationResult, data: dict[str, Any]) -> str:
         f"({', '.join(s.name for s in sc.services) or 'none'}); "
         f"{len(result.workload.batch)} batch tasks arrived.",
         f"- {sc.duration / 3600:g} simulated hours in steps of {sc.step:g} s; seed {sc.seed}.",
-        f"- Policies: {', '.join(names_)} (each on its own simulated cluster, same workload).",
+        f"- Policies: {', '.join(data['policies'])} (each on its own simulated cluster, same "
+        "workload).",
         "",
     ]
-    g = data.get("goals") or {}
-    if g:
-        lines += [
-            "## Goals",
-            "",
-            "| goal | target | katalyst | met |",
-            "|---|---|---|---|",
-            f"| mean cpu utilization vs vanilla | >= 2.0x | {g['cpu_util_gain_vs_vanilla']:.2f}x "
-            f"| {'yes' if g['cpu_util_gain_vs_vanilla'] >= 2 else 'no'} |",
-            f"| SLO-violating service-minutes | <= 1 % | {_pct(g['slo_violation_fraction'])} "
-            f"| {'yes' if g['slo_violation_fraction'] <= 0.01 else 'no'} |",
-            f"| batch work lost to evictions/OOM | <= 1 % | "
-            f"{_pct(g['batch_work_lost_fraction'])} "
-            f"| {'yes' if g['batch_work_lost_fraction'] <= 0.01 else 'no'} |",
-            "",
-        ]
-    rows: list[tuple[str, str]] = [
-        ("cpu utilization, mean", "cpu_util_mean"),
-        ("cpu utilization, p95", "cpu_util_p95"),
-        ("  of which services", "cpu_util_services_mean"),
-        ("  of which batch", "cpu_util_batch_mean"),
-        ("memory utilization, mean", "mem_util_mean"),
-        ("SLO-violating service-minutes", "slo_violation_fraction"),
-        ("batch work completed (core-hours)", "batch_core_hours"),
-        ("batch cpu used (core-hours)", "batch_cpu_core_hours"),
-        ("batch tasks completed", "batch_tasks_completed"),
-        ("batch mean completion time (min)", "batch_mean_completion_minutes"),
-        ("batch mean wait to start (min)", "batch_mean_wait_minutes"),
-        ("batch work lost", "batch_work_lost_fraction"),
-        ("batch tasks still queued at the end", "batch_queue_end"),
-        ("evictions", "evictions"),
-        ("OOM kills", "oom_kills"),
-        ("pods pending, max", "pods_pending_max"),
-        ("reclaimed capacity, mean (cores)", "reclaimed_capacity_mean_cores"),
+
+
+def _goals(g: dict[str, Any]) -> list[str]:
+    if not g:
+        return []
+    return [
+        "## Goals",
+        "",
+        "| goal | target | katalyst | met |",
+        "|---|---|---|---|",
+        f"| mean cpu utilization vs vanilla | >= 2.0x | {g['cpu_util_gain_vs_vanilla']:.2f}x "
+        f"| {'yes' if g['cpu_util_gain_vs_vanilla'] >= 2 else 'no'} |",
+        f"| SLO-violating service-minutes | <= 1 % | {_pct(g['slo_violation_fraction'])} "
+        f"| {'yes' if g['slo_violation_fraction'] <= 0.01 else 'no'} |",
+        f"| batch work lost to evictions/OOM | <= 1 % | "
+        f"{_pct(g['batch_work_lost_fraction'])} "
+        f"| {'yes' if g['batch_work_lost_fraction'] <= 0.01 else 'no'} |",
+        "",
     ]
-    fractions = {
-        "cpu_util_mean",
-        "cpu_util_p95",
-        "cpu_util_services_mean",
-        "cpu_util_batch_mean",
-        "mem_util_mean",
-        "slo_violation_fraction",
-        "batch_work_lost_fraction",
-    }
-    lines += [
+
+
+def _results(result: SimulationResult, pols: dict[str, Any]) -> list[str]:
+    names_ = list(pols)
+    lines = [
         "## Results",
         "",
         "| metric | " + " | ".join(names_) + " |",
         "|---|" + "---|" * len(names_),
     ]
-    for label, key in rows:
+    for label, key in RESULT_ROWS:
         cells = []
         for n in names_:
             v = pols[n][key]
-            if key in fractions:
+            if key in FRACTIONS:
                 cells.append(_pct(float(v)))
             elif isinstance(v, float):
                 cells.append(f"{v:,.1f}")
@@ -303,23 +325,24 @@ def _markdown(result: SimulationResult, data: dict[str, Any]) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Service p99 latency (ms), mean over the run / p95 over time:", ""]
     lines += ["| service | SLO | " + " | ".join(names_) + " |", "|---|---|" + "---|" * len(names_)]
-    for svc in sc.services:
+    for svc in result.scenario.services:
         cells = [
             f"{pols[n]['latency_p99_ms'][svc.name]['mean']:.1f} / "
             f"{pols[n]['latency_p99_ms'][svc.name]['p95']:.1f}"
             for n in names_
         ]
         lines.append(f"| {svc.name} | {svc.slo_p99_ms:g} | " + " | ".join(cells) + " |")
-    lines += [
+    return [
+        *lines,
         "",
         "Every pod start, completion, eviction and OOM kill is listed in [events.csv](events.csv).",
         "",
-        "## Charts",
-        "",
     ]
-    for fname, title in CHARTS:
-        lines += [f"### {title}", "", f"![{title}]({fname})", ""]
-    lines += ["## Model and assumptions", ""]
+
+
+def _model(result: SimulationResult) -> list[str]:
+    sc = result.scenario
+    lines = ["## Model and assumptions", ""]
     lines += [f"- {a}" for a in ASSUMPTIONS]
     lines += ["", "The latency model, per service replica and step:", "", *LATENCY_EQUATIONS]
     lines += ["", "Constants of the latency model:", ""]
@@ -327,14 +350,17 @@ def _markdown(result: SimulationResult, data: dict[str, Any]) -> str:
     for k, v in model_constants(overrides).as_dict().items():
         source = "set by the scenario" if k in overrides else CONSTANT_SOURCES.get(k, "")
         lines.append(f"- `{k}` = {v:g}" + (f" ({source})" if source else ""))
-    lines += [
+    return [
+        *lines,
         "",
         "See docs/simulator.md for the equations and where each constant comes from.",
         "",
-        "## Policies",
-        "",
     ]
-    for p in sc.policies:
+
+
+def _policies(result: SimulationResult) -> list[str]:
+    lines = ["## Policies", ""]
+    for p in result.scenario.policies:
         extra = ""
         if p.name == "static-overcommit":
             extra = (
@@ -349,7 +375,7 @@ def _markdown(result: SimulationResult, data: dict[str, Any]) -> str:
             extra += f", scheduler {p.scheduler.config or 'katalyst-scheduler (spread)'}"
         lines.append(f"- `{p.name}`{extra}")
     lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def _events(result: SimulationResult, out: Path) -> None:
@@ -364,28 +390,43 @@ def _events(result: SimulationResult, out: Path) -> None:
 # --- charts -----------------------------------------------------------------------------
 
 
+CHART_COLORS = {"vanilla": "tab:gray", "static-overcommit": "tab:orange", "katalyst": "tab:blue"}
+
+
 def _charts(result: SimulationResult, out: Path) -> None:
     matplotlib = require("matplotlib", "sim", "the simulator's charts")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"vanilla": "tab:gray", "static-overcommit": "tab:orange", "katalyst": "tab:blue"}
     meta = {"Software": None, "Creation Time": None}  # stable bytes for equal runs
+    for fname, chart in (
+        ("utilization.png", _utilization_chart),
+        ("sample_node.png", _sample_chart),
+        ("slo.png", _slo_chart),
+        ("evictions.png", _evictions_chart),
+    ):
+        fig = chart(plt, result)
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=100, metadata=meta)
+        plt.close(fig)
 
-    def hours(run: PolicyRun) -> np.ndarray:
-        return np.asarray(run.series.time) / 3600.0
 
+def _hours(run: PolicyRun) -> np.ndarray:
+    return np.asarray(run.series.time) / 3600.0
+
+
+def _utilization_chart(plt: Any, result: SimulationResult) -> Any:
     fig, ax = plt.subplots(figsize=(9, 4.2))
     for run in result.runs:
-        c = colors.get(run.policy.name)
+        c = CHART_COLORS.get(run.policy.name)
         ax.plot(
-            hours(run),
+            _hours(run),
             np.asarray(run.series.cpu_util) * 100,
             color=c,
             label=f"{run.policy.name} cpu",
         )
         ax.plot(
-            hours(run),
+            _hours(run),
             np.asarray(run.series.mem_util) * 100,
             color=c,
             linestyle=":",
@@ -397,14 +438,14 @@ def _charts(result: SimulationResult, out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     ax.set_title("Cluster utilization")
-    fig.tight_layout()
-    fig.savefig(out / "utilization.png", dpi=100, metadata=meta)
-    plt.close(fig)
+    return fig
 
+
+def _sample_chart(plt: Any, result: SimulationResult) -> Any:
     sample = next((r for r in result.runs if r.policy.name == "katalyst"), result.runs[-1])
     s = sample.series
     fig, ax = plt.subplots(figsize=(9, 4.2))
-    h = hours(sample)
+    h = _hours(sample)
     ax.step(h, s.sample_share_pool, where="post", label="share pool (cpus)", color="tab:green")
     ax.step(h, s.sample_reclaim_pool, where="post", label="reclaim pool (cpus)", color="tab:purple")
     ax.plot(h, s.sample_reclaimed_capacity, label="reclaimed capacity (cores)", color="tab:blue")
@@ -417,24 +458,25 @@ def _charts(result: SimulationResult, out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"{sample.policy.name}: node {sample.sample_node}")
-    fig.tight_layout()
-    fig.savefig(out / "sample_node.png", dpi=100, metadata=meta)
-    plt.close(fig)
+    return fig
 
+
+def _slo_chart(plt: Any, result: SimulationResult) -> Any:
     slo = {s.name: s.slo_p99_ms for s in result.scenario.services}
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6.4), sharex=True)
     for run in result.runs:
         rs = run.series
+        color = CHART_COLORS.get(run.policy.name)
         if slo:
             ratio = np.mean([np.asarray(run.latency[n]) / slo[n] for n in slo], axis=0)
-            ax2.plot(hours(run), ratio, color=colors.get(run.policy.name), label=run.policy.name)
+            ax2.plot(_hours(run), ratio, color=color, label=run.policy.name)
         frac = np.divide(
             np.asarray(rs.slo_violations, dtype=float),
             np.asarray(rs.replicas, dtype=float),
             out=np.zeros(len(rs.replicas)),
             where=np.asarray(rs.replicas) > 0,
         )
-        ax.plot(hours(run), frac * 100, color=colors.get(run.policy.name), label=run.policy.name)
+        ax.plot(_hours(run), frac * 100, color=color, label=run.policy.name)
     ax.set_ylabel("replicas over p99 SLO (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -443,17 +485,17 @@ def _charts(result: SimulationResult, out: Path) -> None:
     ax2.set_xlabel("simulated hour")
     ax2.set_ylabel("p99 / SLO (mean over services)")
     ax2.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out / "slo.png", dpi=100, metadata=meta)
-    plt.close(fig)
+    return fig
 
+
+def _evictions_chart(plt: Any, result: SimulationResult) -> Any:
     fig, ax = plt.subplots(figsize=(9, 4.2))
     for run in result.runs:
         rs = run.series
-        c = colors.get(run.policy.name)
-        ax.plot(hours(run), np.cumsum(rs.evictions), color=c, label=f"{run.policy.name} evictions")
+        c = CHART_COLORS.get(run.policy.name)
+        ax.plot(_hours(run), np.cumsum(rs.evictions), color=c, label=f"{run.policy.name} evictions")
         ax.plot(
-            hours(run),
+            _hours(run),
             np.cumsum(rs.oom_kills),
             color=c,
             linestyle="--",
@@ -464,6 +506,4 @@ def _charts(result: SimulationResult, out: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("Evictions and OOM kills")
-    fig.tight_layout()
-    fig.savefig(out / "evictions.png", dpi=100, metadata=meta)
-    plt.close(fig)
+    return fig

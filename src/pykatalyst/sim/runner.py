@@ -32,6 +32,7 @@ from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import ApiError, NotFound
 from pykatalyst.sim import manifests
+from pykatalyst.sim.arrays import CpuStep, domains, mask_rows
 from pykatalyst.sim.control import ControlPlane, make_control_plane
 from pykatalyst.sim.host import NodeUsage, PodKnobs, PodUsage, SimHost, run_queue_wait_us
 from pykatalyst.sim.physics import (
@@ -456,65 +457,13 @@ class PolicySim:
         mem_limit = np.fromiter(
             (math.inf if k.memory_limit is None else k.memory_limit for k in knobs), np.float64, n
         )
-        # Cpu domains: on each node, pods whose cpusets overlap compete in one domain (the
-        # union of their cpusets); disjoint cpusets (Katalyst's pools) are separate.
-        by_node: dict[int, dict[int, list[int]]] = {}
-        for i, p in enumerate(running):
-            by_node.setdefault(p.node, {}).setdefault(masks[i], []).append(i)
-        domain = np.empty(n, dtype=np.int64)
-        dom_mask: list[int] = []
-        dom_node: list[int] = []
-        for nidx, by_mask in by_node.items():
-            groups: list[tuple[int, list[int]]] = []
-            for m, idxs in by_mask.items():
-                union, members = m, list(idxs)
-                rest = []
-                for gm, gi in groups:
-                    if gm & union:
-                        union |= gm
-                        members.extend(gi)
-                    else:
-                        rest.append((gm, gi))
-                # merging can make the union touch groups it skipped: repeat until stable
-                merged = True
-                while merged:
-                    merged = False
-                    keep = []
-                    for gm, gi in rest:
-                        if gm & union:
-                            union |= gm
-                            members.extend(gi)
-                            merged = True
-                        else:
-                            keep.append((gm, gi))
-                    rest = keep
-                groups = [*rest, (union, members)]
-            for union, members in groups:
-                domain[members] = len(dom_mask)
-                dom_mask.append(union)
-                dom_node.append(nidx)
-        nd = len(dom_mask)
-        c = self._max_cpus
-        nbytes = (c + 7) // 8
-        if nd:
-            raw = np.frombuffer(b"".join(m.to_bytes(nbytes, "little") for m in dom_mask), np.uint8)
-            dm = np.unpackbits(raw.reshape(nd, nbytes), axis=1, bitorder="little")[:, :c]
-            dm = dm.astype(bool)
-        else:
-            dm = np.zeros((0, c), dtype=bool)
+        domain, dom_mask, dom_node = domains([p.node for p in running], masks)
+        dm = mask_rows(dom_mask, self._max_cpus)
         cap = dm.sum(axis=1).astype(np.float64)
         svc_idx = np.fromiter(
             (p.index if p.kind == "service" else -1 for p in running), np.int64, n
         )
-        share_mask = 0
-        reclaim_mask = 0
-        for i, p in enumerate(running):
-            if p.node == self.sample_node:
-                if p.kind == "service":
-                    share_mask |= masks[i]
-                else:
-                    reclaim_mask |= masks[i]
-        self._sample_pools = (float(share_mask.bit_count()), float(reclaim_mask.bit_count()))
+        self._sample_pools = self._cpus_on_sample(running, masks)
         self._row = {p.uid: i for i, p in enumerate(running)}
         self._a = {
             "running": running,
@@ -535,6 +484,18 @@ class PolicySim:
             "adj": np.fromiter((p.oom_adj for p in running), np.int64, n),
         }
         self._arrays_dirty = False
+
+    def _cpus_on_sample(self, running: list[SimPod], masks: list[int]) -> tuple[float, float]:
+        """The cpus services and batch pods may run on, on the sample node."""
+        share_mask = 0
+        reclaim_mask = 0
+        for i, p in enumerate(running):
+            if p.node == self.sample_node:
+                if p.kind == "service":
+                    share_mask |= masks[i]
+                else:
+                    reclaim_mask |= masks[i]
+        return float(share_mask.bit_count()), float(reclaim_mask.bit_count())
 
     # --- the step -----------------------------------------------------------------------
 
@@ -578,9 +539,21 @@ class PolicySim:
         self.series.oom_kills.append(self._oom_count)
 
     def _physics(self, step: int, now: float) -> None:
+        cpu = self._share(step)
+        viol, replicas, worst = self._latencies(cpu)
+        # replicas that are not running (pending, restarting) serve nobody: violating
+        total_replicas = sum(ld.service.replicas for ld in self.workload.services)
+        viol += total_replicas - replicas
+        self._progress(cpu)
+        killed, node_mem = self._memory()
+        self._host_figures(cpu, node_mem)
+        self._record(now, cpu, node_mem, (viol, total_replicas, worst))
+        self._settle(now, killed, cpu.batch)
+
+    def _share(self, step: int) -> CpuStep:
+        """Every running pod's demand and the cpu it is granted, and the usage by domain,
+        cpu and node that follows."""
         a = self._a
-        running: list[SimPod] = a["running"]
-        n = len(running)
         is_svc = a["is_svc"]
         demand = a["cores"].copy()
         for si, load in enumerate(self.workload.services):
@@ -618,73 +591,83 @@ class PolicySim:
         if nd:
             np.add.at(per_cpu_batch, dom_node, dm * (batch_all / safe_cap)[:, None])
             np.add.at(per_cpu_all, dom_node, dm * (total_dom / safe_cap)[:, None])
-        node_used = np.asarray(np.bincount(a["node"], granted, nn), dtype=np.float64)
-        node_svc_used = np.bincount(a["node"][is_svc], granted[is_svc], nn)
+        return CpuStep(
+            demand,
+            granted,
+            batch,
+            normal_use,
+            idle_use,
+            batch_normal,
+            light_use,
+            safe_cap,
+            per_cpu_batch,
+            per_cpu_all,
+        )
 
-        # --- latency of every service replica
-        s = self.series
-        viol = 0
-        replicas = 0
-        worst = 0.0
-        if is_svc.any():
-            sib_busy = np.take_along_axis(per_cpu_batch, self._sib, axis=1) * self._has_sib
-            nsock = self._sock_cpus.shape[1]
-            sock_busy = np.zeros((nn, nsock))
-            for sidx in range(nsock):
-                sock_busy[:, sidx] = (per_cpu_batch * (self._sock == sidx) * self._valid).sum(
-                    axis=1
-                ) / self._sock_cpus[:, sidx]
-            sock_busy_cpu = np.take_along_axis(sock_busy, self._sock, axis=1)
-            dom_h = (dm * sib_busy[dom_node]).sum(axis=1) / safe_cap
-            dom_b = (dm * sock_busy_cpu[dom_node]).sum(axis=1) / safe_cap * self._cache_pressure
-            sv = np.nonzero(is_svc)[0]
-            d = domain[sv]
-            svc_defs = [ld.service for ld in self.workload.services]
-            base = np.array([svc_defs[i].base_latency_ms for i in a["svc_idx"][sv]])
-            slo = np.array([svc_defs[i].slo_p99_ms for i in a["svc_idx"][sv]])
-            burst = base * np.array([svc_defs[i].cpu_burst_fraction for i in a["svc_idx"][sv]])
-            queued = normal_use[d] - light_use[d]
-            rho = queued / safe_cap[d]
-            bshare = np.divide(
-                batch_normal[d] - light_use[d], queued, out=np.zeros(len(sv)), where=queued > 0
-            )
-            want = np.minimum(demand[sv], a["limit"][sv])
-            starved = granted[sv] < want * (1 - 1e-6) - 1e-9
-            starved |= demand[sv] > a["limit"][sv] * (1 + 1e-9)
-            p99 = latency_p99(
-                base,
-                burst,
-                cap[d].astype(np.int64),
-                rho,
-                bshare,
-                idle_use[d] / safe_cap[d],
-                dom_h[d],
-                dom_b[d],
-                starved,
-                slo,
-                self.constants,
-                light_busy=light_use[d] / safe_cap[d],
-            )
-            over = p99 > slo
-            viol = int(over.sum())
-            replicas = len(sv)
-            worst = float((p99 / slo).max())
-            for si, ld in enumerate(self.workload.services):
-                sel = a["svc_idx"][sv] == si
-                self.latency[ld.service.name].append(float(p99[sel].mean()) if sel.any() else 0.0)
-        else:
+    def _latencies(self, cpu: CpuStep) -> tuple[int, int, float]:
+        """Each service replica's p99 latency this step, appended per service: (replicas
+        over their SLO, replicas running, the worst p99 / SLO)."""
+        a = self._a
+        is_svc = a["is_svc"]
+        if not is_svc.any():
             for ld in self.workload.services:
                 self.latency[ld.service.name].append(0.0)
-        # replicas that are not running (pending, restarting) serve nobody: violating
-        total_replicas = sum(ld.service.replicas for ld in self.workload.services)
-        viol += total_replicas - replicas
+            return 0, 0, 0.0
+        domain, cap, safe_cap = a["domain"], a["cap"], cpu.safe_cap
+        dom_node, dm = a["dom_node"], a["dm"]
+        nn = len(self.nodes)
+        sib_busy = np.take_along_axis(cpu.per_cpu_batch, self._sib, axis=1) * self._has_sib
+        nsock = self._sock_cpus.shape[1]
+        sock_busy = np.zeros((nn, nsock))
+        for sidx in range(nsock):
+            sock_busy[:, sidx] = (cpu.per_cpu_batch * (self._sock == sidx) * self._valid).sum(
+                axis=1
+            ) / self._sock_cpus[:, sidx]
+        sock_busy_cpu = np.take_along_axis(sock_busy, self._sock, axis=1)
+        dom_h = (dm * sib_busy[dom_node]).sum(axis=1) / safe_cap
+        dom_b = (dm * sock_busy_cpu[dom_node]).sum(axis=1) / safe_cap * self._cache_pressure
+        sv = np.nonzero(is_svc)[0]
+        d = domain[sv]
+        svc_defs = [ld.service for ld in self.workload.services]
+        base = np.array([svc_defs[i].base_latency_ms for i in a["svc_idx"][sv]])
+        slo = np.array([svc_defs[i].slo_p99_ms for i in a["svc_idx"][sv]])
+        burst = base * np.array([svc_defs[i].cpu_burst_fraction for i in a["svc_idx"][sv]])
+        queued = cpu.normal_use[d] - cpu.light_use[d]
+        rho = queued / safe_cap[d]
+        bshare = np.divide(
+            cpu.batch_normal[d] - cpu.light_use[d], queued, out=np.zeros(len(sv)), where=queued > 0
+        )
+        want = np.minimum(cpu.demand[sv], a["limit"][sv])
+        starved = cpu.granted[sv] < want * (1 - 1e-6) - 1e-9
+        starved |= cpu.demand[sv] > a["limit"][sv] * (1 + 1e-9)
+        p99 = latency_p99(
+            base,
+            burst,
+            cap[d].astype(np.int64),
+            rho,
+            bshare,
+            cpu.idle_use[d] / safe_cap[d],
+            dom_h[d],
+            dom_b[d],
+            starved,
+            slo,
+            self.constants,
+            light_busy=cpu.light_use[d] / safe_cap[d],
+        )
+        for si, ld in enumerate(self.workload.services):
+            sel = a["svc_idx"][sv] == si
+            self.latency[ld.service.name].append(float(p99[sel].mean()) if sel.any() else 0.0)
+        return int((p99 > slo).sum()), len(sv), float((p99 / slo).max())
 
-        # --- batch progress and completions
+    def _progress(self, cpu: CpuStep) -> None:
+        """The cpu time, throttling and batch progress of every running pod."""
+        a = self._a
+        running: list[SimPod] = a["running"]
         dt = self.dt
-        self.tally.batch_cpu_used += float(granted[batch].sum()) * dt
+        self.tally.batch_cpu_used += float(cpu.granted[cpu.batch].sum()) * dt
         periods = int(dt * 10)  # CFS periods of 100 ms
-        throttled = (demand > a["limit"] * (1 + 1e-9)).tolist()
-        for i, g in enumerate(granted.tolist()):
+        throttled = (cpu.demand > a["limit"] * (1 + 1e-9)).tolist()
+        for i, g in enumerate(cpu.granted.tolist()):
             pod = running[i]
             pod.cpu_s += g * dt
             pod.periods += periods
@@ -693,10 +676,14 @@ class PolicySim:
             if pod.kind == "batch":
                 pod.progress += g * dt
 
-        # --- memory: cgroup limits, then node overflow (kernel OOM killer)
+    def _memory(self) -> tuple[list[int], np.ndarray]:
+        """The pods the kernel kills (over their cgroup limit, then by the OOM killer on a
+        node out of memory), and each node's memory used by pods."""
+        a = self._a
+        nn = len(self.nodes)
         mem = a["mem_used"]
         killed: list[int] = list(np.nonzero(mem > a["mem_limit"])[0])
-        node_mem = np.bincount(a["node"], mem, nn) if n else np.zeros(nn)
+        node_mem = np.bincount(a["node"], mem, nn) if len(a["running"]) else np.zeros(nn)
         avail = self._node_mem - self._node_sys_mem
         killed_set = set(killed)
         for nidx in np.nonzero(node_mem > avail)[0]:
@@ -704,38 +691,54 @@ class PolicySim:
             members = np.array([m for m in members if m not in killed_set], dtype=np.int64)
             for v in oom_victims(mem[members], a["adj"][members], float(avail[nidx])):
                 killed.append(int(members[v]))
-        mem_used_total = float(node_mem.sum() + self._node_sys_mem.sum())
+        return killed, node_mem
 
-        # --- what the hosts report to their agents next time they look
-        self._runnable = np.asarray(np.minimum(demand, a["limit"]), dtype=np.float64)
-        self._per_cpu_all = per_cpu_all
+    def _host_figures(self, cpu: CpuStep, node_mem: np.ndarray) -> None:
+        """What the hosts report to their agents next time they look."""
+        a = self._a
+        self._runnable = np.asarray(np.minimum(cpu.demand, a["limit"]), dtype=np.float64)
+        self._per_cpu_all = cpu.per_cpu_all
         self._node_mem_used = np.asarray(node_mem, dtype=np.float64)
-        runnable_node = np.bincount(a["node"], self._runnable, nn)
+        runnable_node = np.bincount(a["node"], self._runnable, len(self.nodes))
         decay = self._load_decay
         self._node_load = self._node_load * decay + runnable_node[:, None] * (1 - decay)
 
-        # --- record
+    def _record(
+        self, now: float, cpu: CpuStep, node_mem: np.ndarray, slo: tuple[int, int, float]
+    ) -> None:
+        """The step's figures into the series: (replicas violating, replicas, worst p99
+        / SLO) in `slo`."""
+        a = self._a
+        s = self.series
+        nn = len(self.nodes)
+        is_svc, granted = a["is_svc"], cpu.granted
+        node_used = np.asarray(np.bincount(a["node"], granted, nn), dtype=np.float64)
+        node_svc_used = np.bincount(a["node"][is_svc], granted[is_svc], nn)
+        mem_used_total = float(node_mem.sum() + self._node_sys_mem.sum())
         total_cpus = float(self._node_cpus.sum())
         s.time.append(now)
         s.cpu_util.append(float(node_used.sum()) / total_cpus)
         s.cpu_util_services.append(float(node_svc_used.sum()) / total_cpus)
         s.cpu_util_batch.append(float(node_used.sum() - node_svc_used.sum()) / total_cpus)
         s.mem_util.append(mem_used_total / float(self._node_mem.sum()))
-        s.slo_violations.append(viol)
-        s.replicas.append(total_replicas)
-        s.p99_ratio_max.append(worst)
-        s.batch_running.append(int(batch.sum()))
+        s.slo_violations.append(slo[0])
+        s.replicas.append(slo[1])
+        s.p99_ratio_max.append(slo[2])
+        s.batch_running.append(int(cpu.batch.sum()))
         s.reclaimed_capacity.append(self.control.reclaimed_capacity_total())
         sn = self.sample_node
         on_node = a["node"] == sn
         s.sample_service_usage.append(float(granted[on_node & is_svc].sum()))
-        s.sample_reclaimed_usage.append(float(granted[on_node & batch].sum()))
+        s.sample_reclaimed_usage.append(float(granted[on_node & cpu.batch].sum()))
         share, reclaim = self._pool_sizes(sn)
         s.sample_share_pool.append(share)
         s.sample_reclaim_pool.append(reclaim)
         s.sample_reclaimed_capacity.append(self.control.reclaimed_capacity(sn))
 
-        # --- OOM kills and completions change the pod set
+    def _settle(self, now: float, killed: list[int], batch: np.ndarray) -> None:
+        """OOM kills and completions change the pod set (`batch`: which pods are batch)."""
+        a = self._a
+        running: list[SimPod] = a["running"]
         for i in sorted(set(killed)):
             pod = running[i]
             self._oom_count += 1
@@ -744,11 +747,11 @@ class PolicySim:
             if pod.kind == "service":
                 # the container restarts in place; the replica is down for this step
                 self.tally.service_restarts += 1
-                s.slo_violations[-1] += 1
+                self.series.slo_violations[-1] += 1
                 continue
             self._delete(pod)
             self._restart(pod)
-        end = now + dt
+        end = now + self.dt
         for i in np.nonzero(batch)[0].tolist():
             pod = running[i]
             if pod.terminating or pod.progress < pod.work:

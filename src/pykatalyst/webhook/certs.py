@@ -44,6 +44,24 @@ def _san(hosts: list[str]) -> str:
     return ",".join(entries)
 
 
+_NEW_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+
+
+def _signed(
+    openssl: str, directory: Path, name: str, common_name: str, extensions: str, days: int
+) -> None:
+    """<name>.key and <name>.crt for `common_name` with `extensions`, signed by the CA in
+    `directory` (the request, extensions and serial files are removed)."""
+    (directory / f"{name}.ext").write_text(extensions)
+    request = ["req", "-new", *_NEW_KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr"]
+    _run([openssl, *request, "-subj", f"/CN={common_name}"], directory)
+    sign = ["x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key"]
+    sign += ["-CAcreateserial", "-out", f"{name}.crt", "-days", str(days)]
+    _run([openssl, *sign, "-extfile", f"{name}.ext"], directory)
+    for leftover in (f"{name}.csr", f"{name}.ext", "ca.srl"):
+        (directory / leftover).unlink(missing_ok=True)
+
+
 def generate(directory: Path, hosts: list[str], days: int = 365) -> CertFiles:
     """Write ca.crt/ca.key and tls.crt/tls.key (for `hosts`: names and IPs) into
     `directory`; the CA's certificate is the caBundle of the webhook configurations."""
@@ -56,71 +74,14 @@ def generate(directory: Path, hosts: list[str], days: int = 365) -> CertFiles:
     files = CertFiles(
         directory / "ca.crt", directory / "ca.key", directory / "tls.crt", directory / "tls.key"
     )
-    ext = directory / "tls.ext"
-    ext.write_text(
+    ca = ["req", "-x509", *_NEW_KEY, "-keyout", "ca.key", "-out", "ca.crt", "-days", str(days)]
+    ca += ["-subj", "/CN=katalyst-webhook-ca", "-addext", "basicConstraints=critical,CA:TRUE"]
+    _run([openssl, *ca, "-addext", "keyUsage=critical,keyCertSign,cRLSign"], directory)
+    extensions = (
         f"subjectAltName={_san(hosts)}\nbasicConstraints=CA:FALSE\n"
         "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
     )
-    key_args = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            *key_args,
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            str(days),
-            "-subj",
-            "/CN=katalyst-webhook-ca",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
-        directory,
-    )
-    _run(
-        [
-            openssl,
-            "req",
-            "-new",
-            *key_args,
-            "-keyout",
-            "tls.key",
-            "-out",
-            "tls.csr",
-            "-subj",
-            f"/CN={hosts[0]}",
-        ],
-        directory,
-    )
-    _run(
-        [
-            openssl,
-            "x509",
-            "-req",
-            "-in",
-            "tls.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "tls.crt",
-            "-days",
-            str(days),
-            "-extfile",
-            "tls.ext",
-        ],
-        directory,
-    )
-    for leftover in ("tls.csr", "tls.ext", "ca.srl"):
-        (directory / leftover).unlink(missing_ok=True)
+    _signed(openssl, directory, "tls", hosts[0], extensions, days)
     for key in (files.ca_key, files.key):
         key.chmod(0o600)
     return files
@@ -136,18 +97,10 @@ def generate_client(directory: Path, common_name: str, days: int = 365) -> tuple
         raise CertError("the client certificate needs a name (its CN), e.g. kube-apiserver")
     if not (directory / "ca.crt").exists() or not (directory / "ca.key").exists():
         raise CertError(f"no CA in {directory}: ca.crt and ca.key are written by generate")
-    ext = directory / "client.ext"
-    ext.write_text(
+    extensions = (
         "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
         "extendedKeyUsage=clientAuth\n"
     )
-    request = ["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
-    request += ["-nodes", "-keyout", "client.key", "-out", "client.csr"]
-    _run([openssl, *request, "-subj", f"/CN={common_name}"], directory)
-    sign = ["x509", "-req", "-in", "client.csr", "-CA", "ca.crt", "-CAkey", "ca.key"]
-    sign += ["-CAcreateserial", "-out", "client.crt", "-days", str(days)]
-    _run([openssl, *sign, "-extfile", "client.ext"], directory)
-    for leftover in ("client.csr", "client.ext", "ca.srl"):
-        (directory / leftover).unlink(missing_ok=True)
+    _signed(openssl, directory, "client", common_name, extensions, days)
     (directory / "client.key").chmod(0o600)
     return directory / "client.crt", directory / "client.key"

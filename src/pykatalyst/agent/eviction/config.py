@@ -197,49 +197,9 @@ class EvictionConfig(_Section):
         if "dry_run" in given:
             data["dry_run"] = tuple(ec.dry_run)
         if "reclaimed_resources_eviction_config" in given:
-            rc = ec.reclaimed_resources_eviction_config
-            sub = data["reclaimed_resource"]
-            rset = rc.model_fields_set
-            if "eviction_threshold" in rset:
-                sub["eviction_threshold"] = {**sub["eviction_threshold"], **rc.eviction_threshold}
-            if "soft_eviction_threshold" in rset:
-                sub["soft_eviction_threshold"] = {
-                    **sub["soft_eviction_threshold"],
-                    **rc.soft_eviction_threshold,
-                }
-            if "grace_period" in rset:
-                sub["deletion_grace_s"] = rc.grace_period
-            if "threshold_met_tolerance_duration" in rset:
-                sub["grace_period_s"] = float(rc.threshold_met_tolerance_duration)
+            _reclaimed_overlay(ec, data["reclaimed_resource"])
         if "memory_pressure_eviction_config" in given:
-            mc = ec.memory_pressure_eviction_config
-            mset = mc.model_fields_set
-            sysm, numa = data["system_memory"], data["numa_memory"]
-            pairs: list[tuple[str, dict[str, Any], str]] = [
-                ("enable_system_level_eviction", sysm, "enabled"),
-                ("system_kswapd_rate_threshold", sysm, "kswapd_rate_threshold"),
-                (
-                    "system_kswapd_rate_exceed_duration_threshold",
-                    sysm,
-                    "kswapd_rate_exceed_duration_s",
-                ),
-                ("enable_numa_level_eviction", numa, "enabled"),
-                ("numa_free_below_watermark_times_threshold", numa, "any_times_threshold"),
-                (
-                    "numa_free_below_watermark_times_reclaimed_threshold",
-                    numa,
-                    "reclaimed_times_threshold",
-                ),
-                ("numa_victim_minimum_utilization_threshold", numa, "victim_minimum_utilization"),
-            ]
-            for crd_field, into, ours in pairs:
-                if crd_field in mset:
-                    into[ours] = getattr(mc, crd_field)
-            if "grace_period" in mset:
-                sysm["deletion_grace_s"] = numa["deletion_grace_s"] = mc.grace_period
-            floor = mc.system_free_memory_threshold_minimum
-            if "system_free_memory_threshold_minimum" in mset and floor is not None:
-                sysm["free_threshold_minimum"] = int(floor.value())
+            _memory_overlay(ec, data["system_memory"], data["numa_memory"])
         if "cpu_pressure_eviction_config" in given:
             cc = ec.cpu_pressure_eviction_config
             cset = cc.model_fields_set
@@ -259,3 +219,51 @@ class EvictionConfig(_Section):
             return EvictionConfig.model_validate(data)
         except ValidationError as exc:
             raise ValueError(f"evictionConfig overlay is invalid: {exc}") from None
+
+
+def _reclaimed_overlay(ec: EvictionConfigCRD, sub: dict[str, Any]) -> None:
+    """The reclaimed-resources fields `ec` sets, over `sub` (our reclaimed_resource)."""
+    rc = ec.reclaimed_resources_eviction_config
+    rset = rc.model_fields_set
+    if "eviction_threshold" in rset:
+        sub["eviction_threshold"] = {**sub["eviction_threshold"], **rc.eviction_threshold}
+    if "soft_eviction_threshold" in rset:
+        sub["soft_eviction_threshold"] = {
+            **sub["soft_eviction_threshold"],
+            **rc.soft_eviction_threshold,
+        }
+    if "grace_period" in rset:
+        sub["deletion_grace_s"] = rc.grace_period
+    if "threshold_met_tolerance_duration" in rset:
+        sub["grace_period_s"] = float(rc.threshold_met_tolerance_duration)
+
+
+def _memory_overlay(ec: EvictionConfigCRD, sysm: dict[str, Any], numa: dict[str, Any]) -> None:
+    """The memory-pressure fields `ec` sets, over our system_memory and numa_memory."""
+    mc = ec.memory_pressure_eviction_config
+    mset = mc.model_fields_set
+    pairs: list[tuple[str, dict[str, Any], str]] = [
+        ("enable_system_level_eviction", sysm, "enabled"),
+        ("system_kswapd_rate_threshold", sysm, "kswapd_rate_threshold"),
+        (
+            "system_kswapd_rate_exceed_duration_threshold",
+            sysm,
+            "kswapd_rate_exceed_duration_s",
+        ),
+        ("enable_numa_level_eviction", numa, "enabled"),
+        ("numa_free_below_watermark_times_threshold", numa, "any_times_threshold"),
+        (
+            "numa_free_below_watermark_times_reclaimed_threshold",
+            numa,
+            "reclaimed_times_threshold",
+        ),
+        ("numa_victim_minimum_utilization_threshold", numa, "victim_minimum_utilization"),
+    ]
+    for crd_field, into, ours in pairs:
+        if crd_field in mset:
+            into[ours] = getattr(mc, crd_field)
+    if "grace_period" in mset:
+        sysm["deletion_grace_s"] = numa["deletion_grace_s"] = mc.grace_period
+    floor = mc.system_free_memory_threshold_minimum
+    if "system_free_memory_threshold_minimum" in mset and floor is not None:
+        sysm["free_threshold_minimum"] = int(floor.value())

@@ -166,6 +166,33 @@ class EvictionManager:
         records.extend(self._forget_released(pods, now))
         ladder = self._advance_ladder(snap)
 
+        thresholds, order = self._observe(snap, notes)
+        effective = self._effective(thresholds, now, notes)
+        records.extend(self._update_conditions(thresholds, effective, now))
+        hard = [t for t in thresholds if effective.get(t.id) == Met.HARD]
+        hard.sort(key=lambda t: (order.get(t.plugin, 0), t.key))
+        victims = self._choose(snap, hard, ladder, pods, records, notes)
+        node_taints, cnr_taints = self._taints()
+        return EvictionPlan(
+            time=now,
+            node=self.node,
+            ran=True,
+            thresholds=tuple(thresholds),
+            conditions=tuple(self._conditions.values()),
+            node_taints=node_taints,
+            cnr_taints=cnr_taints,
+            victims=tuple(victims),
+            records=tuple(records),
+            ladder=ladder,
+            notes=tuple(notes),
+        )
+
+    # --- steps ----------------------------------------------------------------------------
+
+    def _observe(
+        self, snap: EvictionSnapshot, notes: list[str]
+    ) -> tuple[list[Threshold], dict[str, int]]:
+        """Every plugin's thresholds, and each plugin's place in the order."""
         thresholds: list[Threshold] = []
         order: dict[str, int] = {}
         for i, plugin in enumerate(self.plugins):
@@ -174,15 +201,23 @@ class EvictionManager:
                 thresholds.extend(plugin.observe(snap))
             except Exception as exc:  # one broken plugin must not silence the others
                 notes.append(f"plugin {plugin.name} failed: {exc}")
-        effective = self._effective(thresholds, now, notes)
-        records.extend(self._update_conditions(thresholds, effective, now))
+        return thresholds, order
 
+    def _choose(
+        self,
+        snap: EvictionSnapshot,
+        hard: Sequence[Threshold],
+        ladder: LadderState,
+        pods: dict[str, PodInfo],
+        records: list[EvictionRecord],
+        notes: list[str],
+    ) -> list[Victim]:
+        """The victims of the hard thresholds met, in order, within the round's burst."""
+        cfg, now = self.config, snap.now
         victims: list[Victim] = []
         budget = cfg.eviction_burst
         chosen: set[str] = set()
         chosen_pods: list[PodInfo] = []
-        hard = [t for t in thresholds if effective.get(t.id) == Met.HARD]
-        hard.sort(key=lambda t: (order.get(t.plugin, 0), t.key))
         for t in hard:
             dry = cfg.is_dry_run(t.plugin)
             why_not = self._blocked(t, dry, budget, ladder, pods, now)
@@ -216,22 +251,7 @@ class EvictionManager:
                     budget -= 1
                     self._inflight[pod.uid] = _InFlight(t.plugin, pod.key, now, _scope(t))
                     self._last_victim[_scope(t)] = now
-        node_taints, cnr_taints = self._taints()
-        return EvictionPlan(
-            time=now,
-            node=self.node,
-            ran=True,
-            thresholds=tuple(thresholds),
-            conditions=tuple(self._conditions.values()),
-            node_taints=node_taints,
-            cnr_taints=cnr_taints,
-            victims=tuple(victims),
-            records=tuple(records),
-            ladder=ladder,
-            notes=tuple(notes),
-        )
-
-    # --- steps ----------------------------------------------------------------------------
+        return victims
 
     def _forget_released(self, pods: dict[str, PodInfo], now: float) -> list[EvictionRecord]:
         released = []

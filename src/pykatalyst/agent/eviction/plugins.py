@@ -26,6 +26,7 @@ from pykatalyst.agent.eviction.types import (
     PodInfo,
     Threshold,
 )
+from pykatalyst.agent.host.base import MemoryInfo
 from pykatalyst.api import names
 
 ANY_LEVEL: tuple[str, ...] = (
@@ -251,86 +252,98 @@ class SystemMemoryPressurePlugin:
         if mem is None:
             self._kswapd_since = self._psi_since = None
             return []
-        cfg = self.cfg
-        now = snap.now
-        out = []
-        watermark = mem.total * mem.watermark_scale_factor / 10000.0
-        limit = max(float(cfg.free_threshold_minimum), watermark)
-        out.append(
-            self._base(
-                "free",
-                Met.HARD if mem.free < limit else Met.NOT,
-                signal="MemFree",
-                observed=float(mem.free),
-                threshold=limit,
-                operator="<",
-                unit="bytes",
-                window="instant",
-                victim_levels=RECLAIMED_ONLY,
-                terms={"total": mem.total, "watermark_scale_factor": mem.watermark_scale_factor},
-            )
-        )
-        rate = mem.kswapd_steal_pages_per_s if cfg.kswapd_eviction else None
-        if rate is not None:
-            if rate >= cfg.kswapd_rate_threshold:
-                if self._kswapd_since is None:
-                    self._kswapd_since = now
-                lasted = now - self._kswapd_since
-                met = Met.HARD if lasted >= cfg.kswapd_rate_exceed_duration_s else Met.NOT
-            else:
-                self._kswapd_since = None
-                lasted, met = 0.0, Met.NOT
-            out.append(
-                self._base(
-                    "kswapd",
-                    met,
-                    signal="kswapd steal rate",
-                    observed=rate,
-                    threshold=cfg.kswapd_rate_threshold,
-                    operator=">=",
-                    unit="pages/s",
-                    window=f"sustained {cfg.kswapd_rate_exceed_duration_s:g}s (so far {lasted:g}s)",
-                    victim_levels=ANY_LEVEL,
-                )
-            )
-        psi = mem.psi_some_avg10
+        out = [self._free(mem)]
+        kswapd = self._kswapd(mem, snap.now)
+        if kswapd is not None:
+            out.append(kswapd)
+        psi = self._psi(mem, snap)
         if psi is not None:
-            reported = [p.memory_psi_avg10 for p in snap.pods if p.memory_psi_avg10 is not None]
-            active = [v for v in reported if v > cfg.psi_pod_active]
-            mean = sum(reported) / len(reported) if reported else 0.0
-            pods_ok = len(active) >= cfg.psi_min_pods and mean >= cfg.psi_pod_threshold
-            pressured = psi >= cfg.psi_node_threshold and pods_ok
-            if pressured:
-                if self._psi_since is None:
-                    self._psi_since = now
-                lasted = now - self._psi_since
-            else:
-                self._psi_since = None
-                lasted = 0.0
-            if not pressured:
-                met, levels = Met.NOT, RECLAIMED_ONLY
-            elif lasted >= cfg.psi_any_duration_s:
-                met, levels = Met.HARD, ANY_LEVEL
-            elif lasted >= cfg.psi_reclaimed_duration_s:
-                met, levels = Met.HARD, RECLAIMED_ONLY
-            else:
-                met, levels = Met.NOT, RECLAIMED_ONLY
-            out.append(
-                self._base(
-                    "psi",
-                    met,
-                    signal="memory PSI some avg10",
-                    observed=psi,
-                    threshold=cfg.psi_node_threshold,
-                    operator=">=",
-                    unit="%",
-                    window=f"sustained {cfg.psi_reclaimed_duration_s:g}s (reclaimed) / "
-                    f"{cfg.psi_any_duration_s:g}s (any) (so far {lasted:g}s)",
-                    victim_levels=levels,
-                    terms={"pressured_pods": len(active), "pods_mean_avg10": round(mean, 3)},
-                )
-            )
+            out.append(psi)
         return out
+
+    def _free(self, mem: MemoryInfo) -> Threshold:
+        """MemFree below the larger of the configured minimum and the kernel's watermark."""
+        watermark = mem.total * mem.watermark_scale_factor / 10000.0
+        limit = max(float(self.cfg.free_threshold_minimum), watermark)
+        return self._base(
+            "free",
+            Met.HARD if mem.free < limit else Met.NOT,
+            signal="MemFree",
+            observed=float(mem.free),
+            threshold=limit,
+            operator="<",
+            unit="bytes",
+            window="instant",
+            victim_levels=RECLAIMED_ONLY,
+            terms={"total": mem.total, "watermark_scale_factor": mem.watermark_scale_factor},
+        )
+
+    def _kswapd(self, mem: MemoryInfo, now: float) -> Threshold | None:
+        """kswapd's steal rate, sustained; None when not measured or not asked for."""
+        cfg = self.cfg
+        rate = mem.kswapd_steal_pages_per_s if cfg.kswapd_eviction else None
+        if rate is None:
+            return None
+        if rate >= cfg.kswapd_rate_threshold:
+            if self._kswapd_since is None:
+                self._kswapd_since = now
+            lasted = now - self._kswapd_since
+            met = Met.HARD if lasted >= cfg.kswapd_rate_exceed_duration_s else Met.NOT
+        else:
+            self._kswapd_since = None
+            lasted, met = 0.0, Met.NOT
+        return self._base(
+            "kswapd",
+            met,
+            signal="kswapd steal rate",
+            observed=rate,
+            threshold=cfg.kswapd_rate_threshold,
+            operator=">=",
+            unit="pages/s",
+            window=f"sustained {cfg.kswapd_rate_exceed_duration_s:g}s (so far {lasted:g}s)",
+            victim_levels=ANY_LEVEL,
+        )
+
+    def _psi(self, mem: MemoryInfo, snap: EvictionSnapshot) -> Threshold | None:
+        """The node's memory PSI with enough pods under pressure, sustained: reclaimed pods
+        first, any pod later; None when not measured."""
+        cfg = self.cfg
+        psi = mem.psi_some_avg10
+        if psi is None:
+            return None
+        reported = [p.memory_psi_avg10 for p in snap.pods if p.memory_psi_avg10 is not None]
+        active = [v for v in reported if v > cfg.psi_pod_active]
+        mean = sum(reported) / len(reported) if reported else 0.0
+        pods_ok = len(active) >= cfg.psi_min_pods and mean >= cfg.psi_pod_threshold
+        pressured = psi >= cfg.psi_node_threshold and pods_ok
+        if pressured:
+            if self._psi_since is None:
+                self._psi_since = snap.now
+            lasted = snap.now - self._psi_since
+        else:
+            self._psi_since = None
+            lasted = 0.0
+        if not pressured:
+            met, levels = Met.NOT, RECLAIMED_ONLY
+        elif lasted >= cfg.psi_any_duration_s:
+            met, levels = Met.HARD, ANY_LEVEL
+        elif lasted >= cfg.psi_reclaimed_duration_s:
+            met, levels = Met.HARD, RECLAIMED_ONLY
+        else:
+            met, levels = Met.NOT, RECLAIMED_ONLY
+        return self._base(
+            "psi",
+            met,
+            signal="memory PSI some avg10",
+            observed=psi,
+            threshold=cfg.psi_node_threshold,
+            operator=">=",
+            unit="%",
+            window=f"sustained {cfg.psi_reclaimed_duration_s:g}s (reclaimed) / "
+            f"{cfg.psi_any_duration_s:g}s (any) (so far {lasted:g}s)",
+            victim_levels=levels,
+            terms={"pressured_pods": len(active), "pods_mean_avg10": round(mean, 3)},
+        )
 
 
 class NumaMemoryPressurePlugin:

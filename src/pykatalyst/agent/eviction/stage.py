@@ -13,7 +13,6 @@ agent plan's `eviction_actions`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,10 +30,9 @@ from pykatalyst.agent.eviction.types import (
     PodInfo,
     PoolState,
     ReclaimedCapacity,
-    pod_info,
+    from_digest,
 )
-from pykatalyst.agent.node_state import ConfigRead, NodeState, NodeView
-from pykatalyst.agent.state import ParsedPods
+from pykatalyst.agent.node_state import ConfigRead, NodeState
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.objects import CustomNodeResource
@@ -84,9 +82,6 @@ class EvictionStage:
         self.manager = EvictionManager(node, cfg)
         self.recorder = EvictionRecorder(registry, cfg.records_limit, records_path)
         self.executor = EvictionExecutor(cluster, node, self.recorder, dry_run=dry_run)
-        # What the agent's own parse of the pod lacks (priority, annotations, labels, owners)
-        # per (uid, resourceVersion): a tick only adds the agent's figures and the usage.
-        self._parsed: ParsedPods[PodInfo] = ParsedPods(_pod_metadata)
         self.last_plan: EvictionPlan | None = None
 
     def set_config(self, config: EvictionConfig) -> None:
@@ -133,7 +128,7 @@ class EvictionStage:
     def __call__(self, inp: EvictionInput) -> list[Any]:
         view = inp.node if inp.node is not None else self._own_state().refresh(inp.now)
         self.apply_config(view.config)
-        snap = self.snapshot(inp, view)
+        snap = self.snapshot(inp)
         plan = self.manager.decide(snap)
         self.last_plan = plan
         if not plan.ran:
@@ -143,16 +138,12 @@ class EvictionStage:
 
     # --- building the snapshot ------------------------------------------------------------
 
-    def snapshot(self, inp: EvictionInput, view: NodeView | None = None) -> EvictionSnapshot:
-        if view is None:
-            view = inp.node if inp.node is not None else self._own_state().refresh(inp.now)
+    def snapshot(self, inp: EvictionInput) -> EvictionSnapshot:
         now = inp.now
         plan = inp.plan
         plans = {pp.uid: pp for pp in plan.pods}
-        objects = [view.pods[uid] for uid in inp.pods if uid in view.pods]
-        parsed = self._parsed.refresh(objects)
         infos = [
-            self._pod(uid, spec, parsed.get(uid), plans.get(uid), inp.metrics, inp.sample, now)
+            self._pod(spec, plans.get(uid), inp.metrics, inp.sample, now)
             for uid, spec in inp.pods.items()
         ]
         pools = _pools(plan, infos)
@@ -171,9 +162,7 @@ class EvictionStage:
 
     def _pod(
         self,
-        uid: str,
         spec: PodSpec,
-        parsed: PodInfo | None,
         pp: PodPlan | None,
         metrics: MetricStore,
         sample: Any,
@@ -185,18 +174,9 @@ class EvictionStage:
             usage["numa_nodes"] = tuple(pp.numa_nodes)
             cgroups = [pp.cgroup] if pp.cgroup else [c.cgroup for c in pp.containers if c.cgroup]
             usage.update(_usage(cgroups, metrics, sample, now))
-        # QoS level and requests as the agent parsed them (cached by resourceVersion there)
-        usage.update(
-            qos_level=spec.level,
-            terminating=spec.terminating,
-            request_milli_cpu=round(spec.request_cores * 1000),
-            request_memory=spec.memory_request,
-            reclaimed_milli_cpu=spec.reclaimed_milli_cpu,
-            reclaimed_memory=spec.reclaimed_memory,
-        )
-        if parsed is not None:
-            return dataclasses.replace(parsed, **usage)
-        return PodInfo(uid=uid, namespace=spec.namespace, name=spec.name, **usage)
+        # The pod's digest as the agent holds it, at the QoS level the agent manages it
+        # (the default one for a pod it leaves alone), with its usage.
+        return from_digest(spec.digest, qos_level=spec.level, **usage)
 
     def _reclaimed(self, plan: AgentPlan) -> ReclaimedCapacity | None:
         cpu, mem = plan.reclaimed_cpu, plan.reclaimed_memory
@@ -211,18 +191,6 @@ class EvictionStage:
                 round(cpu.reported * 1000), int(mem.reported), per_numa, "agent plan"
             )
         return read_cnr_reclaimed(self.cluster, self.node)
-
-
-def _pod_metadata(obj: Any) -> PodInfo:
-    """A pod's `PodInfo` without the fields the agent's `PodSpec` carries already."""
-    return pod_info(
-        obj,
-        qos_level=names.DEFAULT_QOS_LEVEL,
-        request_milli_cpu=0,
-        request_memory=0,
-        reclaimed_milli_cpu=0,
-        reclaimed_memory=0,
-    )
 
 
 def read_cnr_reclaimed(cluster: Cluster, node: str) -> ReclaimedCapacity | None:

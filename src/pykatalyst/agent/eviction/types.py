@@ -22,7 +22,7 @@ from pykatalyst.api.digest import (
 from pykatalyst.api.digest import (
     MIRROR_POD_ANNOTATION as MIRROR_POD_ANNOTATION,
 )
-from pykatalyst.api.digest import PodDigest, digest_pod
+from pykatalyst.api.digest import DigestView, PodDigest, digest_pod
 from pykatalyst.api.objects import Taint
 from pykatalyst.api.records import DecisionRecord
 from pykatalyst.api.records import RankEntry as RankEntry
@@ -33,27 +33,20 @@ EvictionRecord = DecisionRecord
 
 
 @dataclass(frozen=True, slots=True)
-class PodInfo:
-    """One pod on the node, with what ranking and plugins need.
+class PodInfo(DigestView):
+    """One pod on the node: its `PodDigest` (identity, priority, protection, requests,
+    annotations), the QoS level the agent manages it at, and what ranking and plugins
+    need beyond the digest: its pool and NUMA nodes, and the latest measurements (None
+    when the machine could not tell). `memory` is the working set when known.
 
-    Requests are what the pod asked for; usage fields are the latest measurements
-    (None when the machine could not tell). `memory` is the working set when known.
+    A pod whose QoS declaration is invalid reads as shared_cores: the agent leaves it as
+    the kubelet placed it, and for eviction it ranks like the default level. A pod that
+    breaks the Pod schema is known by identity only and is `static` (its digest says so),
+    so that no plugin evicts what the agent could not read.
     """
 
-    uid: str
-    namespace: str
-    name: str
-    qos_level: str
-    priority: int = 0
-    priority_class_name: str = ""
-    static: bool = False
-    terminating: bool = False
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    request_milli_cpu: int = 0
-    request_memory: int = 0
-    reclaimed_milli_cpu: int = 0
-    reclaimed_memory: int = 0
+    digest: PodDigest
+    qos_level: str = names.DEFAULT_QOS_LEVEL
     pool: str = ""
     numa_nodes: tuple[int, ...] = ()
     cpu_usage: float | None = None
@@ -63,8 +56,32 @@ class PodInfo:
     memory_psi_avg10: float | None = None
 
     @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def priority(self) -> int:
+        return self.digest.priority
+
+    @property
+    def priority_class_name(self) -> str:
+        return self.digest.priority_class_name
+
+    @property
+    def static(self) -> bool:
+        return self.digest.static
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        return self.digest.annotations
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.digest.labels
+
+    @property
+    def request_milli_cpu(self) -> int:
+        return self.digest.request(names.RESOURCE_CPU)
+
+    @property
+    def request_memory(self) -> int:
+        return self.digest.request(names.RESOURCE_MEMORY)
 
     @property
     def evict_score(self) -> float:
@@ -76,49 +93,16 @@ class PodInfo:
             return 0.0
 
 
-_REQUEST_FIELDS = frozenset(
-    ("request_milli_cpu", "request_memory", "reclaimed_milli_cpu", "reclaimed_memory")
-)
-
-
 def pod_info(obj: JSON, **overrides: Any) -> PodInfo:
-    """A `PodInfo` from Kubernetes JSON, read off the pod's `PodDigest`; `overrides`
-    fills usage, pool and NUMA fields.
-
-    A pod whose QoS declaration is invalid reads as shared_cores: the agent leaves it as
-    the kubelet placed it, and for eviction it ranks like the default level. A pod that
-    breaks the Pod schema cannot be read at all: it is known by identity only and marked
-    `static`, so that no plugin evicts what the agent could not read.
-    """
+    """A `PodInfo` from Kubernetes JSON, over the pod's `PodDigest`; `overrides` fills
+    the QoS level, usage, pool and NUMA fields."""
     return from_digest(digest_pod(obj), **overrides)
 
 
 def from_digest(d: PodDigest, **overrides: Any) -> PodInfo:
     """`pod_info` for a pod already digested."""
-    values: dict[str, Any] = {"uid": d.uid, "namespace": d.namespace, "name": d.name}
-    if not d.readable:
-        values.update(qos_level=names.DEFAULT_QOS_LEVEL, **overrides)
-        values.update(uid=d.uid, namespace=d.namespace, name=d.name, static=True)
-        return PodInfo(**values)
-    values.update(
-        qos_level=d.level,
-        priority=d.priority,
-        priority_class_name=d.priority_class_name,
-        static=d.static,
-        terminating=d.deleting,
-        annotations=d.annotations,
-        labels=d.labels,
-    )
-    if overrides.keys() < _REQUEST_FIELDS:
-        # requests the caller has not got (reading them is the costly part)
-        values.update(
-            request_milli_cpu=d.request(names.RESOURCE_CPU),
-            request_memory=d.request(names.RESOURCE_MEMORY),
-            reclaimed_milli_cpu=d.request(names.RECLAIMED_MILLICPU),
-            reclaimed_memory=d.request(names.RECLAIMED_MEMORY),
-        )
-    values.update(overrides)
-    return PodInfo(**values)
+    level = d.level if d.readable else names.DEFAULT_QOS_LEVEL
+    return PodInfo(d, **{"qos_level": level, **overrides})
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,9 @@ from __future__ import annotations
 import contextlib
 import errno as errno_mod
 import os
-import socket
-import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Literal
 
 from pykatalyst.agent.host import cgroupfs
 from pykatalyst.agent.host.base import (
@@ -54,6 +51,19 @@ from pykatalyst.agent.host.procfs import (
     parse_vmstat,
     parse_zoneinfo,
 )
+from pykatalyst.agent.host.rawread import (
+    CPU_STAT_V1,
+    CPU_STAT_V2,
+    USAGE_V2,
+    CgroupFiles,
+    CgroupStatsLink,
+    cpu_times,
+    int_or_none,
+    memory_figures,
+    pick,
+    read_bytes,
+    task_state,
+)
 from pykatalyst.topology.cpuset import CPUSet, CPUSetError
 from pykatalyst.topology.machine import CPUTopology
 
@@ -65,25 +75,6 @@ _DRIVERS = ("cgroupfs", "systemd", "auto")
 # How long a cgroup's missing files (pressure files, on kernels without per-cgroup PSI) and
 # its listed subtree are trusted before being looked for again.
 _RECHECK_S = 30.0
-
-
-@dataclass(slots=True)
-class _CgroupFiles:
-    """The resolved file paths of one sampled cgroup and what is known to be missing."""
-
-    cpu_dir: str
-    cpu_stat: str
-    cpu_usage: str | None  # cpuacct.usage (v1); v2 has usage_usec in cpu.stat
-    mem_stat: str | None
-    mem_usage: str | None
-    cpu_psi: str
-    mem_psi: str | None
-    tasks: str  # the per-cgroup thread list: "tasks" (v1), "cgroup.threads" (v2)
-    checked_at: float
-    cpu_psi_missing: bool = False
-    mem_psi_missing: bool = False
-    task_dirs: list[str] | None = None  # the cgroup and its descendants, when listed
-    counted: bool = False  # its task list was read at least once
 
 
 # Hints for the kernel's terse refusals, keyed by (file, errno).
@@ -130,10 +121,10 @@ class LinuxHost:
         self._page_size = page_size or os.sysconf("SC_PAGE_SIZE")
         self._topology: CPUTopology | None = None
         self._prev_cgroup_cpu: dict[str, tuple[float, float]] = {}
-        self._files: dict[str, _CgroupFiles] = {}
+        self._files: dict[str, CgroupFiles] = {}
         # Runnable-task counts straight from the kernel, on a real v1 machine (None: not
         # tried yet; False: unavailable, /proc is read instead).
-        self._link: _CgroupStatsLink | Literal[False] | None = None
+        self._link: CgroupStatsLink | Literal[False] | None = None
         self._prev_cpus: tuple[float, dict[int, CpuTimes]] | None = None
         self._prev_rq: dict[int, RunQueueWait] | None = None
         self._prev_kswapd: tuple[float, int] | None = None
@@ -283,7 +274,7 @@ class LinuxHost:
             cpu_psi_some_avg10=None if cpu_psi_text is None else _psi_avg10(cpu_psi_text),
         )
 
-    def _cgroup_files(self, now: float, cg: str) -> _CgroupFiles | None:
+    def _cgroup_files(self, now: float, cg: str) -> CgroupFiles | None:
         f = self._files.get(cg)
         if f is None:
             cpu_dir = self._sdir(cg, "cpu")
@@ -292,7 +283,7 @@ class LinuxHost:
             v2 = self.cgroup_version == 2
             acct = None if v2 else self._sdir(cg, "cpuacct")
             mem_dir = self._sdir(cg, "memory")
-            f = _CgroupFiles(
+            f = CgroupFiles(
                 cpu_dir=cpu_dir,
                 cpu_stat=f"{cpu_dir}/cpu.stat",
                 cpu_usage=None if acct is None else f"{acct}/cpuacct.usage",
@@ -318,53 +309,18 @@ class LinuxHost:
         if f is None:
             return None
         v2 = self.cgroup_version == 2
-        cpu_stat_raw = _read_bytes(f.cpu_stat)
+        cpu_stat_raw = read_bytes(f.cpu_stat)
         if cpu_stat_raw is None and not os.path.isdir(f.cpu_dir):
             return None
-        cpu_stat = _pick(cpu_stat_raw or b"", _CPU_STAT_V2 if v2 else _CPU_STAT_V1)
-        usage_s: float | None = None
-        if v2:
-            usec = cpu_stat.get(b"usage_usec")
-            if usec is not None:
-                usage_s = usec / 1e6
-            throttled = cpu_stat.get(b"throttled_usec")
-            throttled_s = None if throttled is None else throttled / 1e6
-        else:
-            nsec = None if f.cpu_usage is None else _int_or_none(_read_bytes(f.cpu_usage))
-            if nsec is not None and nsec >= 0:
-                usage_s = nsec / 1e9
-            throttled = cpu_stat.get(b"throttled_time")
-            throttled_s = None if throttled is None else throttled / 1e9
+        cpu_stat = pick(cpu_stat_raw or b"", CPU_STAT_V2 if v2 else CPU_STAT_V1)
+        usage_s, throttled_s = cpu_times(f, cpu_stat, v2)
         rate: float | None = None
         if usage_s is not None:
             prev = self._prev_cgroup_cpu.get(cg)
             if prev is not None and now > prev[0]:
                 rate = max(0.0, (usage_s - prev[1]) / (now - prev[0]))
             self._prev_cgroup_cpu[cg] = (now, usage_s)
-
-        mem: dict[bytes, int] = {}
-        usage: int | None = None
-        if f.mem_stat is not None and f.mem_usage is not None:
-            raw = _read_bytes(f.mem_stat) or b""
-            mem = _pick(raw, _MEM_STAT_V2 if v2 else _MEM_STAT_V1)
-            if not v2 and len(mem) < len(_MEM_STAT_V1):
-                mem |= _pick(raw, _MEM_STAT_V1_OWN)
-            usage = _int_or_none(_read_bytes(f.mem_usage))
-            if usage is not None and usage < 0:
-                usage = None
-        if v2:
-            rss, cache = mem.get(b"anon"), mem.get(b"file")
-            shmem, inactive = mem.get(b"shmem"), mem.get(b"inactive_file")
-        else:
-            # total_* cover the whole subtree; the bare keys only the cgroup's own tasks.
-            rss = mem.get(b"total_rss", mem.get(b"rss"))
-            cache = mem.get(b"total_cache", mem.get(b"cache"))
-            shmem = mem.get(b"total_shmem", mem.get(b"shmem"))
-            inactive = mem.get(b"total_inactive_file", mem.get(b"inactive_file"))
-        working_set = None
-        if usage is not None:
-            working_set = max(0, usage - (inactive or 0))
-
+        usage, rss, cache, shmem, working_set = memory_figures(f, v2)
         cpu_psi = None
         if not f.cpu_psi_missing:
             cpu_psi = self._read(f.cpu_psi)
@@ -389,7 +345,7 @@ class LinuxHost:
             cpu_psi_some_avg10=None if cpu_psi is None else _psi_avg10(cpu_psi),
         )
 
-    def _nr_running(self, f: _CgroupFiles, rate: float | None) -> int | None:
+    def _nr_running(self, f: CgroupFiles, rate: float | None) -> int | None:
         """Runnable threads in the cgroup and below (the cgroup's cpu usage counts them all).
 
         Katalyst's container load is the smoothed count of runnable threads. A cgroup that
@@ -418,24 +374,24 @@ class LinuxHost:
         running = 0
         proc = self._proc_b
         for d in f.task_dirs:
-            raw = _read_bytes(f"{d}/{f.tasks}")
+            raw = read_bytes(f"{d}/{f.tasks}")
             if raw is None:
                 f.task_dirs = None  # a child went away: list the subtree again next time
                 continue
             seen = True
             for tid in raw.split():
-                stat = _read_bytes(b"%s/%s/stat" % (proc, tid))
-                if stat is not None and _task_state(stat) == b"R":
+                stat = read_bytes(b"%s/%s/stat" % (proc, tid))
+                if stat is not None and task_state(stat) == b"R":
                     running += 1
         f.counted = seen
         return running if seen else None
 
-    def _stats_link(self) -> _CgroupStatsLink | None:
+    def _stats_link(self) -> CgroupStatsLink | None:
         if self._link is None:
             self._link = False
             if self.cgroup_version == 1 and self._root == Path("/"):
                 with contextlib.suppress(OSError):
-                    self._link = _CgroupStatsLink()
+                    self._link = CgroupStatsLink()
         return self._link or None
 
     def _cpu_ratios(self, now: float) -> list[float]:
@@ -562,11 +518,11 @@ class LinuxHost:
         cg = cgroup.strip("/")
         if self.cgroup_version == 2:
             d = self._sdir(cg, "cpu")
-            usec = None if d is None else _pick(_read_bytes(f"{d}/cpu.stat") or b"", _USAGE_V2)
+            usec = None if d is None else pick(read_bytes(f"{d}/cpu.stat") or b"", USAGE_V2)
             value = None if not usec else usec.get(b"usage_usec")
             return None if value is None else value / 1e6
         d = self._sdir(cg, "cpuacct")
-        nsec = None if d is None else _int_or_none(_read_bytes(f"{d}/cpuacct.usage"))
+        nsec = None if d is None else int_or_none(read_bytes(f"{d}/cpuacct.usage"))
         return None if nsec is None or nsec < 0 else nsec / 1e9
 
     # -- knobs -----------------------------------------------------------------------------
@@ -747,175 +703,8 @@ class LinuxHost:
 
     @staticmethod
     def _read(path: str | Path) -> str | None:
-        data = _read_bytes(path)
+        data = read_bytes(path)
         return None if data is None else data.decode("utf-8", "replace")
-
-
-_CHUNK = 65536
-
-
-def _read_bytes(path: str | bytes | Path) -> bytes | None:
-    """The whole file, or None when it cannot be read. A bare `os.open`/`os.read` costs a
-    third of `open().read()` (no buffered text wrapper, no decoder); cgroup and proc files
-    are read tens of thousands of times a minute."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, _CHUNK)
-        if len(data) == _CHUNK:  # seq files hand out at most a buffer per read
-            parts = [data]
-            while chunk := os.read(fd, _CHUNK):
-                parts.append(chunk)
-            data = b"".join(parts)
-        return data
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _int_or_none(data: bytes | None) -> int | None:
-    if data is None:
-        return None
-    try:
-        return int(data)
-    except ValueError:
-        return None
-
-
-def _needles(*keys: str) -> tuple[tuple[bytes, bytes], ...]:
-    return tuple((k.encode(), f"\n{k} ".encode()) for k in keys)
-
-
-# The keys of the flat keyed files that samples use, per cgroup version.
-_CPU_STAT_V1: Final = _needles("nr_periods", "nr_throttled", "throttled_time")
-_CPU_STAT_V2: Final = _needles("usage_usec", "nr_periods", "nr_throttled", "throttled_usec")
-_USAGE_V2: Final = _needles("usage_usec")
-_MEM_STAT_V1: Final = _needles("total_rss", "total_cache", "total_shmem", "total_inactive_file")
-_MEM_STAT_V1_OWN: Final = _needles("rss", "cache", "shmem", "inactive_file")
-_MEM_STAT_V2: Final = _needles("anon", "file", "shmem", "inactive_file")
-
-
-def _pick(data: bytes, needles: tuple[tuple[bytes, bytes], ...]) -> dict[bytes, int]:
-    """The given keys of a flat keyed file ("key value" lines), as `cgroupfs.parse_keyed`
-    would read them. A real memory.stat has 40-60 lines of which a sample needs four:
-    searching for those in C costs a fifth of splitting every line in Python."""
-    buf = b"\n" + data
-    out: dict[bytes, int] = {}
-    for key, needle in needles:
-        at = buf.find(needle)
-        if at < 0:
-            continue
-        start = at + len(needle)
-        end = buf.find(b"\n", start)
-        try:
-            out[key] = int(buf[start:] if end < 0 else buf[start:end])
-        except ValueError:
-            continue
-    return out
-
-
-_NETLINK_GENERIC: Final = 16
-_GENL_ID_CTRL: Final = 0x10
-_CTRL_CMD_GETFAMILY: Final = 3
-_CTRL_ATTR_FAMILY_ID: Final = 1
-_CTRL_ATTR_FAMILY_NAME: Final = 2
-_CGROUPSTATS_CMD_GET: Final = 4
-_CGROUPSTATS_CMD_ATTR_FD: Final = 1
-_CGROUPSTATS_TYPE_CGROUP_STATS: Final = 1
-_NLMSG_ERROR: Final = 2
-_NLM_F_REQUEST: Final = 1
-_NLMSGHDR: Final = struct.Struct("=IHHII")
-_NLATTR: Final = struct.Struct("=HH")
-
-
-def _nlattr(kind: int, data: bytes) -> bytes:
-    size = _NLATTR.size + len(data)
-    return _NLATTR.pack(size, kind) + data + b"\0" * (-size % 4)
-
-
-class _CgroupStatsLink:
-    """Task counts of a cgroup v1 directory from the kernel's taskstats netlink family
-    (CGROUPSTATS_CMD_GET), as Katalyst's metric collector gets container load: one request
-    per cgroup instead of one /proc/<tid>/stat read per thread. The kernel answers for the
-    tasks directly in that cgroup; callers add up the subtree."""
-
-    def __init__(self) -> None:
-        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_GENERIC)
-        try:
-            self._sock.settimeout(1.0)
-            self._sock.bind((0, 0))
-            self._seq = 0
-            self._family = _GENL_ID_CTRL
-            name = _nlattr(_CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")
-            attrs = self._request(_CTRL_CMD_GETFAMILY, name)
-            family = None if attrs is None else attrs.get(_CTRL_ATTR_FAMILY_ID)
-            if family is None or len(family) < 2:
-                raise OSError("no taskstats netlink family")
-            self._family = struct.unpack_from("=H", family)[0]
-        except BaseException:
-            self._sock.close()
-            raise
-
-    def _request(self, cmd: int, payload: bytes) -> dict[int, bytes] | None:
-        """Send one generic netlink request; its reply's top-level attributes, or None
-        when the kernel answers with an error."""
-        self._seq = (self._seq + 1) & 0xFFFFFFFF
-        body = struct.pack("=BBH", cmd, 1, 0) + payload
-        size = _NLMSGHDR.size + len(body)
-        head = _NLMSGHDR.pack(size, self._family, _NLM_F_REQUEST, self._seq, 0)
-        self._sock.send(head + body)
-        for _ in range(16):  # skip stale replies (an earlier request that timed out)
-            reply = self._sock.recv(65536)
-            if len(reply) < _NLMSGHDR.size:
-                continue
-            length, kind, _, seq, _ = _NLMSGHDR.unpack_from(reply)
-            if seq != self._seq:
-                continue
-            if kind == _NLMSG_ERROR:
-                return None
-            attrs: dict[int, bytes] = {}
-            off = _NLMSGHDR.size + 4  # genetlink header
-            end = min(length, len(reply))
-            while off + _NLATTR.size <= end:
-                size, key = _NLATTR.unpack_from(reply, off)
-                if size < _NLATTR.size:
-                    break
-                attrs[key & 0x3FFF] = reply[off + _NLATTR.size : off + size]
-                off += (size + 3) & ~3
-            return attrs
-        raise OSError("no taskstats reply")
-
-    def nr_running(self, cgroup_dir: str) -> int | None:
-        """Runnable tasks directly in the cgroup (None: gone, or the kernel would not say)."""
-        try:
-            fd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            attrs = self._request(
-                _CGROUPSTATS_CMD_GET, _nlattr(_CGROUPSTATS_CMD_ATTR_FD, struct.pack("=I", fd))
-            )
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        stats = None if attrs is None else attrs.get(_CGROUPSTATS_TYPE_CGROUP_STATS)
-        if stats is None or len(stats) < 40:
-            return None
-        # struct cgroupstats: nr_sleeping, nr_running, nr_stopped, nr_uninterruptible, nr_io_wait
-        return int(struct.unpack_from("=5Q", stats)[1])
-
-
-def _task_state(stat: bytes) -> bytes | None:
-    """The state letter of /proc/<pid>/stat (the command name may hold spaces and ')')."""
-    end = stat.rfind(b")")
-    if end < 0:
-        return None
-    rest = stat[end + 1 :].split(None, 1)
-    return rest[0] if rest else None
 
 
 def _partly_reclaimed(w: KnobWrite, failure: WriteFailure) -> bool:

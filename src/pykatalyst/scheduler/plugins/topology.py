@@ -70,6 +70,38 @@ class _Eval:
     exclusive: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Zones:
+    """One pod against the NUMA zones of the nodes evaluated: what it asks for, and per
+    zone and node the allocatable and used cpu and memory, whether the zone exists and
+    whether it is wholly free."""
+
+    managed: BOOL  # per node: judged by this plugin's policy, with zones
+    req_cpu: int
+    req_mem: int
+    exclusive: bool
+    numa_ids: tuple[int, ...] | None
+    numa_number: int | None
+    numeric: BOOL
+    alloc_c: I64
+    alloc_m: I64
+    used_c: I64
+    used_m: I64
+    present: BOOL
+    whole: BOOL
+
+
+def _set_sizes(zs: _Zones, z: int) -> list[int]:
+    """The sizes of the zone sets to try, smallest first."""
+    if zs.numa_ids is not None:
+        return [len(zs.numa_ids)]
+    if zs.numa_number is not None and zs.numa_number > 1:
+        return [zs.numa_number]
+    if zs.exclusive:
+        return list(range(1, z + 1))
+    return [1]
+
+
 _EVAL: Final = Key[_Eval]("NodeResourceTopology/evaluation")
 _NONE: Final = np.iinfo(np.int64).max
 MAX: Final = reg.MAX_NODE_SCORE
@@ -155,121 +187,149 @@ class NodeResourceTopology(Plugin):
         strategy to choose one; the filter needs only whether some set fits."""
         if cols is None:
             cols = slice(0, snap.n)
-        z = snap.numa_z
-        count = snap.numa_count[cols]
-        n = len(count)
-        managed = self.judged(snap.policy[cols]) & (count > 0)
-        req_cpu, req_mem = self._request(pod)
-        qos = pod.qos
-        exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
-        numa_ids = qos.enhancements.numa_ids if qos is not None else None
-        numa_number = qos.enhancements.numa_number if qos is not None else None
-        numeric = snap.policy[cols] == POLICY_NUMERIC
-
-        alloc_c = snap.numa_cpu_alloc[:, cols]
-        alloc_m = snap.numa_mem_alloc[:, cols]
-        used_c = snap.numa_cpu_used[:, cols]
-        used_m = snap.numa_mem_used[:, cols]
-        present = np.arange(z)[:, None] < count[None, :]
-        whole = present & (used_c == 0) & (used_m == 0)
-
-        if numa_ids is not None:
-            sizes: list[int] = [len(numa_ids)]
-        elif numa_number is not None and numa_number > 1:
-            sizes = [numa_number]
-        elif exclusive:
-            sizes = list(range(1, z + 1))
-        else:
-            sizes = [1]
+        zs = self._zones(pod, snap, cols)
+        z, n = snap.numa_z, len(zs.managed)
+        sizes = _set_sizes(zs, z)
         combos = _combos(z, [1])
         best = np.full(n, -1, np.int64)
         best_score = np.full(n, -1, np.int64)
-        undecided = managed.copy()
-
-        if sizes[0] == 1 and numa_ids is None:
-            # one zone: every zone of every node in one set of (zones x nodes) operations
-            if exclusive:
-                ok = whole & (alloc_c >= req_cpu) & (alloc_m >= req_mem)
-                after_c = np.broadcast_to(np.int64(req_cpu), alloc_c.shape)
-                after_m = np.broadcast_to(np.int64(req_mem), alloc_m.shape)
-            else:
-                ok = present & (alloc_c - used_c >= req_cpu) & (alloc_m - used_m >= req_mem)
-                after_c, after_m = used_c + req_cpu, used_m + req_mem
-            if ranked:
-                score = np.where(ok, self._zone_score(after_c, alloc_c, after_m, alloc_m), -1)
-            else:
-                score = np.where(ok, 0, -1)
+        undecided = zs.managed.copy()
+        if sizes[0] == 1 and zs.numa_ids is None:
             if z:
-                if self.policy == "native":
-                    # the kubelet's topology manager takes the lowest zone that fits
-                    pick = ok.argmax(axis=0)
-                    top = np.take_along_axis(score, pick[None, :], axis=0)[0]
-                else:
-                    pick = score.argmax(axis=0)
-                    top = score.max(axis=0)
-                fits = managed & (top >= 0)
-                best = np.where(fits, pick, best)
-                best_score = np.where(fits, top, best_score)
+                best, best_score, fits = self._one_zone(zs, ranked)
                 undecided &= ~fits
             sizes = sizes[1:]
-
-        free_count = whole.sum(axis=0)
+        free_count = zs.whole.sum(axis=0)
         for size in sizes:
             if not undecided.any():
                 break
-            if exclusive and not (undecided & (free_count >= size)).any():
+            if zs.exclusive and not (undecided & (free_count >= size)).any():
                 break
-            found = np.zeros(n, np.bool_)
-            for combo in itertools.combinations(range(z), size):
-                ci = len(combos)
-                combos.append(combo)
-                bits = sum(1 << p for p in combo)
-                ok = undecided & present[combo[-1]]
-                if size > 1:
-                    # a set that a socket could hold must not spread over sockets
-                    same = (snap.numa_socket_bits[combo[0]][cols] & bits) == bits
-                    ok &= same | (size > snap.numa_per_socket[cols])
-                    ok &= numeric  # multi-zone sets exist only under the Numeric policy
-                if numa_ids is not None:
-                    ids = snap.numa_id[:, cols][list(combo)]
-                    want = np.array(sorted(numa_ids), np.int64)[:, None]
-                    ok &= (np.sort(ids, axis=0) == want).all(axis=0)
-                rows = list(combo)
-                sum_alloc_c = alloc_c[rows].sum(axis=0)
-                sum_alloc_m = alloc_m[rows].sum(axis=0)
-                if exclusive:
-                    ok &= whole[rows].all(axis=0)
-                    ok &= (sum_alloc_c >= req_cpu) & (sum_alloc_m >= req_mem)
-                    after_c = np.full(n, req_cpu, np.int64)
-                    after_m = np.full(n, req_mem, np.int64)
-                else:
-                    sum_used_c = used_c[rows].sum(axis=0)
-                    sum_used_m = used_m[rows].sum(axis=0)
-                    ok &= sum_alloc_c - sum_used_c >= req_cpu
-                    ok &= sum_alloc_m - sum_used_m >= req_mem
-                    after_c = sum_used_c + req_cpu
-                    after_m = sum_used_m + req_mem
-                if not ok.any():
-                    continue
-                if ranked:
-                    score = self._zone_score(after_c, sum_alloc_c, after_m, sum_alloc_m)
-                else:
-                    score = np.zeros(n, np.int64)
-                better = ok & (score > best_score)
-                best = np.where(better, ci, best)
-                best_score = np.where(better, score, best_score)
-                found |= ok
+            found = self._zone_sets(
+                zs, snap, cols, size, undecided, (best, best_score), combos, ranked
+            )
             # fewer zones win: nodes placed at this size are not offered larger sets
             undecided &= ~found
         fits = best >= 0
         return _Eval(
-            ok=~managed | fits,
-            managed=managed,
-            score=np.where(managed, np.maximum(best_score, 0), 0),
+            ok=~zs.managed | fits,
+            managed=zs.managed,
+            score=np.where(zs.managed, np.maximum(best_score, 0), 0),
             choice=best,
             combos=combos,
-            exclusive=exclusive,
+            exclusive=zs.exclusive,
         )
+
+    def _zones(self, pod: PodInfo, snap: NodeSnapshot, cols: slice | IDX) -> _Zones:
+        count = snap.numa_count[cols]
+        qos = pod.qos
+        used_c = snap.numa_cpu_used[:, cols]
+        used_m = snap.numa_mem_used[:, cols]
+        present = np.arange(snap.numa_z)[:, None] < count[None, :]
+        req_cpu, req_mem = self._request(pod)
+        return _Zones(
+            managed=self.judged(snap.policy[cols]) & (count > 0),
+            req_cpu=req_cpu,
+            req_mem=req_mem,
+            exclusive=self.policy == "dynamic" and pod.is_numa_exclusive,
+            numa_ids=qos.enhancements.numa_ids if qos is not None else None,
+            numa_number=qos.enhancements.numa_number if qos is not None else None,
+            numeric=snap.policy[cols] == POLICY_NUMERIC,
+            alloc_c=snap.numa_cpu_alloc[:, cols],
+            alloc_m=snap.numa_mem_alloc[:, cols],
+            used_c=used_c,
+            used_m=used_m,
+            present=present,
+            whole=present & (used_c == 0) & (used_m == 0),
+        )
+
+    def _one_zone(self, zs: _Zones, ranked: bool) -> tuple[I64, I64, BOOL]:
+        """One zone: every zone of every node in one set of (zones x nodes) operations;
+        per node the zone chosen and its score (-1: none), and whether one fits."""
+        alloc_c, alloc_m, used_c, used_m = zs.alloc_c, zs.alloc_m, zs.used_c, zs.used_m
+        if zs.exclusive:
+            ok = zs.whole & (alloc_c >= zs.req_cpu) & (alloc_m >= zs.req_mem)
+            after_c = np.broadcast_to(np.int64(zs.req_cpu), alloc_c.shape)
+            after_m = np.broadcast_to(np.int64(zs.req_mem), alloc_m.shape)
+        else:
+            ok = zs.present & (alloc_c - used_c >= zs.req_cpu) & (alloc_m - used_m >= zs.req_mem)
+            after_c, after_m = used_c + zs.req_cpu, used_m + zs.req_mem
+        if ranked:
+            score = np.where(ok, self._zone_score(after_c, alloc_c, after_m, alloc_m), -1)
+        else:
+            score = np.where(ok, 0, -1)
+        if self.policy == "native":
+            # the kubelet's topology manager takes the lowest zone that fits
+            pick = ok.argmax(axis=0)
+            top = np.take_along_axis(score, pick[None, :], axis=0)[0]
+        else:
+            pick = score.argmax(axis=0)
+            top = score.max(axis=0)
+        fits = zs.managed & (top >= 0)
+        n = len(fits)
+        return (
+            np.where(fits, pick, np.full(n, -1, np.int64)),
+            np.where(fits, top, np.full(n, -1, np.int64)),
+            fits,
+        )
+
+    def _zone_sets(
+        self,
+        zs: _Zones,
+        snap: NodeSnapshot,
+        cols: slice | IDX,
+        size: int,
+        undecided: BOOL,
+        best: tuple[I64, I64],
+        combos: list[tuple[int, ...]],
+        ranked: bool,
+    ) -> BOOL:
+        """Every set of `size` zones on the `undecided` nodes: a better-scoring set that
+        fits replaces a node's best (`best`: the choice and its score, updated in place;
+        `combos` gets the sets); the nodes where some set fits."""
+        choice, best_score = best
+        n = len(undecided)
+        found = np.zeros(n, np.bool_)
+        for combo in itertools.combinations(range(snap.numa_z), size):
+            ci = len(combos)
+            combos.append(combo)
+            bits = sum(1 << p for p in combo)
+            ok = undecided & zs.present[combo[-1]]
+            if size > 1:
+                # a set that a socket could hold must not spread over sockets
+                same = (snap.numa_socket_bits[combo[0]][cols] & bits) == bits
+                ok &= same | (size > snap.numa_per_socket[cols])
+                ok &= zs.numeric  # multi-zone sets exist only under the Numeric policy
+            if zs.numa_ids is not None:
+                ids = snap.numa_id[:, cols][list(combo)]
+                want = np.array(sorted(zs.numa_ids), np.int64)[:, None]
+                ok &= (np.sort(ids, axis=0) == want).all(axis=0)
+            rows = list(combo)
+            sum_alloc_c = zs.alloc_c[rows].sum(axis=0)
+            sum_alloc_m = zs.alloc_m[rows].sum(axis=0)
+            if zs.exclusive:
+                ok &= zs.whole[rows].all(axis=0)
+                ok &= (sum_alloc_c >= zs.req_cpu) & (sum_alloc_m >= zs.req_mem)
+                after_c = np.full(n, zs.req_cpu, np.int64)
+                after_m = np.full(n, zs.req_mem, np.int64)
+            else:
+                sum_used_c = zs.used_c[rows].sum(axis=0)
+                sum_used_m = zs.used_m[rows].sum(axis=0)
+                ok &= sum_alloc_c - sum_used_c >= zs.req_cpu
+                ok &= sum_alloc_m - sum_used_m >= zs.req_mem
+                after_c = sum_used_c + zs.req_cpu
+                after_m = sum_used_m + zs.req_mem
+            if not ok.any():
+                continue
+            if ranked:
+                score = self._zone_score(after_c, sum_alloc_c, after_m, sum_alloc_m)
+            else:
+                score = np.zeros(n, np.int64)
+            better = ok & (score > best_score)
+            choice[better] = ci
+            best_score[better] = score[better]
+            found |= ok
+        return found
 
     def _zone_score(self, req_c: I64, alloc_c: I64, req_m: I64, alloc_m: I64) -> I64:
         if self.strategy == "BalancedAllocation":
