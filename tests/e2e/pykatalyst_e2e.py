@@ -108,6 +108,21 @@ def start_agent(
     )
 
 
+def start_scheduler(components: Callable[..., Component]) -> Component:
+    """`katalyst scheduler` (schedulerName katalyst-scheduler, Katalyst's NUMA profile)
+    against the cluster, with its ServiceAccount."""
+    from tests.e2e.conftest import component_kubeconfig
+
+    return components(
+        "scheduler",
+        "scheduler",
+        "--config",
+        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-numa.yaml"),
+        "--kubeconfig",
+        component_kubeconfig("scheduler"),
+    )
+
+
 def start_components(
     components: Callable[..., Component], tmp_path: Path, node: str
 ) -> tuple[Component, Component, Component]:
@@ -116,14 +131,7 @@ def start_components(
     from tests.e2e.conftest import component_kubeconfig
 
     agent = start_agent(components, tmp_path, node)
-    scheduler = components(
-        "scheduler",
-        "scheduler",
-        "--config",
-        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-numa.yaml"),
-        "--kubeconfig",
-        component_kubeconfig("scheduler"),
-    )
+    scheduler = start_scheduler(components)
     controller = components(
         "controller", "controller", "--kubeconfig", component_kubeconfig("controller")
     )

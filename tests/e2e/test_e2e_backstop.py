@@ -12,8 +12,14 @@ from typing import Any
 
 from pykatalyst.api import names
 from pykatalyst.controllers.backstop import BACKSTOP_TAINT
-from tests.e2e.conftest import REPO, Component, Kubectl, LocalNode, component_kubeconfig, wait_until
-from tests.e2e.pykatalyst_e2e import example, fit_to_node, running_pods, start_agent
+from tests.e2e.conftest import Component, Kubectl, LocalNode, component_kubeconfig, wait_until
+from tests.e2e.pykatalyst_e2e import (
+    example,
+    fit_to_node,
+    running_pods,
+    start_agent,
+    start_scheduler,
+)
 
 
 def _backstop_tainted(kubectl: Kubectl, node: str) -> bool:
@@ -35,14 +41,7 @@ def test_silent_agent_taints_then_evicts_within_the_pdb_and_clears_when_back(
 ) -> None:
     node = local_node.name
     agent = start_agent(components, tmp_path, node)
-    components(
-        "scheduler",
-        "scheduler",
-        "--config",
-        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-numa.yaml"),
-        "--kubeconfig",
-        component_kubeconfig("scheduler"),
-    )
+    start_scheduler(components)
     batch: list[str] = []
     for i in range(2):
         pod = fit_to_node(example("reclaimed-normal-pod.yaml")[0], namespace)

@@ -10,8 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from pykatalyst.api import names
-from tests.e2e.conftest import REPO, Component, Kubectl, LocalNode, component_kubeconfig, wait_until
-from tests.e2e.pykatalyst_e2e import example, fit_to_node, running_pods, start_agent
+from tests.e2e.conftest import Component, Kubectl, LocalNode, wait_until
+from tests.e2e.pykatalyst_e2e import (
+    example,
+    fit_to_node,
+    running_pods,
+    start_agent,
+    start_scheduler,
+)
 
 
 def _events_for(kubectl: Kubectl, namespace: str, pod: str) -> list[dict[str, Any]]:
@@ -27,14 +33,7 @@ def test_unreadable_qos_gets_an_event_and_harms_nobody(
     tmp_path: Path,
 ) -> None:
     agent = start_agent(components, tmp_path, local_node.name)
-    scheduler = components(
-        "scheduler",
-        "scheduler",
-        "--config",
-        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-numa.yaml"),
-        "--kubeconfig",
-        component_kubeconfig("scheduler"),
-    )
+    scheduler = start_scheduler(components)
     shared = fit_to_node(example("shared-normal-pod.yaml")[0], namespace)
     # One for pykatalyst's scheduler, one that kube-scheduler places on the agent's node.
     bad_sched = copy.deepcopy(shared)

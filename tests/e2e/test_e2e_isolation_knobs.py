@@ -15,8 +15,14 @@ from typing import Any
 import pytest
 
 from pykatalyst.api import names
-from tests.e2e.conftest import REPO, Component, Kubectl, LocalNode, component_kubeconfig, wait_until
-from tests.e2e.pykatalyst_e2e import example, fit_to_node, running_pods, start_agent
+from tests.e2e.conftest import Component, Kubectl, LocalNode, wait_until
+from tests.e2e.pykatalyst_e2e import (
+    example,
+    fit_to_node,
+    running_pods,
+    start_agent,
+    start_scheduler,
+)
 
 LIMIT = 4 * 2**20  # bytes per second written by each reclaimed container
 
@@ -62,14 +68,7 @@ def test_a_reclaimed_pod_gets_its_levels_disk_limit_and_oom_priority(
         "memory_advisor": {"oom_priority": True},
     }
     start_agent(components, tmp_path, local_node.name, config=config)
-    components(
-        "scheduler",
-        "scheduler",
-        "--config",
-        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-numa.yaml"),
-        "--kubeconfig",
-        component_kubeconfig("scheduler"),
-    )
+    start_scheduler(components)
     batch = fit_to_node(example("reclaimed-normal-pod.yaml")[0], namespace)
     batch["metadata"]["annotations"][names.MEMORY_ENHANCEMENT_ANNOTATION] = json.dumps(
         {"oom_priority": "-50"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pykatalyst.api import names
 from pykatalyst.topology.cpuset import CPUSet
-from tests.e2e.conftest import REPO, Component, Kubectl, LocalNode, component_kubeconfig, wait_until
+from tests.e2e.conftest import Component, Kubectl, LocalNode, wait_until
 from tests.e2e.pykatalyst_e2e import (
     AGENT_CONFIG,
     container_cpus,
@@ -18,6 +18,7 @@ from tests.e2e.pykatalyst_e2e import (
     fit_to_node,
     running_pods,
     start_agent,
+    start_scheduler,
 )
 
 WATCH_S = 130
@@ -32,14 +33,7 @@ def test_cpusets_hold_through_kubelet_housekeeping_a_pod_update_and_a_restart(
     tmp_path: Path,
 ) -> None:
     start_agent(components, tmp_path, local_node.name)
-    components(
-        "scheduler",
-        "scheduler",
-        "--config",
-        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-numa.yaml"),
-        "--kubeconfig",
-        component_kubeconfig("scheduler"),
-    )
+    start_scheduler(components)
     pods = [
         fit_to_node(example("dedicated-normal-pod.yaml")[0], namespace),
         fit_to_node(example("shared-normal-pod.yaml")[0], namespace),

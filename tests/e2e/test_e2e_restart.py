@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from pykatalyst.topology.cpuset import CPUSet
-from tests.e2e.conftest import REPO, Component, Kubectl, LocalNode, component_kubeconfig, wait_until
+from tests.e2e.conftest import Component, Kubectl, LocalNode, wait_until
 from tests.e2e.pykatalyst_e2e import (
     container_cpus,
     example,
     fit_to_node,
     running_pods,
     start_agent,
+    start_scheduler,
 )
 
 KILLS = 10
@@ -44,14 +45,7 @@ def test_kill_9_at_random_moments_moves_no_cpuset_and_leaks_no_cgroup(
     seed = int(os.environ.get("PYKATALYST_E2E_SEED", str(int(time.time()))))
     rng = random.Random(seed)
     agent = start_agent(components, tmp_path, local_node.name)
-    components(
-        "scheduler",
-        "scheduler",
-        "--config",
-        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-numa.yaml"),
-        "--kubeconfig",
-        component_kubeconfig("scheduler"),
-    )
+    start_scheduler(components)
     pods = [fit_to_node(example("dedicated-normal-pod.yaml")[0], namespace)]
     pods.append(fit_to_node(example("shared-normal-pod.yaml")[0], namespace))
     for p in pods:
