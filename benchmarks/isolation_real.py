@@ -406,6 +406,52 @@ def run_delay_ns(tb: CgroupTestbed, uid: str, comm: str) -> int:
     return total
 
 
+SPINNER = r"""
+import os, sys
+os.sched_setaffinity(0, {int(sys.argv[1])})
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+while True:
+    pass
+"""
+
+
+class Waker:
+    """`--keep-awake`: one SCHED_IDLE spinner per cpu, outside the pods, in every mode whose
+    own load leaves the cpus idle (solo, io, net). It runs only when nothing else wants the
+    cpu, and whatever wakes up preempts it at once; what it changes is that no vCPU is ever
+    idle, so the hypervisor never deschedules one between two requests. In the cpu and vm
+    modes the antagonists keep every cpu busy themselves and the spinners are stopped
+    (running, they took about a tenth of the cpus from those antagonists). Their cpu time is
+    taken out of the node's busy share."""
+
+    def __init__(self, ncpu: int, stack: contextlib.ExitStack) -> None:
+        cpus = sorted(os.sched_getaffinity(0))[:ncpu]
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", SPINNER, str(c)], stdin=subprocess.DEVNULL)
+            for c in cpus
+        ]
+        stack.callback(self.close)
+
+    def cpu_s(self) -> float:
+        total = 0
+        for proc in self.procs:
+            with contextlib.suppress(OSError):
+                text = Path(f"/proc/{proc.pid}/stat").read_text()
+                f = text[text.rindex(")") + 2 :].split()
+                total += int(f[11]) + int(f[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def hold(self, stopped: bool) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGSTOP if stopped else signal.SIGCONT)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 def kill_pod(tb: CgroupTestbed, uid: str) -> None:
     """Kill every process of the pod (stress-ng and nginx fork workers), then remove it."""
     pod_dir = tb.base / "cpu" / tb.pod_cgroup(uid)
@@ -452,8 +498,10 @@ class Bench:
         args: argparse.Namespace,
         link: Link,
         disk: Disk | None,
+        waker: Waker | None = None,
     ) -> None:
         self.tb, self.world, self.args, self.link, self.disk = tb, world, args, link, disk
+        self.waker = waker
         self.ncpu = len(os.sched_getaffinity(0))
         self.tmp = Path(tempfile.mkdtemp(prefix="pykatalyst-isoreal-"))
         (self.tmp / "www").mkdir()
@@ -483,6 +531,8 @@ class Bench:
         stress: subprocess.Popen[bytes] | None = None
         sink: subprocess.Popen[bytes] | None = None
         agent_on = how.startswith("agent")
+        if self.waker is not None:
+            self.waker.hold(stopped=kind in ("cpu", "vm"))
         if kind in KINDS:
             self._seq += 1
             name = f"{kind}-{self._seq}"
@@ -519,6 +569,7 @@ class Bench:
         s0, k0, w0 = proc_stat(), kthread_jiffies(), self.link.wire_bytes()
         q0 = self.link.wire_waits()
         d0 = self.disk.bytes_done() if self.disk is not None else 0
+        z0 = self.waker.cpu_s() if self.waker is not None else 0.0
         argv = [sys.executable, "-c", CLIENT, NODE_IP, str(self.args.port), str(self.args.rate)]
         argv = Link.in_ns(self.link.client, [*argv, str(seconds), "16", str(out)])
         client = self.tb.spawn(self.shared, "nginx", argv)
@@ -534,6 +585,8 @@ class Bench:
         r1 = run_delay_ns(self.tb, self.shared, "nginx")
         wall = time.monotonic() - t0
         busy = node_busy(meter, time.monotonic()) or 0.0
+        if self.waker is not None:  # the spinners' time is not load
+            busy = max(0.0, busy - (self.waker.cpu_s() - z0) / (self.ncpu * wall))
         pods_busy = (pods_cpu_s(self.tb) - cpu0) / (self.ncpu * wall)
         split = cpu_split(s0, proc_stat(), k0, kthread_jiffies(), self.ncpu, wall)
         link = (self.link.wire_bytes() - w0) * 8 / (wall * self.link.mbit * 1e6)
@@ -701,6 +754,13 @@ def parse_args() -> argparse.Namespace:
         "(<kind>-agent-cpuonly): what its cpu knobs alone do against them",
     )
     ap.add_argument(
+        "--keep-awake",
+        action="store_true",
+        help="a SCHED_IDLE spinner on every cpu in the modes that leave cpus idle (solo, "
+        "io, net; the cpu and vm antagonists keep them busy themselves): no vCPU idles, so "
+        "a hypervisor's descheduling of idle vCPUs leaves the baseline",
+    )
+    ap.add_argument(
         "--json",
         type=Path,
         metavar="FILE",
@@ -762,7 +822,9 @@ def main() -> int:
         netcls = net_cls_mount(stack) if "net" in args.kind_list else None
         print(
             f"cpus: {os.cpu_count()}  rate {args.rate:.0f} req/s  {args.seconds:.0f} s per run  "
-            f"{args.rounds} rounds  kinds: {', '.join(args.kind_list)}  (from {ROOT.name})\n"
+            f"{args.rounds} rounds  kinds: {', '.join(args.kind_list)}  (from {ROOT.name})"
+            + ("  vCPUs kept awake (SCHED_IDLE spinners)" if args.keep_awake else "")
+            + "\n"
             f"link {args.link_mbit:.0f} Mbit/s through {link.queue}"
             + (f"; antagonist disk {disk.dev} ({disk.majmin}, {disk.scheduler})" if disk else "")
         )
@@ -773,7 +835,8 @@ def main() -> int:
             driver="cgroupfs", kubepods=tb.kubepods, net_shaper=NetShaper(netns=link.node)
         )
         world = AgentWorld(tb, overlap=True, idle_root=True, host=host)
-        bench = Bench(tb, world, args, link, disk)
+        waker = Waker(len(os.sched_getaffinity(0)), stack) if args.keep_awake else None
+        bench = Bench(tb, world, args, link, disk, waker)
         stack.callback(bench.close)
         for _ in range(args.rounds):
             for mode in modes:

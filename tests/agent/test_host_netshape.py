@@ -83,6 +83,27 @@ def test_a_cgroup_path_that_would_break_the_rules_is_refused() -> None:
         nft_script(s)
 
 
+def test_forwarded_traffic_is_matched_by_source_in_a_forward_chain() -> None:
+    matches = (NetMatch(0x10040, source="10.4.0.9"), NetMatch(0x10030, source="fd00::7"))
+    text = nft_script(NetShape("eth0", 1000, 0x10030, shape().classes, matches))
+    chain = text[text.index("chain forwarded") :]
+    assert "type filter hook forward priority 0; policy accept;" in chain
+    assert "ip saddr 10.4.0.9 meta priority set 1:40" in chain
+    assert "ip6 saddr fd00::7 meta priority set 1:30" in chain
+    assert "saddr" not in text[: text.index("chain forwarded")]
+
+
+def test_no_forward_chain_without_pods_in_their_own_namespace() -> None:
+    assert "forward" not in nft_script(shape())
+
+
+@pytest.mark.parametrize("bad", ["10.4.0.9; accept", "10.4.0.300", "", "eth0"])
+def test_a_source_that_is_not_an_address_is_refused(bad: str) -> None:
+    s = NetShape("eth0", 1000, 0x10030, shape().classes, (NetMatch(0x10040, source=bad),))
+    with pytest.raises(ValueError, match="is not an IPv4 or IPv6 address"):
+        nft_script(s)
+
+
 class Recorder:
     def __init__(self, fail: dict[str, int] | None = None) -> None:
         self.calls: list[tuple[list[str], str | None]] = []

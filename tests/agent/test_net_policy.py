@@ -159,10 +159,11 @@ class Node:
         )
 
     def pod(self, name: str, **kw: Any) -> str:
-        uid = str(
-            self.cluster.create(names.POD, pod_json(name, **kw), "default")["metadata"]["uid"]
-        )
-        self.host.add_pod(uid, qos_class="besteffort" if "level" in kw else "burstable")
+        return self.pod_from(pod_json(name, **kw), "besteffort" if "level" in kw else "burstable")
+
+    def pod_from(self, obj: dict[str, Any], qos_class: str) -> str:
+        uid = str(self.cluster.create(names.POD, obj, "default")["metadata"]["uid"])
+        self.host.add_pod(uid, qos_class=qos_class)
         return uid
 
     def tick(self) -> list[str]:
@@ -215,3 +216,107 @@ def test_agent_removes_its_shaping_when_network_qos_is_turned_off() -> None:
     count = len(n.host.net_shapes)
     n.tick()
     assert len(n.host.net_shapes) == count
+
+
+# -- pods in network namespaces of their own -------------------------------------------------
+
+WEB_NS = NetPod("default/web2", names.QOS_SHARED_CORES, ("kubepods/burstable/podx",), ("10.4.0.7",))
+BATCH_NS = NetPod(
+    "default/batch2",
+    names.QOS_RECLAIMED_CORES,
+    ("kubepods/besteffort/pody",),
+    ("10.4.0.9", "fd00::9"),
+)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_pods_in_their_own_namespace_are_matched_by_their_addresses(version: int) -> None:
+    plan = decide(net(), [WEB_NS, BATCH_NS], version)
+    assert plan.shape is not None
+    by_source = {m.source: m.classid for m in plan.shape.matches if m.source is not None}
+    assert by_source == {"10.4.0.7": 0x10030, "10.4.0.9": 0x10040, "fd00::9": 0x10040}
+    assert plan.terms["addresses_by_level"][names.QOS_RECLAIMED_CORES] == 2
+    # what such a pod sends on the host's network is still classified by its cgroup
+    if version == 1:
+        assert plan.knobs["kubepods/besteffort/pody"] == {Knob.NET_CLS_CLASSID: 0x10040}
+    else:
+        assert NetMatch(0x10040, "kubepods/besteffort/pody") in plan.shape.matches
+
+
+def test_a_pod_known_only_by_its_address_is_classified() -> None:
+    plan = decide(net(), [NetPod("default/x", names.QOS_RECLAIMED_CORES, (), ("10.4.0.3",))], 2)
+    assert plan.shape is not None
+    assert plan.shape.matches == (NetMatch(0x10040, source="10.4.0.3"),)
+
+
+def test_an_address_two_pods_claim_goes_to_the_more_protected_class() -> None:
+    # the old pod still listed while the new one has its address already
+    going = NetPod("default/old", names.QOS_RECLAIMED_CORES, (), ("10.4.0.5",))
+    coming = NetPod("default/new", names.QOS_SHARED_CORES, (), ("10.4.0.5",))
+    for pods in ([going, coming], [coming, going]):
+        plan = decide(net(), pods, 2)
+        assert plan.shape is not None
+        assert [m for m in plan.shape.matches if m.source] == [NetMatch(0x10030, source="10.4.0.5")]
+
+
+def status_pod(n: Node, name: str, status: dict[str, Any], **kw: Any) -> str:
+    host_network = kw.pop("host_network", False)
+    obj: dict[str, Any] = pod_json(name, **kw)
+    obj["spec"]["hostNetwork"] = host_network
+    uid = n.pod_from(obj, "besteffort" if "level" in kw else "burstable")
+    cur = n.cluster.get(names.POD, name, "default")
+    n.cluster.update_status(names.POD, {**cur, "status": {**cur.get("status", {}), **status}})
+    return uid
+
+
+def test_agent_matches_pods_in_their_own_namespace_by_address_and_skips_bad_ones() -> None:
+    n = Node(ON, version=2)
+    reclaimed = {"level": "reclaimed_cores", "cpu": None, "memory": None, "reclaimed_cpu": "1k"}
+    status_pod(n, "batch", {"podIP": "10.4.0.9", "podIPs": [{"ip": "10.4.0.9"}]}, **reclaimed)
+    # the node's own address: a host-network pod is classified by its cgroup only
+    status_pod(n, "hostnet", {"podIP": "192.168.1.2"}, host_network=True, cpu="1")
+    # what is not an address is left out, the rest still applies (an API server refuses
+    # such a status; the agent does not count on it)
+    bad = ["10.4.0.10; drop", "10.4.0.300", '"', ""]
+    status_pod(n, "web", {"podIPs": [{"ip": b} for b in bad] + [{"ip": "fd00::0:7"}]}, cpu="1")
+    assert n.tick() == []
+    shape = n.host.net_shapes[-1]
+    assert shape is not None
+    by_source = {m.source: m.classid for m in shape.matches if m.source is not None}
+    assert by_source == {"10.4.0.9": 0x10040, "fd00::7": 0x10030}
+
+
+ADDRESS_TEXT = st.one_of(
+    st.ip_addresses().map(str),
+    st.text(alphabet=st.sampled_from('0123456789abcdef.:;"\\ \n/x'), max_size=40),
+)
+
+
+@given(st.lists(ADDRESS_TEXT, max_size=6), st.booleans())
+def test_only_canonical_addresses_reach_the_rules_whatever_the_status_says(
+    ips: list[str], host_network: bool
+) -> None:
+    import contextlib
+    import ipaddress
+
+    from pykatalyst.agent.host.netshape import nft_script
+    from pykatalyst.agent.state import parse_pod
+
+    obj: dict[str, Any] = pod_json("p", level="reclaimed_cores", cpu=None, memory=None)
+    obj["metadata"]["uid"], obj["metadata"]["resourceVersion"] = "u", "1"
+    obj["spec"]["hostNetwork"] = host_network
+    obj["status"] = {"podIPs": [{"ip": ip} for ip in ips]}
+    addrs = parse_pod(obj).addresses
+    if host_network:
+        assert addrs == ()
+    valid = []
+    for ip in ips:
+        with contextlib.suppress(ValueError):
+            valid.append(str(ipaddress.ip_address(ip)))
+    if not host_network:
+        assert addrs == tuple(dict.fromkeys(valid))
+    plan = decide(net(), [NetPod("default/p", names.QOS_RECLAIMED_CORES, (), addrs)], 2)
+    assert plan.shape is not None
+    script = nft_script(plan.shape)  # never refuses what the pod parser let through
+    for a in addrs:
+        assert f"saddr {a} meta priority set 1:40" in script

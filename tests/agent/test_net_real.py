@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from pykatalyst.api import names
 LINK_MBIT = 40
 SECONDS = 3.0
 TX_IP, RX_IP = "10.231.77.1", "10.231.77.2"  # inside this test's own namespaces only
+POD_NET = "10.231.77.64/26"  # pods in network namespaces of their own, behind the node
 
 RECEIVER = r"""
 import socket, sys, time
@@ -100,6 +101,7 @@ class Rig:
     rx: str
     hierarchy: Path  # where the senders' cgroups are: the unified root, or net_cls's (v1)
     cgroups: dict[str, str]  # level -> cgroup path relative to `hierarchy`
+    netns: dict[str, str] = field(default_factory=dict)  # level -> the sender's, else tx
 
     @property
     def _in_rx(self) -> list[str]:
@@ -125,10 +127,9 @@ class Rig:
             procs_file = self.hierarchy / self.cgroups[level] / "cgroup.procs"
             script = f'echo $$ > {procs_file} && exec "$0" "$@"'
             argv = [sys.executable, "-c", SENDER, RX_IP, str(5201 + i), str(SECONDS + 3.0)]
+            ns = self.netns.get(level, self.tx)
             procs.append(
-                subprocess.Popen(
-                    ["nsenter", f"--net=/run/netns/{self.tx}", "sh", "-c", script, *argv]
-                )
+                subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "sh", "-c", script, *argv])
             )
         out = {}
         for level, p in receivers.items():
@@ -178,6 +179,7 @@ def _setup(r: Rig, tag: str) -> Iterator[Rig]:
     for cg in r.cgroups.values():
         (r.hierarchy / cg).mkdir(parents=True)
     r.cgroups["device"] = vt
+    r.run("ip", "-n", r.rx, "route", "add", POD_NET, "via", TX_IP)
     yield r
 
 
@@ -310,3 +312,39 @@ def test_reclaimed_traffic_yields_to_shared_traffic_v1(rig: Rig) -> None:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["classid"] == str(0x10040)  # Katalyst's knob, as the agent writes it
     _check(result)
+
+
+def _pod_namespaces(r: Rig, tag: str) -> dict[str, str]:
+    """A network namespace per level, as a CNI gives a pod: a veth pair into the node (tx),
+    an address of the pod's own, its default route through the node, which forwards."""
+    out = {}
+    r.run("ip", "netns", "exec", r.tx, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    for i, level in enumerate((names.QOS_SHARED_CORES, names.QOS_RECLAIMED_CORES)):
+        ns, node_end, pod_end = f"{r.tx}-p{i}", f"v{tag}n{i}", f"v{tag}p{i}"
+        gw, ip = f"10.231.77.{65 + 4 * i}", f"10.231.77.{66 + 4 * i}"
+        r.run("ip", "netns", "add", ns)
+        r.netns[level] = ns
+        r.run("ip", "link", "add", node_end, "netns", r.tx, "type", "veth", "peer", "name", pod_end)
+        r.run("ip", "link", "set", pod_end, "netns", ns)
+        r.run("ip", "-n", r.tx, "addr", "add", f"{gw}/30", "dev", node_end)
+        r.run("ip", "-n", ns, "addr", "add", f"{ip}/30", "dev", pod_end)
+        for netns, dev in ((r.tx, node_end), (ns, pod_end), (ns, "lo")):
+            r.run("ip", "-n", netns, "link", "set", dev, "up")
+        r.run("ip", "-n", ns, "route", "add", "default", "via", gw)
+        out[level] = ip
+    return out
+
+
+def test_traffic_from_pods_in_their_own_namespaces_is_classified_by_address(rig: Rig) -> None:
+    """What a CNI's pods send reaches the node's device forwarded, without its socket: the
+    agent classifies it by the pods' addresses (status.podIPs), not their cgroups."""
+    addresses = _pod_namespaces(rig, rig.tx.rsplit("-", 1)[-1])
+    try:
+        cfg = NetworkConfig(enabled=True, device=rig.cgroups["device"], link_mbit=LINK_MBIT)
+        pods = [NetPod(lv, lv, (), (addr,)) for lv, addr in addresses.items()]
+        plan = decide(cfg, pods, cgroup_version=2)
+        assert NetShaper(netns=rig.tx).apply(plan.shape).ok
+        _check(_measure(rig))
+    finally:
+        for ns in rig.netns.values():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)

@@ -544,9 +544,9 @@ class Agent:
         pods = []
         for uid, s in valid.items():
             pc = inp.cgroups.get(uid)
-            if pc is not None:
-                cgs = (pc.cgroup, *(c.cgroup for c in pc.containers))
-                pods.append(net_policy.NetPod(s.key, s.level, cgs))
+            cgs = () if pc is None else (pc.cgroup, *(c.cgroup for c in pc.containers))
+            if cgs or s.addresses:
+                pods.append(net_policy.NetPod(s.key, s.level, cgs, s.addresses))
         plan = net_policy.decide(cfg, pods, self.facts.cgroup_version)
         for cg, knobs in plan.knobs.items():
             desired[cg] = {**desired.get(cg, {}), **knobs}

@@ -8,10 +8,14 @@ borrowing up to ``ceil_ratio`` of it, levels with a lower ``prio`` borrowing fir
 the defaults shared and dedicated traffic keeps its guaranteed rate and takes what it
 needs of the rest before reclaimed traffic, which still gets 5 % when the link is full.
 
-Pods' sockets are classified by cgroup:
+Pods on the host's network are classified by their sockets' cgroup:
 - cgroup v1: ``net_cls.classid`` = the level's class id on the pod's cgroup and each of
   its containers' (a knob, written by the enforcer), and one rule per level matching it;
 - cgroup v2 (no net_cls): one rule per pod matching its cgroup subtree.
+A pod in a network namespace of its own reaches the device forwarded, its socket left
+behind in its namespace: its packets are classified by their source, one rule per
+address of the pod (and its cgroups get the class id as well, for what it sends on the
+host's network).
 
 `decide` is pure; the host applies the shape (`Host.apply_net`).
 """
@@ -39,6 +43,7 @@ class NetPod:
     key: str
     level: str
     cgroups: tuple[str, ...]
+    addresses: tuple[str, ...] = ()  # its own network namespace's (none: host network)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +83,25 @@ def decide(cfg: NetworkConfig, pods: Sequence[NetPod], cgroup_version: int) -> N
     knobs: dict[str, dict[Knob, KnobValue]] = {}
     matches: list[NetMatch] = []
     counts: dict[str, int] = {}
+    # address -> (prio, classid): an address two pods claim (one going, one coming) goes
+    # to the more protected class
+    sources: dict[str, tuple[int, int]] = {}
     for pod in pods:
         classid = ids.get(pod.level)
-        if classid is None or not pod.cgroups:
+        if classid is None or not (pod.cgroups or pod.addresses):
             continue
         counts[pod.level] = counts.get(pod.level, 0) + 1
+        here = (cfg.levels[pod.level].prio, classid)
+        for addr in pod.addresses:
+            sources[addr] = min(sources.get(addr, here), here)
         if cgroup_version == 1:
             for cg in pod.cgroups:
                 knobs[cg] = {Knob.NET_CLS_CLASSID: classid}
-        else:
+        elif pod.cgroups:
             matches.append(NetMatch(classid, pod.cgroups[0]))
     if cgroup_version == 1:
         matches = [NetMatch(c) for c in sorted(set(ids.values()))]
+    matches += [NetMatch(cid, source=addr) for addr, (_, cid) in sorted(sources.items())]
     cls = classes(cfg)
     shape = NetShape(cfg.device, capacity_bps(cfg), ids[cfg.default_level], cls, tuple(matches))
     terms = {
@@ -104,5 +116,9 @@ def decide(cfg: NetworkConfig, pods: Sequence[NetPod], cgroup_version: int) -> N
         },
         "pods_by_level": counts,
         "match": "net_cls.classid" if cgroup_version == 1 else "socket cgroup (v2)",
+        "forwarded_match": "source address (pods in their own network namespace)",
+        "addresses_by_level": {
+            lv: sum(1 for _, c in sources.values() if c == cid) for lv, cid in ids.items()
+        },
     }
     return NetPlan(shape, knobs, terms)

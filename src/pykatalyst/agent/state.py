@@ -9,6 +9,7 @@ loop runs every few seconds over every pod, and a pod changes far less often tha
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +50,10 @@ class PodSpec(DigestView):
     containers: tuple[ContainerSpec, ...]
     started_at: float | None  # status.startTime, else creationTimestamp
     created_key: tuple[float, str]  # placement order for dedicated pods
+    # The pod's own network namespace's addresses (status.podIPs), canonical; none for a
+    # host-network pod, whose sockets are the node's. Strings that are not an address are
+    # left out (the network policy classifies forwarded traffic by these).
+    addresses: tuple[str, ...] = ()
     # Read off the digest once: the tick reads them for every pod, many times over.
     qos: PodQoS | None = field(init=False)  # None when the agent leaves the pod alone
     level: str = field(init=False)
@@ -117,6 +122,20 @@ def _containers(pod: Pod) -> tuple[ContainerSpec, ...]:
     return tuple(out)
 
 
+def pod_addresses(pod: Pod) -> tuple[str, ...]:
+    """The pod's own addresses in canonical form (none on the host's network); what the
+    status says that is not an IPv4 or IPv6 address is left out."""
+    if pod.host_network:
+        return ()
+    out: list[str] = []
+    for text in pod.pod_ips():
+        try:
+            out.append(str(ipaddress.ip_address(text)))
+        except ValueError:
+            continue
+    return tuple(dict.fromkeys(out))
+
+
 def parse_pod(obj: JSON, digest: PodDigest | None = None) -> PodSpec:
     """The agent's view of one pod over its digest (`digest_pod(obj)` unless given); a
     problem with the pod is recorded in `error`, never raised."""
@@ -139,6 +158,7 @@ def parse_pod(obj: JSON, digest: PodDigest | None = None) -> PodSpec:
         containers,
         started if started is not None else created,
         (created if created is not None else math.inf, d.key),
+        pod_addresses(pod),
     )
 
 

@@ -258,6 +258,17 @@ class Pod(KubeObject):
     def is_terminated(self) -> bool:
         return self.phase in TERMINAL_PHASES
 
+    @property
+    def host_network(self) -> bool:
+        return self.spec.get("hostNetwork") is True
+
+    def pod_ips(self) -> list[str]:
+        """The addresses the status gives the pod (`podIPs`, else `podIP`), as written:
+        unchecked strings, in order, without repeats."""
+        ips = [e.get("ip") for e in _list(self.status.get("podIPs")) if isinstance(e, dict)]
+        ips.append(self.status.get("podIP"))
+        return list(dict.fromkeys(ip for ip in ips if isinstance(ip, str) and ip))
+
     def containers(self) -> list[Container]:
         return [Container(c) for c in _list(self.spec.get("containers")) if isinstance(c, dict)]
 

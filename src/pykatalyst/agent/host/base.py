@@ -237,12 +237,14 @@ class NetClass:
 
 @dataclass(frozen=True, slots=True)
 class NetMatch:
-    """Sockets whose traffic goes to class `classid`: those of the cgroup-v2 `cgroup` and
-    below (a path relative to the unified hierarchy), or, when `cgroup` is None, those whose
-    net_cls class id (cgroup v1) is `classid`."""
+    """Traffic that goes to class `classid`: with `source`, packets the node forwards from
+    that address (a pod in a network namespace of its own); else sockets of the cgroup-v2
+    `cgroup` and below (a path relative to the unified hierarchy), or, when `cgroup` is
+    None too, sockets whose net_cls class id (cgroup v1) is `classid`."""
 
     classid: int
     cgroup: str | None = None
+    source: str | None = None  # an IPv4 or IPv6 address
 
 
 @dataclass(frozen=True, slots=True)

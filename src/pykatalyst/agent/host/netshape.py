@@ -6,7 +6,9 @@ without a tc filter: HTB sends a packet whose priority (``skb->priority``) names
 classes straight to that class, and an nftables ``output`` rule sets the priority from the
 sending socket — from its net_cls class id on cgroup v1 (``meta cgroup``), from its cgroup
 on v2 (``socket cgroupv2``). This works on kernels built without the cgroup tc classifier
-(``cls_cgroup``), which many are.
+(``cls_cgroup``), which many are. Packets the node forwards (from pods in network
+namespaces of their own) carry no socket: a ``forward`` rule sets their priority from their
+source address.
 
 nft resolves a ``socket cgroupv2`` path under /sys/fs/cgroup when it loads the rules; where
 the unified hierarchy is mounted elsewhere (hybrid v1 machines: /sys/fs/cgroup/unified) the
@@ -14,12 +16,13 @@ command runs in a private mount namespace with that hierarchy bound over /sys/fs
 Rules are loaded as one nft transaction (the table is replaced whole), and a rule for a cgroup
 that no longer exists fails the transaction: the agent retries on its next tick.
 
-Only traffic sent from sockets in the network namespace where the rules live is classified:
-host-network pods on the node's device, or every socket of a namespace the caller names.
+Traffic is classified in the network namespace where the rules live: sent by its sockets
+(host-network pods on the node's device), or forwarded by it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -80,6 +83,13 @@ def tc_remove_commands(device: str) -> list[list[str]]:
 
 def _rule(m: NetMatch) -> str:
     prio = tc_handle(m.classid)
+    if m.source is not None:
+        try:
+            addr = ipaddress.ip_address(m.source)
+        except ValueError:
+            raise ValueError(f"source {m.source!r} is not an IPv4 or IPv6 address") from None
+        family = "ip" if addr.version == 4 else "ip6"
+        return f"{family} saddr {addr} meta priority set {prio}"
     if m.cgroup is None:
         return f"meta cgroup {m.classid:#x} meta priority set {prio}"
     path = m.cgroup.strip("/")
@@ -94,16 +104,29 @@ def nft_script(shape: NetShape | None) -> str:
     head = [f"table inet {NFT_TABLE}", f"delete table inet {NFT_TABLE}"]
     if shape is None:
         return "\n".join(head) + "\n"
+    unique = dict.fromkeys(shape.matches)
     matches = sorted(
-        dict.fromkeys(shape.matches),
+        (m for m in unique if m.source is None),
         key=lambda m: (-1 if m.cgroup is None else m.cgroup.count("/"), m.cgroup or "", m.classid),
     )
+    # one rule per address; were an address listed twice, the last rule would count
+    forwarded = sorted((m for m in unique if m.source is not None), key=lambda m: m.classid)
     body = [
         f"table inet {NFT_TABLE} {{",
         "  chain egress {",
         "    type filter hook output priority 0; policy accept;",
         *(f"    {_rule(m)}" for m in matches),
         "  }",
+        *(
+            [
+                "  chain forwarded {",
+                "    type filter hook forward priority 0; policy accept;",
+                *(f"    {_rule(m)}" for m in forwarded),
+                "  }",
+            ]
+            if forwarded
+            else []
+        ),
         "}",
     ]
     return "\n".join(head + body) + "\n"
