@@ -311,3 +311,36 @@ def test_a_knob_this_kernel_lacks_is_reported_once_and_the_rest_applies(
     else:  # a kernel built without io.latency (Debian's): said, not failed
         assert Knob.IO_LATENCY in report.unsupported
         assert not [f for f in report.failed if not f.unsupported]
+
+
+def test_the_agent_runs_its_pools_on_the_unified_hierarchy(testbed: CgroupTestbed) -> None:
+    """The whole agent, not single knobs: it finds the pods in the v2 tree, sizes its pools
+    and writes them, the reclaimed root idle and capped by cpu.max, with no write refused."""
+    from tests.agent.inmemory_host import reclaiming
+    from tests.agent.test_cgroup_real_v1 import RECLAIMED_POD, _AgentOnTestbed
+
+    config = reclaiming(
+        {
+            "cpu": {"overlap_reclaim_with_share": True, "ramp_up_period_s": 0},
+            "reclaimed_root_quota": True,
+            "reclaimed_root_cpu_idle": True,
+            "checkpoint_path": None,
+        }
+    )
+    world = _AgentOnTestbed(testbed, config)
+    web = world.pod("web", "burstable", cpu="1")
+    batch = world.pod("batch", "besteffort", **RECLAIMED_POD)
+    web_proc = testbed.spawn(web, "app", SLEEP)
+    batch_proc = testbed.spawn(batch, "app", [sys.executable, "-c", "while True: pass"])
+    plan = world.run()
+    assert plan.enforce.get("failed", 0) == 0, plan.warnings
+    reclaim, share = plan.pool(names.POOL_RECLAIM), plan.pool(names.POOL_SHARE)
+    assert reclaim is not None and share is not None
+    assert _allowed_cpus(web_proc.pid) == share.cpuset
+    assert _allowed_cpus(batch_proc.pid) == reclaim.cpuset
+    root = f"{testbed.kubepods}/besteffort"
+    assert testbed.read(root, "cpu.idle") == "1"
+    size = reclaim.terms["reclaimed_cores_size"]
+    assert testbed.read(root, "cpu.max") == f"{size * 100_000} 100000"
+    # the reclaimed pod held to its reclaimed_memory
+    assert testbed.read(testbed.pod_cgroup(batch), "memory.max") == str(256 * MIB)
