@@ -7,9 +7,6 @@ device is the disk. The io settings come from an agent configuration through
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,6 +22,7 @@ from pykatalyst.agent.io_policy import decide_io
 from pykatalyst.agent.memory_policy import oom_score_adj
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import RealClock
+from tests.fixtures import cgroup_testbed as testbeds
 from tests.fixtures.cgroup_testbed import CgroupTestbed, testbed_unavailable_reason
 
 pytestmark = pytest.mark.cgroup
@@ -56,29 +54,10 @@ def testbed() -> Iterator[CgroupTestbed]:
 @pytest.fixture
 def loop_device() -> Iterator[tuple[str, str]]:
     """A 32 MiB file-backed loop device: (its /dev path, MAJ:MIN)."""
-    if not Path("/dev/loop-control").exists():
-        pytest.skip("no /dev/loop-control: loop devices unavailable here")
-    with tempfile.NamedTemporaryFile(prefix="pykatalyst-loop-", delete=False) as f:
-        f.truncate(32 * MIB)
-        backing = f.name
-    try:
-        out = subprocess.run(
-            ["losetup", "--find", "--show", backing],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if out.returncode != 0:
-            pytest.skip(f"losetup cannot attach a loop device: {out.stderr.strip()}")
-        dev = out.stdout.strip()
-        try:
-            rdev = os.stat(dev).st_rdev
-            yield dev, f"{os.major(rdev)}:{os.minor(rdev)}"
-        finally:
-            subprocess.run(["losetup", "--detach", dev], timeout=30, check=False)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(backing)
+    with testbeds.loop_device(32) as dev:
+        if isinstance(dev, str):
+            pytest.skip(dev)
+        yield dev
 
 
 def _dd_seconds(tb: CgroupTestbed, uid: str, container: str, dev: str) -> float:

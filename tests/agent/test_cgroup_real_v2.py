@@ -11,8 +11,6 @@ in a guest that boots a kernel with only v2.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import subprocess
 import sys
 import tempfile
@@ -55,26 +53,10 @@ def testbed() -> Iterator[CgroupTestbed]:
 @pytest.fixture
 def loop_device() -> Iterator[tuple[str, str]]:
     """A 48 MiB file-backed loop device: (its /dev path, MAJ:MIN)."""
-    if not Path("/dev/loop-control").exists():
-        pytest.skip("no /dev/loop-control: loop devices unavailable here")
-    with tempfile.NamedTemporaryFile(prefix="pykatalyst-loop-", delete=False) as f:
-        f.truncate(48 * MIB)
-        backing = f.name
-    try:
-        out = subprocess.run(
-            ["losetup", "--find", "--show", backing], capture_output=True, text=True, timeout=60
-        )
-        if out.returncode != 0:
-            pytest.skip(f"losetup cannot attach a loop device: {out.stderr.strip()}")
-        dev = out.stdout.strip()
-        try:
-            rdev = os.stat(dev).st_rdev
-            yield dev, f"{os.major(rdev)}:{os.minor(rdev)}"
-        finally:
-            subprocess.run(["losetup", "--detach", dev], timeout=60, check=False)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(backing)
+    with testbeds.loop_device(48) as dev:
+        if isinstance(dev, str):
+            pytest.skip(dev)
+        yield dev
 
 
 def _allowed_cpus(pid: int) -> CPUSet:
