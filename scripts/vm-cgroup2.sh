@@ -14,7 +14,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE="${PYKATALYST_CACHE:-$HOME/.cache/pykatalyst}/vm"
-KPKG="${PYKATALYST_VM_KERNEL:-linux-image-6.1.0-57-amd64}"
+KPKG="${PYKATALYST_VM_KERNEL:-}"  # a Debian kernel package; default: the one built last,
+                                  # else the one linux-image-amd64 depends on today
 CMD="${1:-.venv/bin/python -m pytest -p no:cacheprovider -q -rs tests/agent/test_cgroup_real_v2.py}"
 MODULES=(virtio_pci 9pnet_virtio 9p loop bfq crc32c_generic ext4)
 
@@ -28,10 +29,27 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 DEPMOD=$(command -v depmod || echo /usr/sbin/depmod)
 
+current_kernel() {
+  apt-cache depends linux-image-amd64 2>/dev/null |
+    sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\)$/\1/p' | head -1
+  true
+}
+if [ -z "$KPKG" ]; then
+  built=$(ls -d "$CACHE"/linux-image-*/initrd.cpio 2>/dev/null | head -1 || true)
+  if [ -n "$built" ]; then
+    KPKG=$(basename "$(dirname "$built")")
+  else
+    KPKG=$(current_kernel)
+    [ -n "$KPKG" ] || { apt-get update -qq >/dev/null; KPKG=$(current_kernel); }
+    [ -n "$KPKG" ] || { echo "vm-cgroup2: apt knows no linux-image-amd64 kernel" >&2; exit 1; }
+  fi
+fi
+
 K="$CACHE/$KPKG"
 if [ ! -f "$K/initrd.cpio" ]; then
   rm -rf "$K" && mkdir -p "$K/pkg" "$K/initrd/bin" "$K/initrd/mods"
-  (cd "$K" && apt-get download "$KPKG" >/dev/null 2>&1)
+  (cd "$K" && apt-get download "$KPKG" >/dev/null 2>&1) ||
+    { echo "vm-cgroup2: apt-get download $KPKG failed" >&2; exit 1; }
   dpkg-deb -x "$K"/"$KPKG"_*.deb "$K/pkg"
   ver="${KPKG#linux-image-}"
   "$DEPMOD" -b "$K/pkg" "$ver"
