@@ -22,7 +22,6 @@ from pykatalyst.agent.io_policy import decide_io
 from pykatalyst.agent.memory_policy import oom_score_adj
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import RealClock
-from tests.fixtures import cgroup_testbed as testbeds
 from tests.fixtures.cgroup_testbed import CgroupTestbed, testbed_unavailable_reason
 
 pytestmark = pytest.mark.cgroup
@@ -49,15 +48,6 @@ def testbed() -> Iterator[CgroupTestbed]:
         yield tb
     finally:
         tb.close()
-
-
-@pytest.fixture
-def loop_device() -> Iterator[tuple[str, str]]:
-    """A 32 MiB file-backed loop device: (its /dev path, MAJ:MIN)."""
-    with testbeds.loop_device(32) as dev:
-        if isinstance(dev, str):
-            pytest.skip(dev)
-        yield dev
 
 
 def _dd_seconds(tb: CgroupTestbed, uid: str, container: str, dev: str) -> float:

@@ -290,6 +290,13 @@ class _AgentOnTestbed:
         return plan
 
 
+# the agent with overlapping pools, the reclaimed root SCHED_IDLE and capped by a quota
+OVERLAP_IDLE_ROOT = {
+    "cpu": {"overlap_reclaim_with_share": True, "ramp_up_period_s": 0},
+    "reclaimed_root_quota": True,
+    "reclaimed_root_cpu_idle": True,
+    "checkpoint_path": None,
+}
 RECLAIMED_POD = {
     "level": "reclaimed_cores",
     "cpu": None,
@@ -343,14 +350,7 @@ def test_agent_confines_sandboxes_and_containers_without_ebusy(testbed: CgroupTe
 
 def test_agent_overlap_mode_and_root_quota_on_the_real_hierarchy(testbed: CgroupTestbed) -> None:
     cpus = _all_cpus()
-    config = reclaiming(
-        {
-            "cpu": {"overlap_reclaim_with_share": True, "ramp_up_period_s": 0},
-            "reclaimed_root_quota": True,
-            "reclaimed_root_cpu_idle": True,
-            "checkpoint_path": None,
-        }
-    )
+    config = reclaiming(OVERLAP_IDLE_ROOT)
     world = _AgentOnTestbed(testbed, config)
     web = world.pod("web", "burstable", cpu="1")
     batch = world.pod("batch", "besteffort", **RECLAIMED_POD)

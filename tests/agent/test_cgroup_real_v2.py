@@ -16,7 +16,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -28,6 +27,7 @@ from pykatalyst.agent.io_policy import decide_io
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.topology.cpuset import CPUSet
+from tests.agent.test_cgroup_real_v1 import _allowed_cpus
 from tests.fixtures import cgroup_testbed as testbeds
 from tests.fixtures.cgroup_testbed import CgroupTestbed
 
@@ -48,22 +48,6 @@ def testbed() -> Iterator[CgroupTestbed]:
         yield tb
     finally:
         tb.close()
-
-
-@pytest.fixture
-def loop_device() -> Iterator[tuple[str, str]]:
-    """A 48 MiB file-backed loop device: (its /dev path, MAJ:MIN)."""
-    with testbeds.loop_device(48) as dev:
-        if isinstance(dev, str):
-            pytest.skip(dev)
-        yield dev
-
-
-def _allowed_cpus(pid: int) -> CPUSet:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            return CPUSet.parse(line.split(":", 1)[1])
-    raise AssertionError(f"no Cpus_allowed_list for pid {pid}")
 
 
 def _pods(tb: CgroupTestbed) -> None:
@@ -299,16 +283,9 @@ def test_the_agent_runs_its_pools_on_the_unified_hierarchy(testbed: CgroupTestbe
     """The whole agent, not single knobs: it finds the pods in the v2 tree, sizes its pools
     and writes them, the reclaimed root idle and capped by cpu.max, with no write refused."""
     from tests.agent.inmemory_host import reclaiming
-    from tests.agent.test_cgroup_real_v1 import RECLAIMED_POD, _AgentOnTestbed
+    from tests.agent.test_cgroup_real_v1 import OVERLAP_IDLE_ROOT, RECLAIMED_POD, _AgentOnTestbed
 
-    config = reclaiming(
-        {
-            "cpu": {"overlap_reclaim_with_share": True, "ramp_up_period_s": 0},
-            "reclaimed_root_quota": True,
-            "reclaimed_root_cpu_idle": True,
-            "checkpoint_path": None,
-        }
-    )
+    config = reclaiming(OVERLAP_IDLE_ROOT)
     world = _AgentOnTestbed(testbed, config)
     web = world.pod("web", "burstable", cpu="1")
     batch = world.pod("batch", "besteffort", **RECLAIMED_POD)
