@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from pykatalyst.cli.main import app
-from tests.sim.conftest import tiny
+from tests.sim.conftest import KATALYST, tiny
 
 runner = CliRunner()
 
@@ -41,3 +41,29 @@ def test_demo_is_offered() -> None:
     result = runner.invoke(app, ["demo", "--help"])
     assert result.exit_code == 0
     assert "--out" in result.output
+
+
+def test_a_katalyst_policy_with_reclaim_off_is_warned_about(tmp_path: Path) -> None:
+    """Katalyst's default (reclaim off) runs no batch at all: the user is told before the
+    run, and the report says it too."""
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(tiny(duration="30m", policies=[{"name": "katalyst"}])))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["sim", str(f), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "warning: policy katalyst" in result.output
+    assert "policies[0].agent.config.advisor.enable_reclaim: true" in result.output
+    data = json.loads((out / "report.json").read_text())
+    assert len(data["warnings"]) == 1 and "every batch task" in data["warnings"][0]
+    assert data["policies"]["katalyst"]["batch_tasks_completed"] == 0
+    assert "## Warnings" in (out / "report.md").read_text()
+
+
+def test_a_katalyst_policy_with_reclaim_on_gets_no_warning(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(tiny(duration="30m", policies=[KATALYST])))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["sim", str(f), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "warning:" not in result.output
+    assert json.loads((out / "report.json").read_text())["warnings"] == []

@@ -18,6 +18,7 @@ from rich.progress import (
 
 from pykatalyst.cli.output import console, print_message
 from pykatalyst.extras import MissingExtra, require
+from pykatalyst.sim.checks import scenario_warnings
 from pykatalyst.sim.report import write_report
 from pykatalyst.sim.scenario import Scenario, ScenarioError, load_scenario
 from pykatalyst.sim.simulate import SimulationResult, simulate
@@ -36,6 +37,8 @@ def _run(scenario: Scenario, out: Path, seed: int | None, quiet: bool) -> Simula
     except MissingExtra as exc:
         print_message(f"error: {exc}", stderr=True)
         raise typer.Exit(2) from None
+    for warning in scenario_warnings(scenario):
+        print_message(f"warning: {warning}", stderr=True)
     con = console(stderr=True)
     steps = scenario.steps
     with Progress(

@@ -195,6 +195,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         "cpus": sum(g.count * g.cpus for g in sc.nodes),
         "policies": policies,
         "goals": goals,
+        "warnings": list(result.warnings),
         "model": {
             "constants": model_constants(sc.model.overrides()).as_dict(),
             "assumptions": list(ASSUMPTIONS),
@@ -257,6 +258,7 @@ FRACTIONS = frozenset(
 
 def _markdown(result: SimulationResult, data: dict[str, Any]) -> str:
     lines = _intro(result, data)
+    lines += _warnings(result.warnings)
     lines += _goals(data.get("goals") or {})
     lines += _results(result, data["policies"])
     lines += ["## Charts", ""]
@@ -283,6 +285,12 @@ def _intro(result: SimulationResult, data: dict[str, Any]) -> list[str]:
         "workload).",
         "",
     ]
+
+
+def _warnings(warnings: tuple[str, ...]) -> list[str]:
+    if not warnings:
+        return []
+    return ["## Warnings", "", *(f"- {w}" for w in warnings), ""]
 
 
 def _goals(g: dict[str, Any]) -> list[str]:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pykatalyst.sim.checks import scenario_warnings
 from pykatalyst.sim.runner import PolicyRun, PolicySim
 from pykatalyst.sim.scenario import Scenario
 from pykatalyst.sim.workload import Workload, build_workload
@@ -19,6 +20,8 @@ class SimulationResult:
     scenario: Scenario
     workload: Workload
     runs: tuple[PolicyRun, ...]
+    # settings that keep a class of the scenario's pods from ever running (sim/checks.py)
+    warnings: tuple[str, ...] = ()
 
     def run(self, policy: str) -> PolicyRun:
         for r in self.runs:
@@ -47,4 +50,4 @@ def simulate(
         run = sim.run(cb)
         run.wall_s = time.perf_counter() - started
         runs.append(run)
-    return SimulationResult(scenario, workload, tuple(runs))
+    return SimulationResult(scenario, workload, tuple(runs), scenario_warnings(scenario))
