@@ -97,6 +97,9 @@ trap 'rm -rf "$OUT"' EXIT
 cat > "$OUT/cmd.sh" <<SCRIPT
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp
 export PYTHONDONTWRITEBYTECODE=1 PYKATALYST_IN_VM=1
+# The checkout is shared on its own: a clone under /tmp, /run or /var/tmp would otherwise
+# lie hidden under the guest's fresh tmpfs there.
+mkdir -p "$ROOT" && mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 repo "$ROOT"
 cd "$ROOT" && $CMD
 SCRIPT
 timeout 900 qemu-system-x86_64 $ACCEL -smp 2 -m 2048 -nographic -no-reboot \
@@ -104,6 +107,7 @@ timeout 900 qemu-system-x86_64 $ACCEL -smp 2 -m 2048 -nographic -no-reboot \
   -append "console=ttyS0 quiet panic=-1 cgroup_no_v1=all" \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
   -virtfs local,path="$OUT",mount_tag=out,security_model=none \
+  -virtfs local,path="$ROOT",mount_tag=repo,security_model=none,readonly=on,multidevs=remap \
   > "$OUT/console" 2>&1 || true
 if [ ! -f "$OUT/rc" ]; then
   echo "vm-cgroup2: the guest did not finish; its console:" >&2
