@@ -9,7 +9,14 @@ check, the QoS parser, the agent's and the scheduler's pod parsers, the eviction
 pod info, the backstop, the admission webhook, and the API server's create followed, for a
 pod it stores, by the extender's filter and prioritize. Then every file of the hostile
 corpus (tests/data/hostile) goes through the same readers, with the worst time and memory
-per reader. The last line is `cases: N crashes: C`.
+per reader. Then hostile *text* (tests/text_fuzz.py: YAML made of explicit tags, aliases,
+merge keys, directives and odd numbers; CSV with NaN, infinities, NUL bytes and broken
+quoting) goes through every reader of a user's file: the YAML loader and the agent,
+scheduler and scenario config parsers, the manifest reader of `katalyst validate`, and the
+simulator's demand CSV. The last line is `cases: N crashes: C text_cases: T
+text_crashes_per_million: R`.
+
+    python benchmarks/fuzz.py --cases 0 --text-cases 1000000   # the text fuzz alone
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import argparse
 import json
 import random
 import sys
+import tempfile
 import time
 import traceback
 import tracemalloc
@@ -27,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the entry points are the fuzz tests' own list
 
+from tests import text_fuzz  # noqa: E402
 from tests.pod_fuzz import ENTRY_POINTS as READERS  # noqa: E402
 
 from pykatalyst.api import names  # noqa: E402
@@ -167,16 +176,52 @@ def run_corpus() -> int:
     return crashes
 
 
+def run_text_cases(cases: int, seed: int) -> int:
+    """Hostile YAML and CSV texts through every reader of a user's file; returns crashes."""
+    rng = random.Random(seed)
+    crashes = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        yaml_file, csv_file = Path(tmp) / "f.yaml", Path(tmp) / "f.csv"
+        for i in range(cases):
+            prefix = rng.choice(text_fuzz.YAML_PREFIXES)
+            text = prefix + text_fuzz.random_text(rng, text_fuzz.YAML_TOKENS)
+            csv_text = text_fuzz.random_text(rng, text_fuzz.CSV_TOKENS, most=24)
+            yaml_file.write_text(text, encoding="utf-8", errors="surrogatepass")
+            csv_file.write_text(csv_text, encoding="utf-8", errors="surrogatepass")
+            calls: list[tuple[str, Any, Any]] = [
+                *((n, r, text) for n, r in text_fuzz.TEXT_READERS.items()),
+                *((n, r, yaml_file) for n, r in text_fuzz.FILE_READERS.items()),
+                *((n, r, csv_file) for n, r in text_fuzz.CSV_READERS.items()),
+            ]
+            for name, read, arg in calls:
+                try:
+                    read(arg)
+                except Exception:
+                    crashes += 1
+                    if crashes <= 5:
+                        print(f"crash in {name} on text case {i}: {arg!r}", file=sys.stderr)
+                        traceback.print_exc()
+    return crashes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=10**6)
+    parser.add_argument("--text-cases", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     start = time.perf_counter()
     crashes = run_cases(args.cases, args.seed)
     print(f"random cases: {time.perf_counter() - start:.1f} s")
     crashes += run_corpus() if CORPUS.is_dir() else 0
-    print(f"cases: {args.cases} crashes: {crashes}")
+    start = time.perf_counter()
+    text_crashes = run_text_cases(args.text_cases, args.seed)
+    print(f"text cases: {time.perf_counter() - start:.1f} s")
+    per_million = text_crashes * 1e6 / max(args.text_cases, 1)
+    print(
+        f"cases: {args.cases} crashes: {crashes} text_cases: {args.text_cases} "
+        f"text_crashes_per_million: {per_million:.0f}"
+    )
 
 
 if __name__ == "__main__":

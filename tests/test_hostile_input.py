@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from pykatalyst.scheduler.config import SchedulerConfigError, load_config_text
 from pykatalyst.scheduler.config import load_config as load_scheduler_config
 from pykatalyst.scheduler.podinfo import pod_info as scheduler_pod_info
 from pykatalyst.sim.scenario import ScenarioError, load_scenario, parse_scenario
+from pykatalyst.sim.workload import _read_csv_column
+from tests import text_fuzz
 from tests.pod_fuzz import (
     CLUSTER,
     ENTRY_POINTS,
@@ -310,3 +313,65 @@ def test_an_unreadable_pod_never_stalls_the_agent_parse_of_others() -> None:
     assert specs[0].error and "metadata.labels" in specs[0].error
     assert specs[1].error is None and specs[1].request_cores == 1.0
     assert specs[1].level == names.QOS_SHARED_CORES
+
+
+# --- fuzzing text: what a user's files can hold --------------------------------------------
+
+_YAML_TEXT = st.lists(st.sampled_from(text_fuzz.YAML_TOKENS), min_size=1, max_size=16).map("".join)
+_CSV_TEXT = st.lists(st.sampled_from(text_fuzz.CSV_TOKENS), min_size=1, max_size=24).map("".join)
+
+
+@_FUZZ
+@given(st.sampled_from(text_fuzz.YAML_PREFIXES), _YAML_TEXT)
+def test_every_text_reader_is_total_on_hostile_yaml(prefix: str, text: str) -> None:
+    """Explicit tags with empty values (`!!int ""`), aliases, merge keys, directives: each
+    reader returns or raises its own error, never a traceback."""
+    for read in text_fuzz.TEXT_READERS.values():
+        read(prefix + text)
+
+
+@_FUZZ
+@given(_YAML_TEXT, st.binary(max_size=4))
+def test_the_manifest_reader_is_total_on_hostile_files(text: str, tail: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f.yaml"
+        path.write_bytes(text.encode("utf-8", "surrogatepass") + tail)
+        for read in text_fuzz.FILE_READERS.values():
+            read(path)
+
+
+@_FUZZ
+@given(_CSV_TEXT, st.binary(max_size=4))
+def test_the_csv_readers_are_total_and_refuse_what_is_not_a_finite_number(
+    text: str, tail: bytes
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f.csv"
+        path.write_bytes(text.encode() + tail)
+        for read in text_fuzz.CSV_READERS.values():
+            read(path)
+
+
+@pytest.mark.parametrize("text", ['kind: !!int ""\n', '!!float ""\n', "- !!int\n"])
+def test_an_explicit_number_tag_with_no_value_is_refused_with_its_position(text: str) -> None:
+    with pytest.raises(YAMLInputError, match=r"^f.yaml:\d+:\d+: invalid YAML: .* is not"):
+        load_yaml_all(text, "f.yaml")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e400"])
+def test_a_demand_csv_refuses_values_that_are_not_finite_and_non_negative(
+    tmp_path: Path, value: str
+) -> None:
+    path = tmp_path / "load.csv"
+    path.write_text(f"requests\n1\n{value}\n")
+    _read_csv_column.cache_clear()
+    with pytest.raises(ValueError, match=rf"load\.csv:3: column 'requests' holds '{value}'"):
+        _read_csv_column(str(path), "requests")
+
+
+def test_a_demand_csv_that_is_not_text_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "load.csv"
+    path.write_bytes(b"requests\n1\n\xff\xfe\n")
+    _read_csv_column.cache_clear()
+    with pytest.raises(ValueError, match=r"load\.csv: not UTF-8 text"):
+        _read_csv_column(str(path), "requests")

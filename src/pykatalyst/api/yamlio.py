@@ -68,7 +68,7 @@ def _construct_int(loader: _Loader, node: ScalarNode) -> int:
         raise _refuse(f"a number of more than {MAX_NUMBER_DIGITS} digits", node)
     try:
         return int(yaml.SafeLoader.construct_yaml_int(loader, node))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, IndexError):  # IndexError: an empty `!!int ""`
         raise _refuse(f"{text!r} is not an integer", node) from None
 
 
@@ -78,7 +78,7 @@ def _construct_float(loader: _Loader, node: ScalarNode) -> float:
         raise _refuse(f"a number of more than {MAX_NUMBER_DIGITS} digits", node)
     try:
         return float(yaml.SafeLoader.construct_yaml_float(loader, node))
-    except (ValueError, TypeError, OverflowError):
+    except (ValueError, TypeError, OverflowError, IndexError):
         raise _refuse(f"{text!r} is not a number", node) from None
 
 
