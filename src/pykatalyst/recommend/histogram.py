@@ -59,7 +59,7 @@ class BucketLayout:
             raise ValueError(f"ratio must be > 1.0, got {self.ratio}")
         ratio, first = self.ratio, self.first_bucket_size
         n = math.ceil(_log(ratio, self.max_value * (ratio - 1) / first + 1)) + 1
-        starts = [0.0] + [first * (math.pow(ratio, b) - 1) / (ratio - 1) for b in range(1, n)]
+        starts = [0.0] + [first * (go_pow_int(ratio, b) - 1) / (ratio - 1) for b in range(1, n)]
         object.__setattr__(self, "num_buckets", n)
         object.__setattr__(self, "starts", np.asarray(starts, dtype=np.float64))
 
@@ -73,7 +73,9 @@ class BucketLayout:
             raw = np.log(arg) / log_ratio
         # numpy's vectorised log may differ from the scalar libm log by an ulp; where that can
         # move a value across a bucket boundary, recompute with the scalar log (as Go does).
-        near = np.flatnonzero(np.isfinite(raw) & (np.abs(raw - np.round(raw)) < 1e-9))
+        near = np.flatnonzero(
+            (values >= first) & np.isfinite(raw) & (np.abs(raw - np.round(raw)) < 1e-9)
+        )
         for i in near:
             raw[i] = math.log(float(arg[i])) / log_ratio
         raw = np.where(values < first, 0.0, raw)
@@ -84,6 +86,25 @@ class BucketLayout:
         if bucket < 0 or bucket >= self.num_buckets:
             raise IndexError(f"bucket {bucket} out of range [0..{self.num_buckets - 1}]")
         return float(self.starts[bucket])
+
+
+def go_pow_int(x: float, n: int) -> float:
+    """``x**n`` for a whole ``n >= 0`` computed as Go's ``math.Pow`` does (repeated squaring of
+    the mantissa), so bucket boundaries match VPA's to the last bit."""
+    a1, ae = 1.0, 0
+    x1, xe = math.frexp(x)
+    i = n
+    while i != 0:
+        if i & 1:
+            a1 *= x1
+            ae += xe
+        x1 *= x1
+        xe <<= 1
+        if x1 < 0.5:
+            x1 += x1
+            xe -= 1
+        i >>= 1
+    return math.ldexp(a1, ae)
 
 
 def _log(base: float, x: float) -> float:

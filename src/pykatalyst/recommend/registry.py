@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from pykatalyst.recommend.ensemble import PykatalystRecommender
 from pykatalyst.recommend.katalyst import KatalystRecommender
 from pykatalyst.recommend.model import CurrentResources, OOMEvent, Recommendation, UsageSeries
 
@@ -29,6 +30,7 @@ class Recommender(Protocol):
 
 _FACTORIES: dict[str, Callable[[], Recommender]] = {
     "katalyst": KatalystRecommender,
+    "pykatalyst": PykatalystRecommender,
 }
 # ResourceRecommend's own spelling of its built-in percentile rule.
 _ALIASES = {"": "katalyst", "default": "katalyst"}
