@@ -7,12 +7,14 @@ evidence says they get wrong, each change a documented field of ``PykatalystSett
    (half-life, percentile, margin) triples. Each is replayed over the workload's own recent
    history — at every replay point it recommends from the samples before the point and is
    charged for what follows: slack (request above usage), shortfall (usage above request,
-   weighted heavier), the share of time under-provisioned, and its changes. The cheapest
-   candidate gives the recommendation, and ``terms.model`` names it.
+   weighted heavier), the share of time under-provisioned (at an absolute rate, so covering
+   a small workload's bursts is cheap and a large one stays tight), and its changes. The
+   cheapest candidate gives the recommendation, and ``terms.model`` names it.
 2. **Memory from short-window peaks**: the per-sample peaks are folded into peaks per
    ``memory_peak_window_s`` (1 h), the percentile is taken over those, and the result never
-   goes below the highest peak of the last ``memory_floor_window_s`` (a day) × (1 +
-   ``memory_floor_margin``).
+   goes below the highest peak of the last ``memory_floor_window_s`` × (1 +
+   ``memory_floor_margin``) (1 h and 0 by default: on the benchmark a day-long floor added
+   memory slack without saving OOMs).
 3. **OOM bump** that reads the request, the limit and the observed peak at the kill:
    ``max(x + oom_min_bump_bytes, x × oom_bump_ratio)`` for the largest of them, clipped at
    ``max_allowed_memory``, fading with ``oom_bump_half_life_s`` instead of holding for a week.
@@ -53,6 +55,7 @@ NAME = "pykatalyst"
 HOUR = 3600.0
 DAY = 86400.0
 MIB = 1024.0 * 1024.0
+GIB = 1024.0 * MIB
 
 
 class ModelGrid(BaseModel):
@@ -67,7 +70,9 @@ class ModelGrid(BaseModel):
         description="Cost of one unit of usage above the request, relative to one of slack."
     )
     underprovision_weight: float = Field(
-        description="Cost of the share of replay time under-provisioned, in units of mean usage."
+        description="Cost of being under-provisioned all the time, in the resource's units "
+        "(cores, bytes): the slack worth paying to avoid it. An absolute rate, so small "
+        "workloads buy coverage cheaply and large ones stay tight."
     )
     change_weight: float = Field(
         0.002, ge=0, description="Cost of one request change, in units of mean usage × history."
@@ -83,22 +88,23 @@ class PykatalystSettings(BaseModel):
     cpu: ModelGrid = Field(
         default_factory=lambda: ModelGrid(
             half_lives_hours=(12.0, 48.0),
-            percentiles=(0.9, 0.95, 0.99),
-            margins=(0.0, 0.1, 0.2),
-            shortfall_weight=4.0,
-            underprovision_weight=1.0,
+            percentiles=(0.9, 0.95, 0.99, 1.0),
+            margins=(0.0, 0.1, 0.2, 0.4),
+            shortfall_weight=2.0,
+            underprovision_weight=20.0,
         ),
-        description="Cpu candidates and costs.",
+        description="Cpu candidates and costs (underprovision_weight in cores).",
     )
     memory: ModelGrid = Field(
         default_factory=lambda: ModelGrid(
             half_lives_hours=(24.0, 96.0),
-            percentiles=(0.98, 1.0),
-            margins=(0.05, 0.15),
-            shortfall_weight=50.0,
-            underprovision_weight=20.0,
+            percentiles=(0.9, 0.95, 0.99),
+            margins=(0.0, 0.05, 0.1),
+            shortfall_weight=4.0,
+            underprovision_weight=2.0 * GIB,
         ),
-        description="Memory candidates and costs (a shortfall is an OOM, hence the weights).",
+        description="Memory candidates and costs (underprovision_weight in bytes; a shortfall "
+        "is an OOM when the limit equals the request).",
     )
     bucket_growth: float = Field(0.02, gt=0, le=0.5, description="Histogram bucket growth.")
     history_s: float = Field(14 * DAY, gt=0, description="Samples older than this are ignored.")
@@ -108,8 +114,8 @@ class PykatalystSettings(BaseModel):
     replay_window_s: float = Field(3 * DAY, gt=0, description="How far back the replay goes.")
     replay_step_s: float = Field(2 * HOUR, gt=0, description="Replay points are this far apart.")
     memory_peak_window_s: float = Field(HOUR, gt=0, description="Memory peaks are taken per ...")
-    memory_floor_window_s: float = Field(DAY, ge=0, description="Floor: the peak of the last ...")
-    memory_floor_margin: float = Field(0.05, ge=0, description="... times (1 + this).")
+    memory_floor_window_s: float = Field(HOUR, ge=0, description="Floor: the peak of the last ...")
+    memory_floor_margin: float = Field(0.0, ge=0, description="... times (1 + this).")
     min_cpu: float = Field(0.01, ge=0, description="Smallest cpu request, cores.")
     min_memory: float = Field(32 * MIB, ge=0, description="Smallest memory request, bytes.")
     max_allowed_cpu: float | None = Field(None, description="maxAllowed cpu, cores.")
@@ -244,10 +250,10 @@ def _replay_cost(
     jumps = np.abs(np.diff(recs, axis=0)) > 0.1 * np.abs(recs[:-1]) + 1e-12
     changes = jumps.sum(axis=0) if recs.shape[0] > 1 else np.zeros(recs.shape[1])
     cost: FloatArray = (
-        slack / mean_use
-        + grid.shortfall_weight * short / mean_use
+        slack
+        + grid.shortfall_weight * short
         + grid.underprovision_weight * under
-        + grid.change_weight * changes
+        + grid.change_weight * changes * mean_use
     )
     return cost
 
@@ -370,7 +376,10 @@ def _recommend_memory(
         floor = float(recent.max()) * (1 + settings.memory_floor_margin)
         if floor > value:
             value = floor
-            notes.append(f"floor: the last day's peak +{100 * settings.memory_floor_margin:g}%")
+            notes.append(
+                f"floor: the peak of the last {settings.memory_floor_window_s / HOUR:g}h"
+                f" +{100 * settings.memory_floor_margin:g}%"
+            )
     bump = _oom_floor(oom_events, now, value, settings)
     if bump is not None:
         value = bump
