@@ -150,9 +150,10 @@ class Rec:
 class VPAAnchor:
     """VPA's recommender, its own code, over a pipe (benchmarks/vpa_anchor)."""
 
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, margin: float | None = None) -> None:
+        command = [binary] if margin is None else [binary, f"-margin={margin}"]
         self.proc = subprocess.Popen(
-            [binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
         self.fed = 0
         self.series: UsageSeries | None = None
@@ -475,6 +476,85 @@ def by_class(results: list[dict[str, Any]], recommenders: Sequence[str]) -> None
         )
 
 
+PARETO = {
+    "vpa": ("margin", [0.0, 0.05, 0.15, 0.3, 0.5]),
+    "katalyst": ("bufferPercent", [0, 10, 30, 50]),
+    "pykatalyst": ("cpu underprovision_weight", [5.0, 10.0, 20.0, 40.0, 80.0]),
+}
+
+
+def _pareto_point(
+    job: tuple[str, float, str, argparse.Namespace, list[Workload]],
+) -> dict[str, Any]:
+    who, knob, binary, args, workloads = job
+    anchor = VPAAnchor(binary, knob) if who == "vpa" else None
+    cpu_grid = PykatalystSettings().cpu.model_copy(update={"underprovision_weight": knob})
+    settings: dict[str, Any] = {
+        "katalyst": KatalystSettings(cpu_buffer_percent=int(knob), memory_buffer_percent=int(knob)),
+        "pykatalyst": PykatalystSettings(cpu=cpu_grid),
+        "memory_limit_ratio": args.memory_limit_ratio,
+    }
+    total = Score()
+    for wl in workloads:
+        total.add(replay(wl, who, False, args, anchor, settings))
+    if anchor is not None:
+        anchor.close()
+    return {"recommender": who, "knob": knob} | total.__dict__
+
+
+def pareto(
+    workloads: list[Workload], binary: str, args: argparse.Namespace, path: Path
+) -> list[dict[str, Any]]:
+    """Cpu slack against under-provisioned minutes as each recommender's margin moves."""
+    sweep = argparse.Namespace(**{**vars(args), "step_s": args.pareto_step_s})
+    jobs = [
+        (who, float(k), binary, sweep, workloads)
+        for who in args.recommenders
+        for k in PARETO[who][1]
+    ]
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(args.jobs) as pool:
+        points = pool.map(_pareto_point, jobs, chunksize=1)
+    print(f"\n== Pareto (recommenders alone, step {sweep.step_s:g} s)")
+    print(
+        f"{'recommender':<12} {'knob':>26} {'cpu slack':>11} {'underprov min':>14}"
+        f" {'mem slack':>11} {'OOMs':>6}"
+    )
+    for pt in points:
+        knob = f"{PARETO[pt['recommender']][0]} {pt['knob']:g}"
+        print(
+            f"{pt['recommender']:<12} {knob:>26} {pt['cpu_slack']:>11.0f}"
+            f" {pt['underprov_min']:>14.0f} {pt['mem_slack']:>11.0f} {pt['ooms']:>6}"
+        )
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install pykatalyst[sim]): no plot")
+        return points
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for who in args.recommenders:
+        mine = [p for p in points if p["recommender"] == who]
+        ax.plot(
+            [p["underprov_min"] / 60 for p in mine],
+            [p["cpu_slack"] for p in mine],
+            marker="o",
+            label=f"{who} ({PARETO[who][0]})",
+        )
+        for p in mine:
+            ax.annotate(f"{p['knob']:g}", (p["underprov_min"] / 60, p["cpu_slack"]), fontsize=7)
+    ax.set_xlabel("cpu under-provisioned hours (all workloads)")
+    ax.set_ylabel("cpu slack core-hours")
+    ax.set_title("Recommenders on Bitbrains Rnd: slack vs under-provisioning")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"Pareto plot: {path}")
+    return points
+
+
 def timing(workloads: Sequence[Workload], n: int = 30) -> float:
     """Median ms for one pykatalyst recommendation from 14 days of 5-minute samples."""
     rec = get_recommender("pykatalyst")
@@ -501,6 +581,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--recommenders", default=",".join(RECOMMENDERS))
     p.add_argument("--pykatalyst-settings", default="", help="JSON overrides")
     p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--pareto", type=Path, help="also sweep margins and plot the front here")
+    p.add_argument("--pareto-step-s", type=float, default=21600.0)
     args = p.parse_args(argv)
     args.recommenders = tuple(x for x in args.recommenders.split(",") if x)
     workloads: list[Workload] = []
@@ -535,8 +617,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"\none pykatalyst recommendation (14 d of 5-min samples): median {ms:.2f} ms;"
         f" whole replay {wall:.0f} s on {os.cpu_count()} cpus"
     )
+    points = pareto(workloads, binary, args, args.pareto) if args.pareto else []
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "workloads": results}, indent=1))
+        args.json.write_text(
+            json.dumps({"summary": summary, "workloads": results, "pareto": points}, indent=1)
+        )
     if {"vpa", "pykatalyst"} <= set(args.recommenders):
         p0, v0 = summary["pykatalyst/0"], summary["vpa/0"]
 

@@ -3,6 +3,9 @@
 // VPA would give: target, lower and upper bound for cpu and memory. It is the anchor the
 // pykatalyst recommender benchmark compares against; no metrics client or cluster is involved.
 //
+// Flags: -margin F overrides VPA's safety margin (default 0.15, from its own defaults), for
+// sweeps over margins.
+//
 // Protocol: one command per line on stdin, answers on stdout (flushed after each Q and H).
 //
 //	N <id>                       start a new container (VPA's default configuration)
@@ -18,6 +21,7 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -41,8 +45,11 @@ func newContainer(id string) *container {
 	return &container{id: id, aggregate: aggregate, state: model.NewContainerState(model.Resources{}, aggregate)}
 }
 
-func recommender() logic.PodResourceRecommender {
+func recommender(margin float64) logic.PodResourceRecommender {
 	c := config.DefaultRecommenderConfig()
+	if margin >= 0 {
+		c.SafetyMarginFraction = margin
+	}
 	return logic.CreatePodResourceRecommender(logic.RecommendationConfig{
 		SafetyMarginFraction:       c.SafetyMarginFraction,
 		PodMinCPUMillicores:        c.PodMinCPUMillicores,
@@ -93,7 +100,9 @@ func main() {
 	in.Buffer(make([]byte, 1<<20), 1<<20)
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
-	rec := recommender()
+	margin := flag.Float64("margin", -1, "safety margin fraction (negative: VPA's default)")
+	flag.Parse()
+	rec := recommender(*margin)
 	var c *container
 	for in.Scan() {
 		f := strings.Fields(in.Text())

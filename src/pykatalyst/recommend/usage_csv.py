@@ -31,7 +31,7 @@ from pykatalyst.recommend.model import UsageSeries
 
 COLUMNS = ("workload", "container", "timestamp", "cpu", "memory")
 DEFAULT_HISTORY_S = 30 * 86400.0
-DEFAULT_MAX_SAMPLES = 20_000_000
+DEFAULT_MAX_SAMPLES = 10_000_000  # about 0.3-0.6 GB of numpy buffers at most
 _CHUNK = 4096
 
 
