@@ -91,17 +91,17 @@ class PykatalystSettings(BaseModel):
             percentiles=(0.9, 0.95, 0.99, 1.0),
             margins=(0.0, 0.1, 0.2, 0.4),
             shortfall_weight=2.0,
-            underprovision_weight=20.0,
+            underprovision_weight=12.0,
         ),
         description="Cpu candidates and costs (underprovision_weight in cores).",
     )
     memory: ModelGrid = Field(
         default_factory=lambda: ModelGrid(
             half_lives_hours=(24.0, 96.0),
-            percentiles=(0.9, 0.95, 0.99),
-            margins=(0.0, 0.05, 0.1),
+            percentiles=(0.8, 0.9, 0.95, 0.99),
+            margins=(0.0, 0.05),
             shortfall_weight=4.0,
-            underprovision_weight=2.0 * GIB,
+            underprovision_weight=1.0 * GIB,
         ),
         description="Memory candidates and costs (underprovision_weight in bytes; a shortfall "
         "is an OOM when the limit equals the request).",
@@ -125,7 +125,7 @@ class PykatalystSettings(BaseModel):
     oom_bump_ratio: float = Field(1.2, ge=1, description="After an OOM: at least x × this ...")
     oom_min_bump_bytes: float = Field(100 * MIB, ge=0, description="... and x + this.")
     oom_bump_half_life_s: float = Field(
-        2 * DAY, gt=0, description="The OOM bump's excess over the estimate halves this often."
+        12 * HOUR, gt=0, description="The OOM bump's excess over the estimate halves this often."
     )
     oom_window_s: float = Field(7 * DAY, gt=0, description="OOMs older than this are ignored.")
     cpu_schedule: bool = Field(False, description="Follow a daily cpu pattern (in-place only).")
