@@ -22,6 +22,7 @@ from pykatalyst.cluster.clock import Clock, RealClock
 from pykatalyst.cluster.protocol import BadRequest, Cluster
 from pykatalyst.cluster.selectors import parse_label_selector
 from pykatalyst.controllers.backstop import BackstopConfig
+from pykatalyst.controllers.spd import SPDConfig, parse_baseline_percent
 from pykatalyst.runtime.controller import (
     CONTROLLERS,
     ControllerRunner,
@@ -217,6 +218,15 @@ def controller(
             help="Age after which a CNR or CNC without its Node is deleted (lifecycle).",
         ),
     ] = "1m",
+    spd_qos_baseline_percent: Annotated[
+        str,
+        typer.Option(
+            "--spd-qos-baseline-percent",
+            metavar="LEVEL=PCT,...",
+            help="Default baselinePercent of a new SPD per QoS level of its pod template, "
+            "e.g. 'shared_cores=50' (spd); levels not listed get 100 (nothing reclaimed).",
+        ),
+    ] = "",
     taint_after: Annotated[
         str,
         typer.Option(
@@ -317,12 +327,17 @@ def controller(
 
     lifecycle: a CNR and a CNC per Node; overcommit: NodeOvercommitConfig ratios as Node
     annotations; kcc: dynamic config resolved per node into CNC status; backstop: taints the
-    CNRs of nodes whose agent went silent and evicts their reclaimed pods."""
+    CNRs of nodes whose agent went silent and evicts their reclaimed pods; spd: an SPD per
+    workload annotated spd.katalyst.kubewharf.io/enable, baseline sentinels, pod stamps."""
     try:
         enabled = parse_controllers(controllers)
     except ControllersError as exc:
         raise typer.BadParameter(str(exc), param_hint="--controllers") from None
     orphan_grace_s = parse_duration(orphan_grace, "--orphan-grace")
+    try:
+        spd_cfg = SPDConfig(baseline_percent=parse_baseline_percent(spd_qos_baseline_percent))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--spd-qos-baseline-percent") from None
     if node_selector is not None:
         try:
             parse_label_selector(node_selector)
@@ -354,6 +369,7 @@ def controller(
         controllers=enabled,
         node_selector=node_selector,
         orphan_grace_s=orphan_grace_s,
+        spd_config=spd_cfg,
     )
     metrics = None if metrics_port is None else Endpoint("metrics", metrics_address, metrics_port)
     backstop = (

@@ -95,6 +95,7 @@ def placement_json(
         "pool_cpuset": None,
         "ramping_up": False,
         "note": None,
+        "reclaim": None,
         "numa": [],
         "why": None,
     }
@@ -128,10 +129,23 @@ def placement_json(
         pool_cpuset=pools.get(pool),
         ramping_up=bool(entry.get("ramping_up", False)),
         note=entry.get("note") or None,
+        reclaim=reclaim_rule(pod, entry),
         numa=numa,
         why=placement_why(qos, found, entry, pools.get(pool)),
     )
     return out
+
+
+def reclaim_rule(pod: Pod, entry: dict[str, Any]) -> str | None:
+    """Whether the pod lends its idle capacity to reclaimed pods, as the agent decided
+    (None for a pod without an SPD, which lends by default)."""
+    off = entry.get("reclaim_off")
+    if off:
+        return f"lends nothing to reclaimed pods (counted at its requests): {off}"
+    spd_name = pod.annotations.get(names.SPD_NAME_ANNOTATION)
+    if spd_name:
+        return f"lends its idle capacity: its SPD {spd_name} is neither Poor nor baseline"
+    return None
 
 
 def _numa_allocations(cnr: JSON, uid: str, problems: list[str]) -> list[JSON]:

@@ -225,6 +225,8 @@ def print_pod(report: JSON) -> None:
             ["cpuset", fmt(placement["cpuset"])],
             ["why", fmt(placement.get("why"))],
         ]
+        if placement.get("reclaim"):
+            rows.append(["reclaim", str(placement["reclaim"])])
         if placement.get("numa"):
             rows.append(
                 [
