@@ -61,8 +61,9 @@ def test_katalyst_examples_are_accepted_and_non_pods_skipped() -> None:
     code, report = run_json("validate", "-f", str(KATALYST_EXAMPLES))
     assert code == 0, report["problems"]
     assert report["problems"] == []
-    assert len(report["pods"]) == 10
-    assert {s["kind"] for s in report["skipped"]} == {"ConfigMap", "EvictionConfiguration"}
+    assert len(report["pods"]) == 11  # the resource-recommend quick start's Deployment too
+    skipped = {s["kind"] for s in report["skipped"]}
+    assert skipped == {"ConfigMap", "EvictionConfiguration", "ResourceRecommend"}
     assert {c["kind"] for c in report["configs"]} == {"KatalystCustomConfig"}
 
 

@@ -429,6 +429,13 @@ CONTROLLER_LIFECYCLE: Final = "lifecycle"
 CONTROLLER_BACKSTOP: Final = "backstop"
 CONTROLLER_SPD: Final = "spd"
 CONTROLLER_RESOURCE_RECOMMEND: Final = "resourcerecommender"
+# ResourceRecommend status: its condition types, and where Katalyst's OOM recorder keeps its
+# records (ConfigMap kube-system/oom-record, key oom-data: a JSON list).
+RR_CONDITION_VALIDATED: Final = "Validated"
+RR_CONDITION_INITIALIZED: Final = "Initialized"
+RR_CONDITION_RECOMMENDATION_PROVIDED: Final = "RecommendationProvided"
+OOM_RECORD_CONFIG_MAP: Final = "oom-record"
+OOM_RECORD_KEY: Final = "oom-data"
 # The condition types and reasons the dynamic-config controller writes on KCCs and targets.
 KCC_CONDITION_VALID: Final = "Valid"
 KCC_CONDITION_CONFLICT: Final = "Conflict"
