@@ -410,3 +410,121 @@ def test_any_garbage_gets_one_answer_and_never_an_exception(where: str, value: A
         assert got.condition == "Validated" and got.reason and got.message
     else:
         assert got.containers and all(c.resources for c in got.containers)
+
+
+def test_explain_pod_shows_the_rr_target_and_the_terms_behind_it() -> None:
+    from pykatalyst.cli.explain_pod import explain_pod
+
+    c = cluster()
+    c.create(names.DEPLOYMENT, deployment(), "default")
+    c.create(RR, rr(), "default")
+    pod = {
+        "metadata": {"name": "shared-normal-deployment-5d7f9c-x2x9z", "namespace": "default"},
+        "spec": {"containers": [{"name": "stress", "image": "x"}]},
+    }
+    c.create(names.POD, pod, "default")
+    other = {
+        "metadata": {"name": "shared-normal-deployment-sidecar", "namespace": "default"},
+        "spec": {"containers": [{"name": "stress", "image": "x"}]},
+    }
+    c.create(names.POD, other, "default")
+    ResourceRecommendController(c, source=FakeSource({"stress": series(30)})).run(NOW)
+    terms = json.loads(
+        c.get(RR, "rec", "default")["metadata"]["annotations"][
+            names.RECOMMENDATION_TERMS_ANNOTATION
+        ]
+    )
+    assert terms["containers"]["stress"]["cpu"]["percentile"] == 0.9
+    report = explain_pod(c, "default", "shared-normal-deployment-5d7f9c-x2x9z", NOW)
+    (entry,) = report["resource_recommends"]
+    assert entry["name"] == "rec" and entry["recommender"] == "default"
+    assert entry["conditions"]["RecommendationProvided"]["status"] == "True"
+    assert set(entry["targets"]["stress"]) == {"cpu"}
+    cpu = entry["terms"]["stress"]["cpu"]
+    assert cpu["margin"] == 0.1 and cpu["samples"] > 1000 and cpu["half_life_hours"] == 24
+    assert (
+        explain_pod(c, "default", "shared-normal-deployment-sidecar", NOW)["resource_recommends"]
+        == []
+    )
+
+
+def oom_pod(name: str, finished: float, memory: str = "512Mi") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "containers": [
+                {"name": "stress", "image": "x", "resources": {"requests": {"memory": memory}}}
+            ]
+        },
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "stress",
+                    "lastState": {
+                        "terminated": {"reason": "OOMKilled", "finishedAt": rfc3339(finished)}
+                    },
+                }
+            ]
+        },
+    }
+
+
+def test_the_oom_recorder_writes_katalysts_configmap_and_the_bump_follows() -> None:
+    c = cluster()
+    c.create(names.DEPLOYMENT, deployment(), "default")
+    body = rr()
+    policy = body["spec"]["resourcePolicy"]["containerPolicies"][0]
+    policy["controlledResourcesPolicies"] = [{"resourceName": "memory", "bufferPercent": 0}]
+    c.create(RR, body, "default")
+    killed = oom_pod("shared-normal-deployment-5d7f9c-x2x9z", NOW - 600)
+    stored = c.create(names.POD, killed, "default")  # the API server drops status on create
+    c.update_status(names.POD, {**stored, "status": killed["status"]})
+    ResourceRecommendController(c, source=FakeSource({"stress": series(30, mem=100e6)})).run(NOW)
+    cm = c.get(names.CONFIG_MAP, names.OOM_RECORD_CONFIG_MAP, names.KUBE_SYSTEM_NAMESPACE)
+    text = cm["data"][names.OOM_RECORD_KEY]
+    assert text == (
+        '[{"Namespace":"default","Pod":"shared-normal-deployment-5d7f9c-x2x9z",'
+        f'"Container":"stress","Memory":"512Mi","OOMAt":"{rfc3339(NOW - 600)}"}}]'
+    )
+    rec = c.get(RR, "rec", "default")["status"]["recommendResources"]["containerRecommendations"]
+    # max(512Mi + 100Mi, 1.2 × 512Mi = 614.4Mi), rounded up to a whole MiB
+    assert rec[0]["requests"]["target"] == {"memory": "615Mi"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abc"), st.integers(1, 4), st.integers(0, 400)),
+        max_size=12,
+    ),
+    st.integers(1, 5),
+)
+def test_records_merge_keep_one_per_container_and_respect_retention_and_the_cap(
+    kills: list[tuple[str, int, int]], cap: int
+) -> None:
+    from pykatalyst.controllers import oom_record
+
+    records: list[dict[str, Any]] = []
+    for pod, gib, hours_ago in kills:
+        seen = {
+            "Namespace": "ns",
+            "Pod": pod,
+            "Container": "c",
+            "Memory": f"{gib}Gi",
+            "OOMAt": rfc3339(NOW - hours_ago * HOUR),
+        }
+        records = oom_record.merge(records, [seen], NOW, cap)
+    keys = [(r["Namespace"], r["Pod"], r["Container"]) for r in records]
+    assert len(keys) == len(set(keys)) <= cap
+    assert all(NOW - parse(r["OOMAt"]) <= 168 * HOUR for r in records)
+    times = [parse(r["OOMAt"]) for r in records]
+    assert times == sorted(times)
+    assert parse_oom_records({"data": {names.OOM_RECORD_KEY: oom_record.text(records)}}) == [
+        e for e in parse_oom_records({"data": {names.OOM_RECORD_KEY: json.dumps(records)}})
+    ]
+
+
+def parse(text: str) -> float:
+    from pykatalyst.api.timefmt import parse_rfc3339
+
+    return parse_rfc3339(text)

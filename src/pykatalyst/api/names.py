@@ -434,6 +434,10 @@ CONTROLLER_RESOURCE_RECOMMEND: Final = "resourcerecommender"
 RR_CONDITION_VALIDATED: Final = "Validated"
 RR_CONDITION_INITIALIZED: Final = "Initialized"
 RR_CONDITION_RECOMMENDATION_PROVIDED: Final = "RecommendationProvided"
+# On a ResourceRecommend: the terms behind its last recommendation per container (JSON:
+# percentile, half-life, margin, samples and span, estimate, OOM bump), which Katalyst's
+# status has no field for; `katalyst explain pod` reads them.
+RECOMMENDATION_TERMS_ANNOTATION: Final = "katalyst.kubewharf.io/recommendation_terms"
 OOM_RECORD_CONFIG_MAP: Final = "oom-record"
 OOM_RECORD_KEY: Final = "oom-data"
 # The condition types and reasons the dynamic-config controller writes on KCCs and targets.

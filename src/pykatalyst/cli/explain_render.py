@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pykatalyst.api import names
+from pykatalyst.cli.explain_recommend import print_recommends
 from pykatalyst.cli.output import print_message, print_table
 from pykatalyst.cluster.protocol import JSON
 
@@ -235,6 +236,7 @@ def print_pod(report: JSON) -> None:
                 ]
             )
     print_table(f"Pod {report['pod']}", ["", "value"], rows)
+    print_recommends(report.get("resource_recommends") or [])
     for p in qos["errors"]:
         print_message(f"error: {p['text']}", style="red")
     for p in qos["warnings"]:

@@ -33,6 +33,7 @@ from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
+from pykatalyst.controllers import oom_record
 from pykatalyst.controllers import rr_status as rs
 from pykatalyst.recommend import (
     KatalystSettings,
@@ -103,13 +104,12 @@ class NoSource:
 def parse_oom_records(cm: Mapping[str, Any] | None) -> list[OOMEvent]:
     """Katalyst's oom-record ConfigMap (key oom-data: a JSON list of {Namespace, Pod,
     Container, Memory, OOMAt}), in its order; unreadable entries are left out."""
-    text = ((cm or {}).get("data") or {}).get(names.OOM_RECORD_KEY)
-    try:
-        items = json.loads(text) if isinstance(text, str) else []
-    except ValueError:
-        return []
+    return oom_events(oom_record.read(cm, names.OOM_RECORD_KEY))
+
+
+def oom_events(items: Sequence[Mapping[str, Any]]) -> list[OOMEvent]:
     out: list[OOMEvent] = []
-    for item in items if isinstance(items, list) else []:
+    for item in items:
         try:
             out.append(
                 OOMEvent(
@@ -168,6 +168,8 @@ class RRUpdate:
     status: Mapping[str, Any]
     ok: bool
     summary: str
+    # the terms annotation to write (container -> recommender and terms); None: keep it
+    terms: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"rr": f"{self.namespace}/{self.name}", "ok": self.ok, "summary": self.summary}
@@ -179,6 +181,9 @@ class RRPlan:
     seen: int
     updates: tuple[RRUpdate, ...] = ()
     notes: tuple[str, ...] = ()
+    # the oom-record ConfigMap's new oom-data (None: unchanged) and whether it exists
+    oom_data: str | None = None
+    oom_exists: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -239,15 +244,17 @@ def recommend(
     oom: Sequence[OOMEvent],
     now: float,
     settings: tuple[float, float],
-) -> tuple[dict[str, Any], bool, str]:
+) -> tuple[dict[str, Any], bool, str, str | None]:
     """Pure: the status after a run over what was gathered; `settings` is (task start,
-    readiness span). Returns (status, ok, summary)."""
+    readiness span). Returns (status, ok, summary, the terms annotation or None)."""
     ok_conditions = [rs.condition(rs.VALIDATED, True), rs.condition(rs.INITIALIZED, True)]
     if got.series is None:
         cond = rs.condition(rs.PROVIDED, False, SOURCE_UNAVAILABLE, got.error)
-        return build_status(rr, [*ok_conditions, cond], now, None, keep_last=True), False, got.error
+        status = build_status(rr, [*ok_conditions, cond], now, None, keep_last=True)
+        return status, False, got.error, None
     engine = get_recommender(cfg.recommender)
     targets: list[rs.ContainerTarget] = []
+    terms: dict[str, Any] = {}
     for c in cfg.containers:
         series = got.series.get(c.name) or UsageSeries.of([], [], [])
         events = match_oom_records(oom, cfg.namespace, cfg.workload, c.name)
@@ -256,11 +263,18 @@ def recommend(
         except RecommendationNotReady as exc:
             cond = rs.condition(rs.PROVIDED, False, rs.NOT_READY, exc.message)
             status = build_status(rr, [*ok_conditions, cond], now, targets or None)
-            return status, False, f"{c.name}: {exc.message}"
+            return status, False, f"{c.name}: {exc.message}", _terms_text(terms, now)
         targets.append(rs.ContainerTarget(c.name, r.cpu_request, r.memory_request))
+        terms[c.name] = {"recommender": r.recommender, **r.to_json()["terms"]}
     cond = rs.condition(rs.PROVIDED, True)
     status = build_status(rr, [*ok_conditions, cond], now, targets)
-    return status, True, f"{len(targets)} container(s) recommended"
+    return status, True, f"{len(targets)} container(s) recommended", _terms_text(terms, now)
+
+
+def _terms_text(terms: Mapping[str, Any], now: float) -> str | None:
+    if not terms:
+        return None
+    return json.dumps({"time": rfc3339(now), "containers": terms}, sort_keys=True)
 
 
 def _settings(
@@ -320,15 +334,27 @@ class ResourceRecommendController:
         self.memory = RRMemory()
         self._rrs = Informer(cluster, RR)
         self._deployments = Informer(cluster, names.DEPLOYMENT)
+        self._pods = Informer(cluster, names.POD)
 
-    def _oom_records(self) -> list[OOMEvent]:
+    def _oom_records(self, now: float) -> tuple[list[OOMEvent], str | None, bool]:
+        """Katalyst's OOM recorder: the records with the kills the pods show now, and the
+        ConfigMap's new oom-data when it changes (and whether the ConfigMap exists)."""
+        cm: JSON | None
         try:
             cm = self.cluster.get(
                 names.CONFIG_MAP, names.OOM_RECORD_CONFIG_MAP, names.KUBE_SYSTEM_NAMESPACE
             )
+        except NotFound:
+            cm = None
         except ApiError:
-            return []
-        return parse_oom_records(cm)
+            return [], None, True  # unreadable now: neither used nor overwritten
+        current = oom_record.read(cm, names.OOM_RECORD_KEY)
+        self._pods.sync()
+        merged = oom_record.merge(current, oom_record.observed(self._pods.list()), now)
+        text = oom_record.text(merged)
+        old = ((cm or {}).get("data") or {}).get(names.OOM_RECORD_KEY)
+        changed = merged != current or (cm is None and merged)
+        return oom_events(merged), text if changed and text != old else None, cm is not None
 
     def _workload(self, cfg_ns: str, rr: Mapping[str, Any]) -> tuple[JSON | None, str]:
         ref = (rr.get("spec") or {}).get("targetRef") or {}
@@ -342,15 +368,13 @@ class ResourceRecommendController:
         except NotFound:
             notes.append("Deployments are not served by this API server")
         updates: list[RRUpdate] = []
-        oom: list[OOMEvent] | None = None
+        oom, oom_data, oom_exists = self._oom_records(now)
         rrs = self._rrs.list()
         for rr in sorted(rrs, key=_key):
             if not served(rs.recommender_of(rr)) or not is_due(rr, self.memory, now, self.config):
                 continue
-            if oom is None:
-                oom = self._oom_records()
             updates.append(self._run(rr, oom, now))
-        return RRPlan(now, len(rrs), tuple(updates), tuple(notes))
+        return RRPlan(now, len(rrs), tuple(updates), tuple(notes), oom_data, oom_exists)
 
     def _run(self, rr: JSON, oom: Sequence[OOMEvent], now: float) -> RRUpdate:
         meta = rr.get("metadata") or {}
@@ -372,8 +396,10 @@ class ResourceRecommendController:
             got = Gathered(self.source.read(ns, cfg.workload, cfg.kind, begin, now))
         except (PrometheusError, SourceUnavailable) as exc:
             got = Gathered(None, str(exc))
-        status, ok, summary = recommend(rr, cfg, got, oom, now, (start, self.config.min_span_s))
-        return self._done(RRUpdate(ns, name, status, ok, summary), now)
+        status, ok, summary, terms = recommend(
+            rr, cfg, got, oom, now, (start, self.config.min_span_s)
+        )
+        return self._done(RRUpdate(ns, name, status, ok, summary, terms), now)
 
     def _done(self, update: RRUpdate, now: float) -> RRUpdate:
         key = f"{update.namespace}/{update.name}"
@@ -396,13 +422,30 @@ class ResourceRecommendController:
                 self.cluster.patch(
                     RR, u.name, {"status": dict(u.status)}, u.namespace, subresource="status"
                 )
+                if u.terms is not None:
+                    ann = {names.RECOMMENDATION_TERMS_ANNOTATION: u.terms}
+                    self.cluster.patch(RR, u.name, {"metadata": {"annotations": ann}}, u.namespace)
             except NotFound:
                 continue
             except ApiError as exc:
                 failed.append(f"{what}: {exc}")
                 continue
             done.append(what)
+        if plan.oom_data is not None:
+            try:
+                self._write_oom(plan.oom_data, plan.oom_exists)
+                done.append("oom-record ConfigMap")
+            except ApiError as exc:
+                failed.append(f"oom-record ConfigMap: {exc}")
         return RRResult(tuple(done), tuple(failed))
+
+    def _write_oom(self, data: str, exists: bool) -> None:
+        ns, name = names.KUBE_SYSTEM_NAMESPACE, names.OOM_RECORD_CONFIG_MAP
+        body = {"data": {names.OOM_RECORD_KEY: data}}
+        if exists:
+            self.cluster.patch(names.CONFIG_MAP, name, body, ns)
+        else:
+            self.cluster.create(names.CONFIG_MAP, {"metadata": {"name": name}, **body}, ns)
 
     def run(self, now: float) -> tuple[RRPlan, RRResult]:
         plan = self.reconcile(now)
