@@ -2,7 +2,8 @@
 # A one-node Kubernetes on this machine, from upstream sources only.
 #
 #   bash scripts/cluster.sh up        build (once, cached), then start etcd, the control plane,
-#                                     containerd and a kubelet; install pykatalyst's CRDs and RBAC
+#                                     containerd, a kubelet and Prometheus (scraping the
+#                                     kubelet's cAdvisor endpoint); install pykatalyst's CRDs and RBAC
 #   bash scripts/cluster.sh down      stop everything and remove every trace (processes, mounts,
 #                                     cgroups, network namespaces, kernel settings, the state dir)
 #   bash scripts/cluster.sh status    what runs, and the node
@@ -34,6 +35,10 @@ NODE=${NODE_NAME:-$(hostname)}
 APISERVER=https://127.0.0.1:6443
 ETCD_CLIENT=http://127.0.0.1:23790
 ETCD_PEER=http://127.0.0.1:23800
+# Debian's Prometheus, scraping the kubelet's /metrics/cadvisor over TLS every 10 s with a
+# client certificate of its own (user "pykatalyst-prometheus", allowed nodes/metrics only).
+PROMETHEUS_LISTEN=127.0.0.1:19090
+PROMETHEUS_USER=pykatalyst-prometheus
 SERVICE_CIDR=10.0.0.0/24
 NAMESPACE=katalyst-system
 BRIDGE=pyk0
@@ -64,10 +69,12 @@ ensure_packages() {
     command -v ip >/dev/null || need+=(iproute2)
     command -v iptables >/dev/null || need+=(iptables)
     command -v mount >/dev/null || need+=(mount)
+    command -v prometheus >/dev/null || need+=(prometheus)
     if [ ${#need[@]} -gt 0 ]; then
         log "installing ${need[*]}"
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${need[@]}" >/dev/null
     fi
 }
 
@@ -145,6 +152,7 @@ make_pki() {
     cert scheduler system:kube-scheduler "" "" client
     cert kubelet-client "system:node:$NODE" system:nodes "" client
     cert kubelet "$NODE" "" "DNS:$NODE,DNS:localhost,IP:127.0.0.1" server
+    cert prometheus "$PROMETHEUS_USER" "" "" client
     if [ ! -f "$PKI/sa.key" ]; then
         openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
         openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
@@ -363,6 +371,54 @@ save_sysctls() {
     done > "$STATE/sysctls.saved"
 }
 
+# The kubelet authorizes each scrape with the API server (SubjectAccessReview): Prometheus's
+# user may get nodes/metrics and nothing else.
+prometheus_rbac() {
+    cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: $PROMETHEUS_USER}
+rules:
+  - apiGroups: [""]
+    resources: [nodes/metrics]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: $PROMETHEUS_USER}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: $PROMETHEUS_USER}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: $PROMETHEUS_USER}
+EOF
+}
+
+start_prometheus() {
+    local kubectl=$1
+    prometheus_rbac | "$kubectl" --kubeconfig "$KC/admin.kubeconfig" apply -f - >/dev/null
+    mkdir -p "$STATE/prometheus"
+    cat > "$STATE/prometheus.yml" <<EOF
+global:
+  scrape_interval: 10s
+  scrape_timeout: 5s
+scrape_configs:
+  - job_name: kubelet-cadvisor
+    scheme: https
+    metrics_path: /metrics/cadvisor
+    tls_config:
+      ca_file: $PKI/ca.crt
+      cert_file: $PKI/prometheus.crt
+      key_file: $PKI/prometheus.key
+      server_name: $NODE
+    static_configs:
+      - targets: ["127.0.0.1:10250"]
+        labels: {node: "$NODE"}
+EOF
+    start prometheus prometheus --config.file="$STATE/prometheus.yml" \
+        --storage.tsdb.path="$STATE/prometheus" --storage.tsdb.retention.time=2d \
+        --web.listen-address="$PROMETHEUS_LISTEN" --log.level=warn
+    wait_for prometheus 60 curl -sf "http://$PROMETHEUS_LISTEN/-/ready"
+}
+
 install_pykatalyst_access() {
     local kubectl=$1 comp sa token
     "$kubectl" --kubeconfig "$KC/admin.kubeconfig" apply -f "$ROOT/deploy/crds/" >/dev/null
@@ -425,6 +481,7 @@ up() {
     install_pykatalyst_access "$bin/kubectl"
     wait_for "node $NODE Ready" 120 "$bin/kubectl" --kubeconfig "$KC/admin.kubeconfig" wait \
         --for=condition=Ready --timeout=5s node "$NODE"
+    start_prometheus "$bin/kubectl"
     log "up: node $NODE is Ready; eval \"\$(bash scripts/cluster.sh env)\" to use it"
 }
 
@@ -473,6 +530,7 @@ kill_shims() {
 
 down() {
     [ -d "$STATE" ] || { log "nothing to stop ($STATE does not exist)"; return 0; }
+    stop prometheus
     stop kubelet
     if running containerd; then
         local crictl
@@ -513,7 +571,8 @@ down() {
 
 status() {
     local name
-    for name in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet; do
+    for name in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet \
+        prometheus; do
         if running "$name"; then echo "$name: running (pid $(cat "$PIDS/$name.pid"))"
         else echo "$name: stopped"; fi
     done
@@ -535,6 +594,7 @@ export PYKATALYST_K8S_BIN=$bin
 export CONTAINER_RUNTIME_ENDPOINT=unix://$SOCK
 export IMAGE_SERVICE_ENDPOINT=unix://$SOCK
 export NODE_NAME=$NODE
+export PYKATALYST_PROMETHEUS_URL=http://$PROMETHEUS_LISTEN
 export PATH=$bin:\$PATH
 EOF
 }

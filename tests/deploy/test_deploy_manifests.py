@@ -91,6 +91,13 @@ def _containers() -> Iterator[tuple[JSON, JSON]]:
 # --- the files ------------------------------------------------------------------------------
 
 
+# Namespaced objects that live outside the system namespace, and where.
+OTHER_NAMESPACE = {
+    ("Role", "katalyst-controller-oom-record"): names.KUBE_SYSTEM_NAMESPACE,
+    ("RoleBinding", "katalyst-controller-oom-record"): names.KUBE_SYSTEM_NAMESPACE,
+}
+
+
 @pytest.mark.parametrize("path", _yaml_files(), ids=lambda p: str(p.relative_to(DEPLOY)))
 def test_every_manifest_parses_into_known_kinds(path: Path) -> None:
     docs = _docs(path)
@@ -102,7 +109,9 @@ def test_every_manifest_parses_into_known_kinds(path: Path) -> None:
         meta = doc["metadata"]
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", meta["name"]), meta["name"]
         if doc["kind"] in NAMESPACED_KINDS:
-            assert meta.get("namespace") == names.SYSTEM_NAMESPACE, (path, meta)
+            # but the controller's access to Katalyst's kube-system/oom-record ConfigMap
+            home = OTHER_NAMESPACE.get((doc["kind"], meta["name"]), names.SYSTEM_NAMESPACE)
+            assert meta.get("namespace") == home, (path, meta)
         else:
             assert "namespace" not in meta, (path, meta)
 
@@ -445,6 +454,24 @@ HAND_KEPT: dict[str, list[Need]] = {
         _need(names.POD, "list"),
         _need(names.POD, "watch"),
         _need(names.POD, "create", "eviction"),
+        _need(names.POD, "patch"),
+        _need(names.DEPLOYMENT, "list"),
+        _need(names.DEPLOYMENT, "watch"),
+        _need(names.STATEFUL_SET, "list"),
+        _need(names.STATEFUL_SET, "watch"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "list"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "watch"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "create"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "patch"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "delete"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "patch", "status"),
+        _need(names.RESOURCE_RECOMMEND, "list"),
+        _need(names.RESOURCE_RECOMMEND, "watch"),
+        _need(names.RESOURCE_RECOMMEND, "patch"),
+        _need(names.RESOURCE_RECOMMEND, "patch", "status"),
+        _need(names.CONFIG_MAP, "get", namespace=names.KUBE_SYSTEM_NAMESPACE),
+        _need(names.CONFIG_MAP, "create", namespace=names.KUBE_SYSTEM_NAMESPACE),
+        _need(names.CONFIG_MAP, "patch", namespace=names.KUBE_SYSTEM_NAMESPACE),
         _need(names.EVENT, "create"),
         _need(names.EVENT, "patch"),
         _need(names.LEASE, "get", namespace=names.SYSTEM_NAMESPACE),

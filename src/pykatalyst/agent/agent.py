@@ -57,9 +57,10 @@ from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cg
 from pykatalyst.agent.tick import UNMANAGED as UNMANAGED
 from pykatalyst.agent.tick import Decision, Notes
 from pykatalyst.api import config_fields, names
+from pykatalyst.api import spd as spd_api
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
-from pykatalyst.cluster.protocol import ApiError, Cluster
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
 from pykatalyst.cluster.skips import Skip, skip_reason
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
@@ -69,6 +70,8 @@ __all__ = ["Agent", "AgentState", "Decision", "EvictionInput", "EvictionStage", 
 log = logging.getLogger("pykatalyst.agent")
 
 REDISCOVER_PERIOD_S = 30.0
+# The SPD cache's mark of an SPD that breaks its schema.
+_UNREADABLE: JSON = {}
 BESTEFFORT = "besteffort"  # the kubelet's QoS class whose cgroup holds reclaimed pods
 
 
@@ -115,7 +118,7 @@ class Agent:
         self._init_caches()
         rc = self.config.reporter
         self.state = AgentState(cpu_smoother=smoother(rc, True), mem_smoother=smoother(rc, False))
-        self._spd_cache: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
+        self._spd_cache: dict[tuple[str, str], tuple[float, JSON | None]] = {}
         self._kubelet = (
             None
             if kubelet is None
@@ -308,6 +311,7 @@ class Agent:
             reclaimed_root=self._reclaimed_root(),
             guaranteed_root=isolation.guaranteed_root(self.host) if protect else None,
             spd_targets=self._spd_targets(now, valid),
+            reclaim_off=self._reclaim_off(now, valid),
         )
 
     def execute(
@@ -358,16 +362,21 @@ class Agent:
         return out
 
     def _spd(self, s: PodSpec, now: float) -> dict[str, float]:
+        raw = self._spd_object(s, now)
+        return spd_targets(raw) if raw is not None and raw is not _UNREADABLE else {}
+
+    def _spd_object(self, s: PodSpec, now: float) -> JSON | None:
+        """The pod's SPD, re-read every config_ttl_s: None when there is none,
+        `_UNREADABLE` when it breaks its schema (reported once per version as skipped)."""
         key = (s.namespace, s.spd_name)
         hit = self._spd_cache.get(key)
         if hit is not None and now - hit[0] < self.base_config.config_ttl_s:
             return hit[1]
         kind = names.SERVICE_PROFILE_DESCRIPTOR
         try:
-            raw = self.cluster.get(kind, s.spd_name, s.namespace)
+            raw: JSON | None = self.cluster.get(kind, s.spd_name, s.namespace)
         except ApiError:
             raw = None
-        targets: dict[str, float] = {}
         if raw is not None:
             body = {**raw, "apiVersion": kind.api_version, "kind": kind.kind}
             problems = config_fields.config_problems(body)
@@ -375,14 +384,34 @@ class Agent:
                 message = (
                     f"{kind.kind} {s.namespace}/{s.spd_name} is invalid: "
                     f"{'; '.join(str(p) for p in problems)} (the agent sizes the pool of "
-                    f"{s.key} on its default indicator targets)"
+                    f"{s.key} on its default indicator targets and keeps it out of reclaim)"
                 )
                 skip = Skip.of(kind, raw, skip_reason(raw), message)
                 self.node_state.skips.report([skip], now)
-            else:
-                targets = spd_targets(raw)
-        self._spd_cache[key] = (now, targets)
-        return targets
+                raw = _UNREADABLE
+        self._spd_cache[key] = (now, raw)
+        return raw
+
+    def _reclaim_off(self, now: float, valid: Mapping[str, PodSpec]) -> dict[str, str]:
+        """The pods that lend nothing to reclaimed pods under their SPD (Katalyst's
+        PodEnableReclaim: a Poor business level, or a baseline pod), with the rule; only
+        while reclaim is on (off, no pod lends anyway)."""
+        if not self.config.advisor.enable_reclaim:
+            return {}
+        out: dict[str, str] = {}
+        for s in valid.values():
+            if not s.spd_name or s.level == names.QOS_RECLAIMED_CORES:
+                continue
+            raw = self._spd_object(s, now)
+            if raw is _UNREADABLE:
+                out[s.uid] = f"SPD {s.namespace}/{s.spd_name} is invalid: reclaim is off"
+            elif raw is not None:
+                created = s.created_key[0]
+                meta = spd_api.PodMeta(created if math.isfinite(created) else 0.0, s.name)
+                rule = spd_api.reclaim_rule(meta, raw)
+                if rule:
+                    out[s.uid] = rule
+        return out
 
     def _discover(self, now: float, specs: Mapping[str, PodSpec]) -> None:
         # Discovery walks the cgroup tree: do it when a pod appears whose cgroup is not

@@ -124,12 +124,14 @@ def memory_users(
     inp: TickInputs, valid: Mapping[str, PodSpec], dedicated: Mapping[str, DedicatedAssignment]
 ) -> list[MemoryUser]:
     """Each pod's memory as the headroom formula counts it (a numa_exclusive pod holds
-    its NUMA nodes' memory whole)."""
+    its NUMA nodes' memory whole; a pod its SPD keeps out of reclaim, its request)."""
     users: list[MemoryUser] = []
     for s in valid.values():
         pc = inp.cgroups.get(s.uid)
         mm = inp.metrics.memory(pc.cgroup, inp.now) if pc is not None else None
         usage = None if mm is None else {"rss": mm.rss, "cache": mm.cache, "shmem": mm.shmem}
+        if s.uid in inp.reclaim_off:
+            usage = None  # its SPD keeps it out of reclaim: held at its request
         held = dedicated.get(s.uid)
         whole = (
             memory_policy.exclusive_memory(inp.facts.topology, held.numas)

@@ -68,7 +68,8 @@ class TickInputs:
     holds the samples so far, this tick's included (read, never written, by `decide`);
     `pins` and `kubelet` what the kubelet's cpu manager holds; `reclaimed_root` and
     `guaranteed_root` the kubelet's QoS cgroups the agent writes to; `spd_targets` the
-    indicator targets of the pods' ServiceProfileDescriptors. `warnings` and `events` are
+    indicator targets of the pods' ServiceProfileDescriptors, `reclaim_off` the pods their
+    SPD keeps out of reclaim. `warnings` and `events` are
     what gathering them had to say (an unreadable config, a pod list that failed)."""
 
     now: float
@@ -90,6 +91,9 @@ class TickInputs:
     reclaimed_root: str | None = None
     guaranteed_root: str | None = None
     spd_targets: Mapping[tuple[str, str], Mapping[str, float]] = field(default_factory=dict)
+    # Pods that lend nothing to reclaimed pods under their SPD (uid -> the rule): counted
+    # at their requests, not their usage (a Poor business level, or a baseline pod).
+    reclaim_off: Mapping[str, str] = field(default_factory=dict)
 
     def cgroups_of(self, s: PodSpec) -> ContainerCgroups:
         """The pod's cgroups, its containers' by name."""

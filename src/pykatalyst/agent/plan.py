@@ -97,6 +97,7 @@ class PodPlan:
     knobs: Mapping[Knob, KnobValue] = field(default_factory=dict)
     containers: tuple[ContainerPlan, ...] = ()
     note: str = ""
+    reclaim_off: str = ""  # why its SPD keeps it from lending to reclaimed pods
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -118,6 +119,8 @@ class PodPlan:
             out["containers"] = [c.to_json() for c in self.containers]
         if self.note:
             out["note"] = self.note
+        if self.reclaim_off:
+            out["reclaim_off"] = self.reclaim_off
         return out
 
 

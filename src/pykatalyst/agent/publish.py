@@ -51,7 +51,10 @@ def report_input(
         allocations(topo, inp.config, lay, valid, plan, reserved_mem),
         terms,
         {p.name: p.cpuset for p in plan.pools},
-        [PodCpus(p.key, p.uid, p.pool, p.cpuset, p.ramping_up, p.note) for p in plan.pods],
+        [
+            PodCpus(p.key, p.uid, p.pool, p.cpuset, p.ramping_up, p.note, p.reclaim_off)
+            for p in plan.pods
+        ],
         reserved_mem,
         policy,
         cpu_grain(inp.config),

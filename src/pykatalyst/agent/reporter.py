@@ -54,6 +54,7 @@ class PodCpus:
     cpuset: CPUSet
     ramping_up: bool = False
     note: str = ""
+    reclaim_off: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,8 @@ def pools_annotation(
             entry["ramping_up"] = True
         if p.note:
             entry["note"] = p.note
+        if p.reclaim_off:
+            entry["reclaim_off"] = p.reclaim_off
         entries.append(entry)
     body: dict[str, Any] = {
         "pools": {name: str(cpus) for name, cpus in sorted(pools.items())},

@@ -302,10 +302,12 @@ def pod_estimate(
     inp: TickInputs, s: PodSpec, ramping: bool
 ) -> tuple[float, dict[str, tuple[float, str]]]:
     """Katalyst's canonical estimate of a pod: Σ over its containers, with each
-    container's (cores, source)."""
+    container's (cores, source). A pod its SPD keeps out of reclaim is held at its
+    requests (source `reclaim-off`), so its idle cpus are not lent."""
     adv = inp.config.advisor
     cg = inp.cgroups_of(s)
     single = len(s.containers) == 1
+    lends = adv.enable_reclaim and s.uid not in inp.reclaim_off
     per: dict[str, tuple[float, str]] = {}
     for c in s.containers:
         path = cg.pod if single else cg.containers.get(c.name)
@@ -316,10 +318,11 @@ def pod_estimate(
             cm.load1 if cm else None,
             cm.load5 if cm else None,
             ramping_up=ramping,
-            reclaim_enabled=adv.enable_reclaim,
+            reclaim_enabled=lends,
             cfg=adv,
         )
-        per[c.name] = (est.cores, est.source)
+        source = "reclaim-off" if adv.enable_reclaim and not lends else est.source
+        per[c.name] = (est.cores, source)
     return sum(v[0] for v in per.values()), per
 
 
@@ -441,6 +444,7 @@ def dedicated_regions(
             continue
         s = valid[uid]
         estimate, _ = pod_estimate(inp, s, inp.ramping(s))
+        lends = on and s.uid not in inp.reclaim_off
         for n in a.numas:
             cpus = a.cpuset & topo.cpus_in_numa(n)
             if not cpus:
@@ -456,10 +460,12 @@ def dedicated_regions(
                 adv,
             )
             size, t = regions.dedicated_reclaim_size(
-                len(cpus), requirement, min(rfr, len(cpus)), reclaim_enabled=on
+                len(cpus), requirement, min(rfr, len(cpus)), reclaim_enabled=lends
             )
             if adv.enable_reclaim and not cfg.reclaimed_cpu_idle:
                 t["reclaim"] = "reclaimed_cpu_idle is off: reclaimed pods would not yield"
+            elif s.uid in inp.reclaim_off:
+                t["reclaim"] = inp.reclaim_off[s.uid]
             picked = regions.pick_cpus(topo, cpus, size, state.borrowed.get(name, CPUSet()))
             t.update({"pod": s.key, "cpus": str(picked), "regulator": rterms})
             out[name] = (picked, size, t)

@@ -314,7 +314,8 @@ class PodPlacing:
             s.uid in self.advice.isolated,
         )
         ests = tuple(self.advice.estimates.get((s.uid, c.name)) for c in s.containers)
-        key = (s, pc, pool, cpus, mems, numas, ramping, ests, inp.config.reclaimed_cpu_idle)
+        off = inp.reclaim_off.get(s.uid, "")
+        key = (s, pc, pool, cpus, mems, numas, ramping, ests, inp.config.reclaimed_cpu_idle, off)
         hit = self.state.plans.get(s.uid)
         if hit is not None and hit[0] == key:
             return hit
@@ -375,5 +376,6 @@ def pod_plan(
         pod_knobs,
         tuple(containers),
         note="" if pc is not None else "no cgroup found on this machine: not enforced",
+        reclaim_off=inp.reclaim_off.get(s.uid, ""),
     )
     return plan, tuple(writes)

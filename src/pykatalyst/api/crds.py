@@ -435,6 +435,13 @@ class Indicator(KubeModel):
     indicator_level: str
     value: float
 
+    @field_validator("indicator_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        if value not in ("LowerBound", "UpperBound"):
+            raise ValueError(f"{value!r}: accepted: LowerBound, UpperBound")
+        return value
+
 
 class IndicatorGroup(KubeModel):
     name: str

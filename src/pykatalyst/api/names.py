@@ -199,6 +199,16 @@ CNR_OVERCOMMIT_MEMORY_MANAGER_ANNOTATION: Final = "katalyst.kubewharf.io/overcom
 # --- workload / VPA / SPD ---------------------------------------------------------------
 
 SPD_NAME_ANNOTATION: Final = "spd.katalyst.kubewharf.io/name"
+# A Deployment or StatefulSet annotated enable="true" gets an SPD of its own.
+SPD_ENABLE_ANNOTATION: Final = "spd.katalyst.kubewharf.io/enable"
+# The SPD controller's baseline sentinels (JSON {"timeStamp","podName"}; per extended
+# indicator a JSON map name -> sentinel): pods at or before the sentinel are baseline.
+SPD_BASELINE_SENTINEL_ANNOTATION: Final = "spd.katalyst.kubewharf.io/baselineSentinel"
+SPD_EXTENDED_BASELINE_SENTINEL_ANNOTATION: Final = (
+    "spd.katalyst.kubewharf.io/extendedBaselineSentinel"
+)
+# The status.aggMetrics scope of the resource-portrait indicator (Katalyst's plugin name).
+SPD_SCOPE_RESOURCE_PORTRAIT: Final = "ResourcePortraitIndicatorPlugin"
 VPA_ENABLE_ANNOTATION: Final = "vpa.katalyst.kubewharf.io/enable"
 
 # --- CRDs -------------------------------------------------------------------------------
@@ -371,6 +381,8 @@ CRD: Final = Kind(
     False,
     ("crd", "crds"),
 )
+DEPLOYMENT: Final = Kind("apps", "v1", "Deployment", "deployments", True, ("deploy",))
+STATEFUL_SET: Final = Kind("apps", "v1", "StatefulSet", "statefulsets", True, ("sts",))
 CORE_KINDS: Final = (POD, NODE, EVENT, NAMESPACE, CONFIG_MAP, LEASE, CRD)
 # Namespaces every Kubernetes cluster has. Events about cluster-scoped objects (Nodes) are
 # written to DEFAULT_NAMESPACE, as the kubelet does.
@@ -415,6 +427,19 @@ CONTROLLER_OVERCOMMIT: Final = "overcommit"
 CONTROLLER_KCC: Final = "kcc"
 CONTROLLER_LIFECYCLE: Final = "lifecycle"
 CONTROLLER_BACKSTOP: Final = "backstop"
+CONTROLLER_SPD: Final = "spd"
+CONTROLLER_RESOURCE_RECOMMEND: Final = "resourcerecommender"
+# ResourceRecommend status: its condition types, and where Katalyst's OOM recorder keeps its
+# records (ConfigMap kube-system/oom-record, key oom-data: a JSON list).
+RR_CONDITION_VALIDATED: Final = "Validated"
+RR_CONDITION_INITIALIZED: Final = "Initialized"
+RR_CONDITION_RECOMMENDATION_PROVIDED: Final = "RecommendationProvided"
+# On a ResourceRecommend: the terms behind its last recommendation per container (JSON:
+# percentile, half-life, margin, samples and span, estimate, OOM bump), which Katalyst's
+# status has no field for; `katalyst explain pod` reads them.
+RECOMMENDATION_TERMS_ANNOTATION: Final = "katalyst.kubewharf.io/recommendation_terms"
+OOM_RECORD_CONFIG_MAP: Final = "oom-record"
+OOM_RECORD_KEY: Final = "oom-data"
 # The condition types and reasons the dynamic-config controller writes on KCCs and targets.
 KCC_CONDITION_VALID: Final = "Valid"
 KCC_CONDITION_CONFLICT: Final = "Conflict"

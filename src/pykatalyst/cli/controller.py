@@ -22,6 +22,8 @@ from pykatalyst.cluster.clock import Clock, RealClock
 from pykatalyst.cluster.protocol import BadRequest, Cluster
 from pykatalyst.cluster.selectors import parse_label_selector
 from pykatalyst.controllers.backstop import BackstopConfig
+from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig
+from pykatalyst.controllers.spd import SPDConfig, parse_baseline_percent
 from pykatalyst.runtime.controller import (
     CONTROLLERS,
     ControllerRunner,
@@ -185,6 +187,30 @@ def _timings(taint_after: str, evict_after: str, period: str) -> tuple[float, fl
     return taint_s, evict_s, period_s
 
 
+def _rr_config(
+    url: str | None, timeout: str, resync: str, retry: str, min_span: str
+) -> ResourceRecommendConfig:
+    """The ResourceRecommend controller's settings; a bad value is a usage error naming
+    its flag."""
+    values = {}
+    for key, text, flag in (
+        ("prometheus_timeout_s", timeout, "--resourcerecommend-prometheus-timeout"),
+        ("resync_s", resync, "--resource-recommend-resync-period"),
+        ("retry_base_s", retry, "--resource-recommend-retry"),
+        ("min_span_s", min_span, "--resource-recommend-min-span"),
+    ):
+        value = parse_duration(text, flag)
+        if value <= 0:
+            raise typer.BadParameter(f"{text!r}: must be longer than 0", param_hint=flag)
+        values[key] = value
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise typer.BadParameter(
+            f"{url!r}: accepted: an http:// or https:// URL",
+            param_hint="--resourcerecommend-prometheus-address",
+        )
+    return ResourceRecommendConfig(prometheus_url=url, **values)
+
+
 def controller(
     kubeconfig: KubeconfigArg = None,
     in_cluster: InClusterArg = False,
@@ -217,6 +243,57 @@ def controller(
             help="Age after which a CNR or CNC without its Node is deleted (lifecycle).",
         ),
     ] = "1m",
+    spd_qos_baseline_percent: Annotated[
+        str,
+        typer.Option(
+            "--spd-qos-baseline-percent",
+            metavar="LEVEL=PCT,...",
+            help="Default baselinePercent of a new SPD per QoS level of its pod template, "
+            "e.g. 'shared_cores=50' (spd); levels not listed get 100 (nothing reclaimed).",
+        ),
+    ] = "",
+    rr_prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--resourcerecommend-prometheus-address",
+            metavar="URL",
+            help="Prometheus the ResourceRecommend controller reads usage from, e.g. "
+            "http://prometheus.monitoring:9090 (Katalyst's flag).",
+        ),
+    ] = None,
+    rr_timeout: Annotated[
+        str,
+        typer.Option(
+            "--resourcerecommend-prometheus-timeout",
+            metavar="DURATION",
+            help="Longest wait for one Prometheus query (resourcerecommender).",
+        ),
+    ] = "3m",
+    rr_resync: Annotated[
+        str,
+        typer.Option(
+            "--resource-recommend-resync-period",
+            metavar="DURATION",
+            help="A ResourceRecommend is recomputed this long after its last recommendation.",
+        ),
+    ] = "24h",
+    rr_retry: Annotated[
+        str,
+        typer.Option(
+            "--resource-recommend-retry",
+            metavar="DURATION",
+            help="First retry of a failed ResourceRecommend run (doubling up to 30m).",
+        ),
+    ] = "1m",
+    rr_min_span: Annotated[
+        str,
+        typer.Option(
+            "--resource-recommend-min-span",
+            metavar="DURATION",
+            help="How long the samples must span before the default recommender answers "
+            "(Katalyst: 24h; shorter only for demos and tests).",
+        ),
+    ] = "24h",
     taint_after: Annotated[
         str,
         typer.Option(
@@ -317,12 +394,19 @@ def controller(
 
     lifecycle: a CNR and a CNC per Node; overcommit: NodeOvercommitConfig ratios as Node
     annotations; kcc: dynamic config resolved per node into CNC status; backstop: taints the
-    CNRs of nodes whose agent went silent and evicts their reclaimed pods."""
+    CNRs of nodes whose agent went silent and evicts their reclaimed pods; spd: an SPD per
+    workload annotated spd.katalyst.kubewharf.io/enable, baseline sentinels, pod stamps;
+    resourcerecommender: ResourceRecommend status from Prometheus usage."""
     try:
         enabled = parse_controllers(controllers)
     except ControllersError as exc:
         raise typer.BadParameter(str(exc), param_hint="--controllers") from None
     orphan_grace_s = parse_duration(orphan_grace, "--orphan-grace")
+    try:
+        spd_cfg = SPDConfig(baseline_percent=parse_baseline_percent(spd_qos_baseline_percent))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--spd-qos-baseline-percent") from None
+    rr_cfg = _rr_config(rr_prometheus, rr_timeout, rr_resync, rr_retry, rr_min_span)
     if node_selector is not None:
         try:
             parse_label_selector(node_selector)
@@ -354,6 +438,8 @@ def controller(
         controllers=enabled,
         node_selector=node_selector,
         orphan_grace_s=orphan_grace_s,
+        spd_config=spd_cfg,
+        rr_config=rr_cfg,
     )
     metrics = None if metrics_port is None else Endpoint("metrics", metrics_address, metrics_port)
     backstop = (

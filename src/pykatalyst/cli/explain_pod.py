@@ -19,6 +19,7 @@ from pykatalyst.cli.explain_cluster import (
     recent,
 )
 from pykatalyst.cli.explain_events import FAILED_SCHEDULING, OUR_COMPONENTS, component_of
+from pykatalyst.cli.explain_recommend import resource_recommends_json
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.topology.cpuset import CPUSet
 
@@ -50,6 +51,7 @@ def explain_pod(
         "node": view.node_name or None,
         "qos": qos_json(qos, found),
         "placement": placement_json(cluster, view, qos, found, problems),
+        "resource_recommends": resource_recommends_json(cluster, view, problems),
         "events": events,
         "scheduling": scheduling_json(view, events),
         "problems": problems,
@@ -95,6 +97,7 @@ def placement_json(
         "pool_cpuset": None,
         "ramping_up": False,
         "note": None,
+        "reclaim": None,
         "numa": [],
         "why": None,
     }
@@ -128,10 +131,23 @@ def placement_json(
         pool_cpuset=pools.get(pool),
         ramping_up=bool(entry.get("ramping_up", False)),
         note=entry.get("note") or None,
+        reclaim=reclaim_rule(pod, entry),
         numa=numa,
         why=placement_why(qos, found, entry, pools.get(pool)),
     )
     return out
+
+
+def reclaim_rule(pod: Pod, entry: dict[str, Any]) -> str | None:
+    """Whether the pod lends its idle capacity to reclaimed pods, as the agent decided
+    (None for a pod without an SPD, which lends by default)."""
+    off = entry.get("reclaim_off")
+    if off:
+        return f"lends nothing to reclaimed pods (counted at its requests): {off}"
+    spd_name = pod.annotations.get(names.SPD_NAME_ANNOTATION)
+    if spd_name:
+        return f"lends its idle capacity: its SPD {spd_name} is neither Poor nor baseline"
+    return None
 
 
 def _numa_allocations(cnr: JSON, uid: str, problems: list[str]) -> list[JSON]:

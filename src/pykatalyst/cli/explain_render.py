@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pykatalyst.api import names
+from pykatalyst.cli.explain_recommend import print_recommends
 from pykatalyst.cli.output import print_message, print_table
 from pykatalyst.cluster.protocol import JSON
 
@@ -225,6 +226,8 @@ def print_pod(report: JSON) -> None:
             ["cpuset", fmt(placement["cpuset"])],
             ["why", fmt(placement.get("why"))],
         ]
+        if placement.get("reclaim"):
+            rows.append(["reclaim", str(placement["reclaim"])])
         if placement.get("numa"):
             rows.append(
                 [
@@ -233,6 +236,7 @@ def print_pod(report: JSON) -> None:
                 ]
             )
     print_table(f"Pod {report['pod']}", ["", "value"], rows)
+    print_recommends(report.get("resource_recommends") or [])
     for p in qos["errors"]:
         print_message(f"error: {p['text']}", style="red")
     for p in qos["warnings"]:

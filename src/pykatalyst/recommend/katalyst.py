@@ -79,6 +79,12 @@ class KatalystSettings(BaseModel):
         description="When the processor's tasks started (Unix s). None: 25 h after the first "
         "sample, so the first back-fill starts at the first sample.",
     )
+    min_span_s: float = Field(
+        MIN_SPAN_S,
+        gt=0,
+        description="Not ready until the samples span this long (Katalyst: 24 h, fixed; "
+        "shorter only for demos and tests).",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +135,14 @@ def _feed_memory(series: UsageSeries, start: float, now: float) -> _Fed:
     return _Fed(peaks, np.ones_like(peaks), t[ends], float(t[0]), float(t[-1]))
 
 
-def _percentile(fed: _Fed, resource: str, half_life_s: float, now: float) -> float:
+def _percentile(
+    fed: _Fed, resource: str, half_life_s: float, now: float, min_span_s: float = MIN_SPAN_S
+) -> float:
     if fed.first_s is None or fed.last_s is None:
         raise RecommendationNotReady(MSG_DATA_PREPARING, resource)
     if now - fed.last_s > MAX_SAMPLE_AGE_S:
         raise RecommendationNotReady(MSG_SAMPLES_EXPIRED, resource)
-    if fed.last_s - fed.first_s < MIN_SPAN_S:
+    if fed.last_s - fed.first_s < min_span_s:
         raise RecommendationNotReady(MSG_INSUFFICIENT, resource)
     layout = CPU_LAYOUT if resource == CPU else MEMORY_LAYOUT
     histogram = build_histogram(layout, fed.values, fed.weights, fed.times, half_life_s)
@@ -216,13 +224,13 @@ class KatalystRecommender:
         terms: dict[str, ResourceTerms] = {}
         if CPU in settings.resources:
             fed = _feed_cpu(series, start, now)
-            estimate = _percentile(fed, CPU, half_life, now)
+            estimate = _percentile(fed, CPU, half_life, now, settings.min_span_s)
             margin = settings.cpu_buffer_percent / 100
             cpu = int(estimate * (1 + margin) * 1000) / 1000
             terms[CPU] = _terms(fed, estimate, margin, half_life)
         if MEMORY in settings.resources:
             fed = _feed_memory(series, start, now)
-            estimate = _percentile(fed, MEMORY, half_life, now)
+            estimate = _percentile(fed, MEMORY, half_life, now, settings.min_span_s)
             margin = settings.memory_buffer_percent / 100
             memory = round_memory(estimate * (1 + margin))
             bumped = _oom_figure(oom_events, now)

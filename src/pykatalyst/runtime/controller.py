@@ -1,7 +1,8 @@
 """The controller's runner: each enabled controller as a leader-only ticker of a ComponentHost.
 
-The backstop, node overcommit, dynamic config (KCC -> CNC) and lifecycle controllers are
-switched by name (`parse_controllers`, Katalyst's `--controllers` syntax).
+The backstop, node overcommit, dynamic config (KCC -> CNC), lifecycle, service profile
+(SPD) and ResourceRecommend controllers are switched by name (`parse_controllers`,
+Katalyst's `--controllers` syntax).
 
 Several replicas may run; the host's Lease election picks the one that acts. A replica that
 loses the lease exits (like kube-controller-manager) so that it comes back as a clean
@@ -31,6 +32,11 @@ from pykatalyst.controllers.backstop import (
 from pykatalyst.controllers.kcc import KCCController
 from pykatalyst.controllers.lifecycle import DEFAULT_ORPHAN_GRACE_S, LifecycleController
 from pykatalyst.controllers.overcommit import OvercommitController
+from pykatalyst.controllers.resource_recommend import (
+    ResourceRecommendConfig,
+    ResourceRecommendController,
+)
+from pykatalyst.controllers.spd import SPDConfig, SPDController
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
 from pykatalyst.runtime.leader import LeaderElector, LeaderState
 
@@ -41,6 +47,8 @@ CONTROLLERS = (
     names.CONTROLLER_LIFECYCLE,
     names.CONTROLLER_OVERCOMMIT,
     names.CONTROLLER_KCC,
+    names.CONTROLLER_SPD,
+    names.CONTROLLER_RESOURCE_RECOMMEND,
     BACKSTOP,
 )
 DEFAULT_CONTROLLERS = CONTROLLERS
@@ -156,6 +164,8 @@ class ControllerRunner:
         controllers: Sequence[str] = (BACKSTOP,),
         node_selector: str | None = None,
         orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+        spd_config: SPDConfig | None = None,
+        rr_config: ResourceRecommendConfig | None = None,
     ) -> None:
         if period_s <= 0:
             raise ValueError(f"period_s: must be positive, got {period_s}")
@@ -169,6 +179,8 @@ class ControllerRunner:
         self.controllers = tuple(c for c in CONTROLLERS if c in controllers)
         self.node_selector = node_selector
         self.orphan_grace_s = orphan_grace_s
+        self.spd_config = spd_config
+        self.rr_config = rr_config
         self.registry = registry if registry is not None else CollectorRegistry()
         self.records_path = records_path
         self.backstop: BackstopController | None = None
@@ -219,6 +231,10 @@ class ControllerRunner:
             )
         if name == names.CONTROLLER_KCC:
             return KCCController(self.cluster, node_selector=self.node_selector, skips=self.skips)
+        if name == names.CONTROLLER_SPD:
+            return SPDController(self.cluster, self.spd_config, skips=self.skips)
+        if name == names.CONTROLLER_RESOURCE_RECOMMEND:
+            return ResourceRecommendController(self.cluster, self.rr_config)
         return LifecycleController(
             self.cluster, node_selector=self.node_selector, orphan_grace_s=self.orphan_grace_s
         )

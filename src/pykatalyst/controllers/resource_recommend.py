@@ -1,0 +1,452 @@
+"""ResourceRecommend: katalyst-core's `resourcerecommender` controller, fed by Prometheus.
+
+Each ResourceRecommend whose `algorithmPolicy.recommender` is empty or `default` gets its
+status filled as katalyst-core fills it (validation, conditions, `observedGeneration`,
+`recommendResources`, `lastRecommendationTime`; see `rr_status`), from the percentile rule
+of `pykatalyst.recommend` (recommender `katalyst`) over the workload's usage read from
+Prometheus with Katalyst's PromQL. A recommender pykatalyst knows by another name (today
+`pykatalyst`) is served the same way by that recommender; any other name is left to the
+recommender it names, untouched.
+
+Cadence (Katalyst's): an RR is recomputed when its generation changed or `resync_s` (24 h)
+after its last recommendation; a run that fails (invalid, not ready, Prometheus down) is
+retried after `retry_base_s` (1 min) doubling up to `retry_max_s` (30 min). Like Katalyst's
+processor, each RR's histogram task starts when the controller first serves it, back-filling
+25 h (the controller reads that history and everything since from Prometheus).
+
+When Prometheus cannot be read (unreachable, too slow, an answer that is not a matrix),
+`RecommendationProvided` turns False with reason `DataSourceUnavailable` and the error, and
+the last good `recommendResources` and `lastRecommendationTime` stay.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pykatalyst.api import names
+from pykatalyst.api.quantity import Quantity
+from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
+from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
+from pykatalyst.controllers import oom_record
+from pykatalyst.controllers import rr_status as rs
+from pykatalyst.recommend import (
+    KatalystSettings,
+    OOMEvent,
+    RecommendationNotReady,
+    UsageSeries,
+    get_recommender,
+    match_oom_records,
+    recommender_names,
+)
+from pykatalyst.recommend.prometheus import PrometheusClient, PrometheusError, read_workload_usage
+
+RR = names.RESOURCE_RECOMMEND
+HOUR = 3600.0
+BACKFILL_S = 25 * HOUR
+SOURCE_UNAVAILABLE = "DataSourceUnavailable"
+
+
+class ResourceRecommendConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prometheus_url: str | None = Field(None, description="Prometheus base URL")
+    prometheus_timeout_s: float = Field(180.0, gt=0, description="one query's timeout")
+    resync_s: float = Field(24 * HOUR, gt=0, description="recompute this long after the last")
+    retry_base_s: float = Field(60.0, gt=0, description="first retry after a failed run")
+    retry_max_s: float = Field(1800.0, gt=0, description="longest wait between retries")
+    min_span_s: float = Field(
+        24 * HOUR, gt=0, description="samples must span this long (Katalyst: 24 h)"
+    )
+    max_history_s: float = Field(8 * 24 * HOUR, gt=0, description="oldest sample read")
+
+
+class UsageSource(Protocol):
+    """Where usage comes from: each container's series for a workload's pods."""
+
+    def read(
+        self, namespace: str, workload: str, kind: str, start: float, end: float
+    ) -> Mapping[str, UsageSeries]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusSource:
+    client: PrometheusClient
+
+    def read(
+        self, namespace: str, workload: str, kind: str, start: float, end: float
+    ) -> Mapping[str, UsageSeries]:
+        return read_workload_usage(self.client, namespace, workload, start, end, kind=kind)
+
+
+class SourceUnavailable(RuntimeError):
+    """The usage source could not be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoSource:
+    """No Prometheus configured: every read says so."""
+
+    def read(
+        self, namespace: str, workload: str, kind: str, start: float, end: float
+    ) -> Mapping[str, UsageSeries]:
+        raise SourceUnavailable(
+            "no Prometheus address configured (katalyst controller "
+            "--resourcerecommend-prometheus-address, Helm value recommendation.prometheus.url)"
+        )
+
+
+def parse_oom_records(cm: Mapping[str, Any] | None) -> list[OOMEvent]:
+    """Katalyst's oom-record ConfigMap (key oom-data: a JSON list of {Namespace, Pod,
+    Container, Memory, OOMAt}), in its order; unreadable entries are left out."""
+    return oom_events(oom_record.read(cm, names.OOM_RECORD_KEY))
+
+
+def oom_events(items: Sequence[Mapping[str, Any]]) -> list[OOMEvent]:
+    out: list[OOMEvent] = []
+    for item in items:
+        try:
+            out.append(
+                OOMEvent(
+                    timestamp=parse_rfc3339(str(item["OOMAt"])),
+                    memory_request=float(Quantity.parse(str(item["Memory"])).value()),
+                    pod=str(item["Pod"]),
+                    namespace=str(item["Namespace"]),
+                    container=str(item["Container"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+@dataclass(slots=True)
+class RRMemory:
+    """What the controller remembers between runs, per RR (namespace/name): when its task
+    started, and the retry back-off after failed runs."""
+
+    task_start: dict[str, float] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    retry_at: dict[str, float] = field(default_factory=dict)
+
+
+def _key(rr: Mapping[str, Any]) -> str:
+    meta = rr.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def is_due(rr: Mapping[str, Any], mem: RRMemory, now: float, cfg: ResourceRecommendConfig) -> bool:
+    """Katalyst's rule: a changed generation, or `resync_s` since the last recommendation;
+    a failed run waits for its retry."""
+    key = _key(rr)
+    meta = rr.get("metadata") or {}
+    raw = rr.get("status")
+    status: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    changed = status.get("observedGeneration") != meta.get("generation")
+    if not changed and now < mem.retry_at.get(key, 0.0):
+        return False
+    last = status.get("lastRecommendationTime")
+    if isinstance(last, str) and not changed and key not in mem.failures:
+        try:
+            return now >= parse_rfc3339(last) + cfg.resync_s
+        except ValueError:
+            return True
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class RRUpdate:
+    """One RR's new status, and whether the run succeeded."""
+
+    namespace: str
+    name: str
+    status: Mapping[str, Any]
+    ok: bool
+    summary: str
+    # the terms annotation to write (container -> recommender and terms); None: keep it
+    terms: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rr": f"{self.namespace}/{self.name}", "ok": self.ok, "summary": self.summary}
+
+
+@dataclass(frozen=True, slots=True)
+class RRPlan:
+    time: float
+    seen: int
+    updates: tuple[RRUpdate, ...] = ()
+    notes: tuple[str, ...] = ()
+    # the oom-record ConfigMap's new oom-data (None: unchanged) and whether it exists
+    oom_data: str | None = None
+    oom_exists: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "resourceRecommends": self.seen,
+            "updates": [u.to_json() for u in self.updates],
+            "notes": list(self.notes),
+        }
+
+    def summary(self) -> str:
+        ok = sum(1 for u in self.updates if u.ok)
+        return (
+            f"resourcerecommender: {self.seen} ResourceRecommends; {ok} recommended, "
+            f"{len(self.updates) - ok} not"
+        )
+
+
+def build_status(
+    rr: Mapping[str, Any],
+    conditions: Sequence[Mapping[str, Any]],
+    now: float,
+    targets: Sequence[rs.ContainerTarget] | None,
+    keep_last: bool = False,
+) -> dict[str, Any]:
+    """The status to write: conditions (transition times kept when unchanged), the
+    generation observed, and the recommendation (`targets`; None: none). `keep_last` keeps
+    the last good recommendation and its time instead."""
+    raw = rr.get("status")
+    old: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    meta = rr.get("metadata") or {}
+    status: dict[str, Any] = {
+        "conditions": rs.merge_conditions(old.get("conditions") or [], conditions, now),
+        "observedGeneration": meta.get("generation"),
+        "recommendResources": None,
+        "lastRecommendationTime": None,
+    }
+    if keep_last:
+        status["recommendResources"] = old.get("recommendResources")
+        status["lastRecommendationTime"] = old.get("lastRecommendationTime")
+    elif targets:
+        status["recommendResources"] = rs.recommend_resources(targets)
+        status["lastRecommendationTime"] = rfc3339(now)
+    return status
+
+
+@dataclass(frozen=True, slots=True)
+class Gathered:
+    """What one RR's run read: the series per container (or the source's error)."""
+
+    series: Mapping[str, UsageSeries] | None
+    error: str = ""
+
+
+def recommend(
+    rr: Mapping[str, Any],
+    cfg: rs.RRConfig,
+    got: Gathered,
+    oom: Sequence[OOMEvent],
+    now: float,
+    settings: tuple[float, float],
+) -> tuple[dict[str, Any], bool, str, str | None]:
+    """Pure: the status after a run over what was gathered; `settings` is (task start,
+    readiness span). Returns (status, ok, summary, the terms annotation or None)."""
+    ok_conditions = [rs.condition(rs.VALIDATED, True), rs.condition(rs.INITIALIZED, True)]
+    if got.series is None:
+        cond = rs.condition(rs.PROVIDED, False, SOURCE_UNAVAILABLE, got.error)
+        status = build_status(rr, [*ok_conditions, cond], now, None, keep_last=True)
+        return status, False, got.error, None
+    engine = get_recommender(cfg.recommender)
+    targets: list[rs.ContainerTarget] = []
+    terms: dict[str, Any] = {}
+    for c in cfg.containers:
+        series = got.series.get(c.name) or UsageSeries.of([], [], [])
+        events = match_oom_records(oom, cfg.namespace, cfg.workload, c.name)
+        try:
+            r = engine.recommend(series, now, _settings(engine.name, c, cfg, settings), events)
+        except RecommendationNotReady as exc:
+            cond = rs.condition(rs.PROVIDED, False, rs.NOT_READY, exc.message)
+            status = build_status(rr, [*ok_conditions, cond], now, targets or None)
+            return status, False, f"{c.name}: {exc.message}", _terms_text(terms, now)
+        targets.append(rs.ContainerTarget(c.name, r.cpu_request, r.memory_request))
+        terms[c.name] = {"recommender": r.recommender, **r.to_json()["terms"]}
+    cond = rs.condition(rs.PROVIDED, True)
+    status = build_status(rr, [*ok_conditions, cond], now, targets)
+    return status, True, f"{len(targets)} container(s) recommended", _terms_text(terms, now)
+
+
+def _terms_text(terms: Mapping[str, Any], now: float) -> str | None:
+    if not terms:
+        return None
+    return json.dumps({"time": rfc3339(now), "containers": terms}, sort_keys=True)
+
+
+def _settings(
+    engine: str, c: rs.ContainerConfig, cfg: rs.RRConfig, settings: tuple[float, float]
+) -> Any:
+    if engine != "katalyst":
+        return None  # the recommender's own defaults
+    half_life = rs.half_life_hours(cfg.extensions)
+    return KatalystSettings(
+        cpu_buffer_percent=c.buffer(names.RESOURCE_CPU),
+        memory_buffer_percent=c.buffer(names.RESOURCE_MEMORY),
+        half_life_hours=half_life if isinstance(half_life, int) else 24,
+        resources=tuple(r.resource for r in c.resources),
+        task_start_s=settings[0],
+        min_span_s=settings[1],
+    )
+
+
+def served(recommender: str) -> bool:
+    """Whether this controller serves the RR: Katalyst's default, or a recommender
+    pykatalyst knows by that name (other than its internal name for the default)."""
+    return recommender in ("", "default") or (
+        recommender in recommender_names() and recommender != "katalyst"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RRResult:
+    done: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"done": list(self.done), "failed": list(self.failed)}
+
+
+class ResourceRecommendController:
+    """`reconcile(now)` gathers (informers, the oom-record ConfigMap, Prometheus for the
+    RRs that are due) and decides each status; `apply(plan)` patches the status
+    subresource."""
+
+    name = names.CONTROLLER_RESOURCE_RECOMMEND
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: ResourceRecommendConfig | None = None,
+        *,
+        source: UsageSource | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.config = config if config is not None else ResourceRecommendConfig()
+        if source is None:
+            url = self.config.prometheus_url
+            timeout = self.config.prometheus_timeout_s
+            source = PrometheusSource(PrometheusClient(url, timeout)) if url else NoSource()
+        self.source = source
+        self.memory = RRMemory()
+        self._rrs = Informer(cluster, RR)
+        self._deployments = Informer(cluster, names.DEPLOYMENT)
+        self._pods = Informer(cluster, names.POD)
+
+    def _oom_records(self, now: float) -> tuple[list[OOMEvent], str | None, bool]:
+        """Katalyst's OOM recorder: the records with the kills the pods show now, and the
+        ConfigMap's new oom-data when it changes (and whether the ConfigMap exists)."""
+        cm: JSON | None
+        try:
+            cm = self.cluster.get(
+                names.CONFIG_MAP, names.OOM_RECORD_CONFIG_MAP, names.KUBE_SYSTEM_NAMESPACE
+            )
+        except NotFound:
+            cm = None
+        except ApiError:
+            return [], None, True  # unreadable now: neither used nor overwritten
+        current = oom_record.read(cm, names.OOM_RECORD_KEY)
+        self._pods.sync()
+        merged = oom_record.merge(current, oom_record.observed(self._pods.list()), now)
+        text = oom_record.text(merged)
+        old = ((cm or {}).get("data") or {}).get(names.OOM_RECORD_KEY)
+        changed = merged != current or (cm is None and merged)
+        return oom_events(merged), text if changed and text != old else None, cm is not None
+
+    def _workload(self, cfg_ns: str, rr: Mapping[str, Any]) -> tuple[JSON | None, str]:
+        ref = (rr.get("spec") or {}).get("targetRef") or {}
+        return self._deployments.get(str(ref.get("name", "")), cfg_ns), ""
+
+    def reconcile(self, now: float) -> RRPlan:
+        self._rrs.sync()
+        notes: list[str] = []
+        try:
+            self._deployments.sync()
+        except NotFound:
+            notes.append("Deployments are not served by this API server")
+        updates: list[RRUpdate] = []
+        oom, oom_data, oom_exists = self._oom_records(now)
+        rrs = self._rrs.list()
+        for rr in sorted(rrs, key=_key):
+            if not served(rs.recommender_of(rr)) or not is_due(rr, self.memory, now, self.config):
+                continue
+            updates.append(self._run(rr, oom, now))
+        return RRPlan(now, len(rrs), tuple(updates), tuple(notes), oom_data, oom_exists)
+
+    def _run(self, rr: JSON, oom: Sequence[OOMEvent], now: float) -> RRUpdate:
+        meta = rr.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        workload, error = self._workload(ns, rr)
+        cfg = rs.validate(rr, workload, error)
+        if isinstance(cfg, rs.RRConfig):
+            half_life = rs.half_life_hours(cfg.extensions)
+            cfg = half_life if isinstance(half_life, rs.RRError) else cfg
+        if isinstance(cfg, rs.RRError):
+            conds = [rs.condition(cfg.condition, False, cfg.reason, cfg.message)]
+            if cfg.condition == rs.INITIALIZED:
+                conds.insert(0, rs.condition(rs.VALIDATED, True))
+            status = build_status(rr, conds, now, None)
+            return self._done(RRUpdate(ns, name, status, False, cfg.message), now)
+        start = self.memory.task_start.setdefault(_key(rr), now)
+        begin = max(start - BACKFILL_S, now - self.config.max_history_s)
+        try:
+            got = Gathered(self.source.read(ns, cfg.workload, cfg.kind, begin, now))
+        except (PrometheusError, SourceUnavailable) as exc:
+            got = Gathered(None, str(exc))
+        status, ok, summary, terms = recommend(
+            rr, cfg, got, oom, now, (start, self.config.min_span_s)
+        )
+        return self._done(RRUpdate(ns, name, status, ok, summary, terms), now)
+
+    def _done(self, update: RRUpdate, now: float) -> RRUpdate:
+        key = f"{update.namespace}/{update.name}"
+        if update.ok:
+            self.memory.failures.pop(key, None)
+            self.memory.retry_at.pop(key, None)
+        else:
+            n = self.memory.failures.get(key, 0)
+            self.memory.failures[key] = n + 1
+            wait = min(self.config.retry_base_s * 2**n, self.config.retry_max_s)
+            self.memory.retry_at[key] = now + wait
+        return update
+
+    def apply(self, plan: RRPlan) -> RRResult:
+        done: list[str] = []
+        failed: list[str] = []
+        for u in plan.updates:
+            what = f"status ResourceRecommend {u.namespace}/{u.name}"
+            try:
+                self.cluster.patch(
+                    RR, u.name, {"status": dict(u.status)}, u.namespace, subresource="status"
+                )
+                if u.terms is not None:
+                    ann = {names.RECOMMENDATION_TERMS_ANNOTATION: u.terms}
+                    self.cluster.patch(RR, u.name, {"metadata": {"annotations": ann}}, u.namespace)
+            except NotFound:
+                continue
+            except ApiError as exc:
+                failed.append(f"{what}: {exc}")
+                continue
+            done.append(what)
+        if plan.oom_data is not None:
+            try:
+                self._write_oom(plan.oom_data, plan.oom_exists)
+                done.append("oom-record ConfigMap")
+            except ApiError as exc:
+                failed.append(f"oom-record ConfigMap: {exc}")
+        return RRResult(tuple(done), tuple(failed))
+
+    def _write_oom(self, data: str, exists: bool) -> None:
+        ns, name = names.KUBE_SYSTEM_NAMESPACE, names.OOM_RECORD_CONFIG_MAP
+        body = {"data": {names.OOM_RECORD_KEY: data}}
+        if exists:
+            self.cluster.patch(names.CONFIG_MAP, name, body, ns)
+        else:
+            self.cluster.create(names.CONFIG_MAP, {"metadata": {"name": name}, **body}, ns)
+
+    def run(self, now: float) -> tuple[RRPlan, RRResult]:
+        plan = self.reconcile(now)
+        return plan, self.apply(plan)
