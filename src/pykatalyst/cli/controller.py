@@ -22,6 +22,7 @@ from pykatalyst.cluster.clock import Clock, RealClock
 from pykatalyst.cluster.protocol import BadRequest, Cluster
 from pykatalyst.cluster.selectors import parse_label_selector
 from pykatalyst.controllers.backstop import BackstopConfig
+from pykatalyst.controllers.resize import ResizeConfig
 from pykatalyst.runtime.controller import (
     CONTROLLERS,
     ControllerRunner,
@@ -236,6 +237,15 @@ def controller(
     period: Annotated[
         str, typer.Option("--period", metavar="DURATION", help="Time between reconciles.")
     ] = "30s",
+    resize_deferred_timeout: Annotated[
+        str,
+        typer.Option(
+            "--resize-deferred-timeout",
+            metavar="DURATION",
+            help="vpa: a resize the kubelet has Deferred this long falls back to eviction "
+            "under BestEffortInplace.",
+        ),
+    ] = "5m",
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -317,7 +327,8 @@ def controller(
 
     lifecycle: a CNR and a CNC per Node; overcommit: NodeOvercommitConfig ratios as Node
     annotations; kcc: dynamic config resolved per node into CNC status; backstop: taints the
-    CNRs of nodes whose agent went silent and evicts their reclaimed pods."""
+    CNRs of nodes whose agent went silent and evicts their reclaimed pods; vpa: applies
+    KatalystVerticalPodAutoscalers to their pods (in-place resize, fallback eviction)."""
     try:
         enabled = parse_controllers(controllers)
     except ControllersError as exc:
@@ -333,6 +344,9 @@ def controller(
     if leader_elect:
         leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
     cfg = BackstopConfig(taint_after_s=taint_s, evict_after_s=evict_s, dry_run=dry_run)
+    resize_cfg = ResizeConfig(
+        deferred_timeout_s=parse_duration(resize_deferred_timeout, "--resize-deferred-timeout")
+    )
     clock: Clock = RealClock()
     cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
     embedded = kubeconfig is None and not in_cluster
@@ -354,6 +368,7 @@ def controller(
         controllers=enabled,
         node_selector=node_selector,
         orphan_grace_s=orphan_grace_s,
+        resize=resize_cfg,
     )
     metrics = None if metrics_port is None else Endpoint("metrics", metrics_address, metrics_port)
     backstop = (

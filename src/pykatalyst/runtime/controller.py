@@ -1,6 +1,6 @@
 """The controller's runner: each enabled controller as a leader-only ticker of a ComponentHost.
 
-The backstop, node overcommit, dynamic config (KCC -> CNC) and lifecycle controllers are
+The backstop, node overcommit, dynamic config (KCC -> CNC), lifecycle and vpa controllers are
 switched by name (`parse_controllers`, Katalyst's `--controllers` syntax).
 
 Several replicas may run; the host's Lease election picks the one that acts. A replica that
@@ -31,6 +31,8 @@ from pykatalyst.controllers.backstop import (
 from pykatalyst.controllers.kcc import KCCController
 from pykatalyst.controllers.lifecycle import DEFAULT_ORPHAN_GRACE_S, LifecycleController
 from pykatalyst.controllers.overcommit import OvercommitController
+from pykatalyst.controllers.resize import ResizeConfig
+from pykatalyst.controllers.vertical import VPAController
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
 from pykatalyst.runtime.leader import LeaderElector, LeaderState
 
@@ -41,6 +43,7 @@ CONTROLLERS = (
     names.CONTROLLER_LIFECYCLE,
     names.CONTROLLER_OVERCOMMIT,
     names.CONTROLLER_KCC,
+    names.CONTROLLER_VPA,
     BACKSTOP,
 )
 DEFAULT_CONTROLLERS = CONTROLLERS
@@ -156,6 +159,7 @@ class ControllerRunner:
         controllers: Sequence[str] = (BACKSTOP,),
         node_selector: str | None = None,
         orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+        resize: ResizeConfig | None = None,
     ) -> None:
         if period_s <= 0:
             raise ValueError(f"period_s: must be positive, got {period_s}")
@@ -169,6 +173,7 @@ class ControllerRunner:
         self.controllers = tuple(c for c in CONTROLLERS if c in controllers)
         self.node_selector = node_selector
         self.orphan_grace_s = orphan_grace_s
+        self.resize = resize
         self.registry = registry if registry is not None else CollectorRegistry()
         self.records_path = records_path
         self.backstop: BackstopController | None = None
@@ -217,6 +222,8 @@ class ControllerRunner:
             return OvercommitController(
                 self.cluster, node_selector=self.node_selector, skips=self.skips
             )
+        if name == names.CONTROLLER_VPA:
+            return VPAController(self.cluster, self.resize, registry=self.registry)
         if name == names.CONTROLLER_KCC:
             return KCCController(self.cluster, node_selector=self.node_selector, skips=self.skips)
         return LifecycleController(
