@@ -444,3 +444,25 @@ def test_timestamps_are_rfc3339() -> None:
     w.kvpa()
     w.step()
     assert w.condition(vpa.COND_NO_PODS_MATCHED)["lastTransitionTime"] == rfc3339(1010)
+
+
+def test_explain_pod_shows_the_recommendation_and_why() -> None:
+    from pykatalyst.cli.explain_pod import explain_pod
+
+    w = World(strategy="Inplace")
+    w.pod("web-1")
+    w.rec(w.kvpa())
+    w.step()
+    w.kubelet(
+        "web-1",
+        condition={"type": "PodResizePending", "reason": "Infeasible", "message": "no room"},
+    )
+    w.step()
+    report = explain_pod(w.mc, NS, "web-1", w.clock.now())
+    v = report["vertical"]
+    assert v["kvpa"] == "default/web" and v["strategy"] == "Inplace"
+    assert v["targets"]["c"]["requests"] == {"cpu": "300m"}
+    assert v["source"]["c"] == "status.containerResources"
+    assert v["why"].startswith("refused: resize Infeasible: no room")
+    assert any("PodResizePending/Infeasible" in c for c in v["conditions"])
+    assert v["last_event"]["reason"] == "ResizeRefused"

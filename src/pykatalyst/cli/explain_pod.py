@@ -19,6 +19,7 @@ from pykatalyst.cli.explain_cluster import (
     recent,
 )
 from pykatalyst.cli.explain_events import FAILED_SCHEDULING, OUR_COMPONENTS, component_of
+from pykatalyst.cli.explain_vertical import vertical_json
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.topology.cpuset import CPUSet
 
@@ -52,6 +53,7 @@ def explain_pod(
         "placement": placement_json(cluster, view, qos, found, problems),
         "events": events,
         "scheduling": scheduling_json(view, events),
+        "vertical": vertical_json(cluster, pod, now, problems),
         "problems": problems,
     }
 
