@@ -31,6 +31,8 @@ from tests.e2e.pykatalyst_e2e import start_webhook
 
 KVPA = names.KATALYST_VERTICAL_POD_AUTOSCALER
 REC = names.VPA_RECOMMENDATION
+# The v1alpha1 endpoint by name (kubectl's `kvpa` is the preferred version, v1alpha2).
+KVPA_V1ALPHA1 = f"{KVPA.plural}.{KVPA.version}.{KVPA.group}"
 
 
 def deployment(ns: str, name: str = "web", replicas: int = 1) -> dict[str, Any]:
@@ -337,7 +339,9 @@ def test_katalysts_kvpa_is_stored_and_served_back_unpruned(
         }
     ]
     kubectl.apply(body)
-    got = kubectl.json("get", "kvpa", "web", "-n", ns)
+    got = kubectl.json("get", KVPA_V1ALPHA1, "web", "-n", ns)
+    assert got["apiVersion"] == KVPA.api_version
+    assert got["metadata"]["annotations"][names.VPA_RETENTION_POLICY_ANNOTATION] == "retain"
     assert (
         got["spec"]["resourcePolicy"]["containerPolicies"]
         == body["spec"]["resourcePolicy"]["containerPolicies"]
@@ -367,7 +371,7 @@ def test_katalysts_kvpa_is_stored_and_served_back_unpruned(
     }
     kubectl.run(
         "patch",
-        "kvpa",
+        KVPA_V1ALPHA1,
         "web",
         "-n",
         ns,
@@ -378,7 +382,7 @@ def test_katalysts_kvpa_is_stored_and_served_back_unpruned(
         "-p",
         json.dumps({"status": status}),
     )
-    back = kubectl.json("get", "kvpa", "web", "-n", ns)["status"]
+    back = kubectl.json("get", KVPA_V1ALPHA1, "web", "-n", ns)["status"]
     assert back["containerResources"] == status["containerResources"]
     assert back["podResources"] == status["podResources"]
 
@@ -429,5 +433,14 @@ def test_the_webhook_refuses_a_bad_kvpa_naming_the_field(
     kubectl.apply(kvpa(ns, "Inplace"))
     other = kvpa(ns, "Inplace")
     other["metadata"]["name"] = "second"
-    done = kubectl.run("create", "-f", "-", input=json.dumps(other), check=False)
-    assert done.returncode != 0 and "one KVPA per workload" in done.stderr
+
+    def overlap_refused() -> str | None:
+        # the webhook reads KVPAs from a cache refreshed every second
+        done = kubectl.run("create", "-f", "-", input=json.dumps(other), check=False)
+        if done.returncode == 0:
+            kubectl.run("delete", "kvpa", "second", "-n", ns, check=False)
+            return None
+        return done.stderr
+
+    stderr = wait_until("the webhook to refuse a second KVPA", overlap_refused, 30, interval=1)
+    assert "one KVPA per workload" in stderr and "spec.targetRef" in stderr
