@@ -16,9 +16,10 @@ first saw the resize deferred) and the configuration, it returns one `PodDecisio
 - `waiting`: asked; the kubelet is at it, or `Deferred` (it retries by itself) within the
   timeout;
 - `evict`: `BestEffortInplace` and the resize cannot complete in place: `Infeasible`,
-  `Deferred` past `deferred_timeout_s`, a kubelet `Error` (a memory-limit decrease v1.34
-  refuses), a memory-limit decrease the container's resizePolicy does not allow, or cpus
-  pinned by the static cpu manager;
+  `Deferred` past `deferred_timeout_s`, in progress past `in_progress_timeout_s` (1 h, as
+  VPA), a kubelet `Error` (a memory-limit decrease v1.34 refuses), a memory-limit
+  decrease the container's resizePolicy does not allow, or cpus pinned by the static cpu
+  manager;
 - `refused`: the same under `Inplace` (which never evicts), or targets Katalyst refuses
   (a QoS class change, a negative value, a request above its limit);
 - `off`: `podUpdatingStrategy: Off`: the recommendation stays in the KVPA status.
@@ -48,6 +49,7 @@ OUTCOMES: Final = (APPLIED, RESIZE, WAITING, EVICT, REFUSED, OFF)
 # Why a resize cannot complete in place (the reasons of Events and explain).
 WHY_INFEASIBLE: Final = "Infeasible"
 WHY_DEFERRED: Final = "DeferredTooLong"
+WHY_IN_PROGRESS: Final = "InProgressTooLong"
 WHY_KUBELET_ERROR: Final = "ResizeError"
 WHY_MEMORY_DECREASE: Final = "MemoryLimitDecrease"
 WHY_PINNED: Final = "StaticCPUPinned"
@@ -63,6 +65,9 @@ class ResizeConfig(BaseModel):
     deferred_timeout_s: Seconds = Field(
         300.0, description="a Deferred resize older than this falls back to eviction"
     )
+    in_progress_timeout_s: Seconds = Field(
+        3600.0, description="a resize in progress for longer than this falls back to eviction"
+    )
     evict_qps: float = Field(0.1, gt=0, description="fallback evictions per second")
     burst: int = Field(1, ge=1, description="evictions that may go at once")
 
@@ -77,6 +82,7 @@ class ResizeMemory:
 
     wanted: str
     deferred_since: float | None = None
+    in_progress_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,14 +279,24 @@ def _asked(
     if progress is not None and progress.get("reason") == "Error":
         text = str(progress.get("message") or "")
         terms["kubelet"] = f"{COND_RESIZE_IN_PROGRESS}/Error: {text}"
-        return _cannot(
-            strategy, WHY_KUBELET_ERROR, f"the kubelet failed the resize: {text}", memory, terms
+        why = f"the kubelet failed the resize: {text}"
+        return _cannot(strategy, WHY_KUBELET_ERROR, why, memory, terms)
+    if progress is None:
+        return PodDecision(
+            WAITING,
+            "Asked",
+            "resize asked; waiting for the kubelet to report it",
+            None,
+            ResizeMemory(memory.wanted),
+            terms,
         )
+    since = memory.in_progress_since if memory.in_progress_since is not None else now
+    memory = ResizeMemory(memory.wanted, None, since)
+    waited = now - since
+    terms["kubelet"] = f"{COND_RESIZE_IN_PROGRESS}: {progress.get('message') or ''}".strip()
+    if waited >= cfg.in_progress_timeout_s:
+        why = f"resize in progress for {waited:g}s (>= {cfg.in_progress_timeout_s:g}s)"
+        return _cannot(strategy, WHY_IN_PROGRESS, why, memory, terms)
     return PodDecision(
-        WAITING,
-        "InProgress",
-        "resize asked; waiting for the kubelet to report it",
-        None,
-        ResizeMemory(memory.wanted),
-        terms,
+        WAITING, "InProgress", f"resize in progress for {waited:g}s", None, memory, terms
     )
