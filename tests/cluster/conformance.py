@@ -1575,4 +1575,84 @@ def test_admission_sees_binding_and_eviction(
     assert subresources == [("CREATE", "binding"), ("CREATE", "eviction")]
 
 
+# --- pods/resize ------------------------------------------------------------------------------
+
+
+def _sized_pod(name: str) -> JSON:
+    body = pod(name)
+    body["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "200m", "memory": "64Mi"},
+        "limits": {"cpu": "400m", "memory": "128Mi"},
+    }
+    return body
+
+
+def _resize(cluster: Cluster, name: str, resources: Any, patch_type: Any = "strategic") -> JSON:
+    container = {"name": "main", "resources": resources}
+    return cluster.patch(
+        POD, name, {"spec": {"containers": [container]}}, "default", patch_type, "resize"
+    )
+
+
+def test_resize_changes_cpu_and_memory_and_nothing_else(cluster: Cluster) -> None:
+    cluster.create(POD, _sized_pod("rz"), "default")
+    body = {
+        "metadata": {"labels": {"ignored": "yes"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "other",
+                    "resources": {"requests": {"cpu": "300m"}, "limits": {"cpu": "600m"}},
+                }
+            ]
+        },
+    }
+    out = cluster.patch(POD, "rz", body, "default", "strategic", "resize")
+    c = out["spec"]["containers"][0]
+    assert c["resources"] == {
+        "requests": {"cpu": "300m", "memory": "64Mi"},
+        "limits": {"cpu": "600m", "memory": "128Mi"},
+    }
+    assert c["image"] == "busybox"
+    assert "ignored" not in (out["metadata"].get("labels") or {})
+    assert out["metadata"]["generation"] == 2
+    assert cluster.get(POD, "rz", "default")["spec"]["containers"][0]["resources"] == c["resources"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "patch_type", "message"),
+    [
+        # a merge patch replaces the containers' whole resources: what it leaves out is removed
+        ({"requests": {"cpu": "300m"}}, "merge", "resource requests cannot be removed"),
+        ({"requests": {"cpu": "400m", "memory": "128Mi"}}, "strategic", "Pod QOS Class may not"),
+        ({"requests": {"ephemeral-storage": "1Mi"}}, "strategic", "only cpu and memory"),
+        ({"requests": {"cpu": "900m"}}, "strategic", "must be less than or equal to cpu limit"),
+        ({"requests": {"cpu": "-1"}}, "strategic", "must be greater than or equal to 0"),
+    ],
+)
+def test_resize_refuses_what_the_api_server_refuses(
+    cluster: Cluster, resources: JSON, patch_type: str, message: str
+) -> None:
+    cluster.create(POD, _sized_pod("rz"), "default")
+    with pytest.raises(Invalid) as err:
+        _resize(cluster, "rz", resources, patch_type)
+    assert message in err.value.message
+    kept = cluster.get(POD, "rz", "default")["spec"]["containers"][0]["resources"]
+    assert kept["requests"] == {"cpu": "200m", "memory": "64Mi"}
+
+
+def test_resize_neither_adds_containers_nor_changes_resize_policy(cluster: Cluster) -> None:
+    cluster.create(POD, _sized_pod("rz"), "default")
+    add = {"name": "extra", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
+    with pytest.raises(Invalid) as err:
+        cluster.patch(POD, "rz", {"spec": {"containers": [add]}}, "default", "strategic", "resize")
+    assert "containers may not be added or removed on resize" in err.value.message
+    policy = [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]
+    body = {"spec": {"containers": [{"name": "main", "resizePolicy": policy}]}}
+    with pytest.raises(Invalid) as err:
+        cluster.patch(POD, "rz", body, "default", "strategic", "resize")
+    assert "only cpu and memory resources are mutable" in err.value.message
+
+
 __all__ = [name for name in dir() if name.startswith("test_")] + ["watches", "labelled_pods"]

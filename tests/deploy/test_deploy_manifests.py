@@ -390,6 +390,8 @@ def _need(kind: Kind, verb: str, sub: str | None = None, namespace: str | None =
 
 
 CNR = names.CUSTOM_NODE_RESOURCE
+KVPA = names.KATALYST_VERTICAL_POD_AUTOSCALER
+WORKLOADS = (names.DEPLOYMENT, names.STATEFUL_SET, names.REPLICA_SET)
 # What each component's code does, kept by hand (the recorded runs below check it too).
 HAND_KEPT: dict[str, list[Need]] = {
     "agent": [
@@ -453,6 +455,8 @@ HAND_KEPT: dict[str, list[Need]] = {
         _need(names.NODE_OVERCOMMIT_CONFIG, "patch", "status"),
         _need(names.POD, "list"),
         _need(names.POD, "watch"),
+        _need(names.POD, "patch"),
+        _need(names.POD, "patch", "resize"),
         _need(names.POD, "create", "eviction"),
         _need(names.POD, "patch"),
         _need(names.DEPLOYMENT, "list"),
@@ -472,6 +476,16 @@ HAND_KEPT: dict[str, list[Need]] = {
         _need(names.CONFIG_MAP, "get", namespace=names.KUBE_SYSTEM_NAMESPACE),
         _need(names.CONFIG_MAP, "create", namespace=names.KUBE_SYSTEM_NAMESPACE),
         _need(names.CONFIG_MAP, "patch", namespace=names.KUBE_SYSTEM_NAMESPACE),
+        *(_need(k, v) for k in WORKLOADS for v in ("list", "watch", "patch")),
+        _need(KVPA, "list"),
+        _need(KVPA, "watch"),
+        _need(KVPA, "patch"),
+        _need(KVPA, "patch", "status"),
+        *(_need(names.VPA_RECOMMENDATION, v) for v in ("list", "watch", "create", "patch")),
+        _need(names.VPA_RECOMMENDATION, "delete"),
+        _need(names.VPA_RECOMMENDATION, "patch", "status"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "list"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "watch"),
         _need(names.EVENT, "create"),
         _need(names.EVENT, "patch"),
         _need(names.LEASE, "get", namespace=names.SYSTEM_NAMESPACE),
@@ -481,6 +495,9 @@ HAND_KEPT: dict[str, list[Need]] = {
     "webhook": [
         _need(names.SERVICE_PROFILE_DESCRIPTOR, "list"),
         _need(names.SERVICE_PROFILE_DESCRIPTOR, "watch"),
+        _need(KVPA, "list"),
+        _need(KVPA, "watch"),
+        *(_need(k, v) for k in WORKLOADS for v in ("list", "watch")),
         _need(names.EVENT, "create"),
         _need(names.EVENT, "patch"),
     ],
@@ -841,6 +858,7 @@ def _run_controller(cluster: RecordingCluster) -> None:
         },
         "default",
     )
+    _vpa_scenario(inner)
     runner = ControllerRunner(
         cluster,
         BackstopConfig(),
@@ -856,6 +874,54 @@ def _run_controller(cluster: RecordingCluster) -> None:
     assert annotations[names.CPU_OVERCOMMIT_RATIO_ANNOTATION] == "2"
     status = inner.get(names.CUSTOM_NODE_CONFIG, "node-1")["status"]
     assert status["katalystCustomConfigList"][0]["configName"] == "default"
+
+
+def _vpa_scenario(inner: Any) -> None:
+    """A Deployment's pod, its KVPA (Inplace) and a VPARec: the vpa controller resizes the
+    pod through pods/resize."""
+    inner.create(
+        names.DEPLOYMENT,
+        {
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {}},
+        },
+        "default",
+    )
+    res = {"requests": {"cpu": "100m"}, "limits": {"cpu": "200m"}}
+    inner.create(
+        names.POD,
+        {
+            "metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": res}]},
+        },
+        "default",
+    )
+    kvpa = inner.create(
+        KVPA,
+        {
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {
+                "targetRef": {"kind": "Deployment", "name": "web"},
+                "updatePolicy": {"podUpdatingStrategy": "Inplace"},
+                "resourcePolicy": {"algorithmPolicy": {"recommender": "external"}},
+            },
+        },
+        "default",
+    )
+    owner = {"apiVersion": KVPA.api_version, "kind": KVPA.kind, "name": "web"}
+    rec = {"containerName": "c", "requests": {"resources": {"cpu": "150m"}}}
+    inner.create(
+        names.VPA_RECOMMENDATION,
+        {
+            "metadata": {
+                "name": "web",
+                "namespace": "default",
+                "ownerReferences": [{**owner, "uid": kvpa["metadata"]["uid"]}],
+            },
+            "spec": {"containerRecommendations": [rec]},
+        },
+        "default",
+    )
 
 
 def _run_webhook(cluster: RecordingCluster) -> None:
@@ -933,11 +999,18 @@ SHOWN_BY_RUN = {
         _need(names.KATALYST_CUSTOM_CONFIG, "patch", "status", "default"),
         _need(names.ADMIN_QOS_CONFIGURATION, "patch", "status", "default"),
         _need(names.POD, "create", "eviction", "default"),
+        _need(names.POD, "patch", "resize", "default"),
+        _need(names.POD, "patch", None, "default"),
+        _need(KVPA, "patch", "status", "default"),
+        _need(names.VPA_RECOMMENDATION, "patch", "status", "default"),
+        _need(names.DEPLOYMENT, "patch", None, "default"),
         _need(names.LEASE, "update", namespace=names.SYSTEM_NAMESPACE),
     },
     "webhook": {
         _need(names.SERVICE_PROFILE_DESCRIPTOR, "list"),
         _need(names.SERVICE_PROFILE_DESCRIPTOR, "watch"),
+        _need(KVPA, "watch"),
+        _need(names.DEPLOYMENT, "watch"),
     },
 }
 

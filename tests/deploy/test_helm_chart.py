@@ -276,7 +276,14 @@ def test_the_webhook_is_off_by_default_and_trusts_its_own_certificate() -> None:
         for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
         for h in _by(objs, kind)["katalyst-webhook"]["webhooks"]
     ]
-    assert {h["rules"][0]["resources"][0] for h in hooks} == {"pods", "nodes/status"}
+    assert {h["rules"][0]["resources"][0] for h in hooks} == {
+        "pods",
+        "nodes/status",
+        "katalystverticalpodautoscalers",
+    }
+    (kvpa,) = [h for h in hooks if h["rules"][0]["resources"] == ["katalystverticalpodautoscalers"]]
+    assert kvpa["rules"][0]["apiGroups"] == ["autoscaling.katalyst.kubewharf.io"]
+    assert kvpa["rules"][0]["apiVersions"] == ["v1alpha1"]
     for h in hooks:
         assert h["clientConfig"]["caBundle"] == ca
         ref = h["clientConfig"]["service"]
@@ -450,7 +457,10 @@ def test_the_webhook_can_be_scoped_to_labelled_namespaces_and_leave_nodes_alone(
         for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
         for h in _by(objs, kind)["katalyst-webhook"]["webhooks"]
     ]
-    assert {h["rules"][0]["resources"][0] for h in hooks} == {"pods"}
+    assert {h["rules"][0]["resources"][0] for h in hooks} == {
+        "pods",
+        "katalystverticalpodautoscalers",
+    }
     for h in hooks:
         assert h["namespaceSelector"]["matchLabels"] == {"team": "a"}
         assert h["namespaceSelector"]["matchExpressions"][0]["operator"] == "NotIn"

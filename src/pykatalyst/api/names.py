@@ -210,6 +210,22 @@ SPD_EXTENDED_BASELINE_SENTINEL_ANNOTATION: Final = (
 # The status.aggMetrics scope of the resource-portrait indicator (Katalyst's plugin name).
 SPD_SCOPE_RESOURCE_PORTRAIT: Final = "ResourcePortraitIndicatorPlugin"
 VPA_ENABLE_ANNOTATION: Final = "vpa.katalyst.kubewharf.io/enable"
+VPA_ENABLE_ANNOTATION_VALUE: Final = "true"
+# On a workload: the KVPA that targets it (kept by the vpa controller) and, for workloads
+# that are not Deployments/StatefulSets/ReplicaSets, the selector of its pods.
+VPA_NAME_ANNOTATION: Final = "vpa.katalyst.kubewharf.io/name"
+VPA_SELECTOR_ANNOTATION: Final = "vpa.katalyst.kubewharf.io/selector"
+# On a KVPA: its VerticalPodAutoscalerRecommendation, and whether it is deleted with its
+# workload (`retain`: an ownerReference to the workload).
+VPA_REC_NAME_ANNOTATION: Final = "vpa.katalyst.kubewharf.io/recName"
+VPA_RETENTION_POLICY_ANNOTATION: Final = "vpa.katalyst.kubewharf.io/retentionPolicy"
+VPA_RETENTION_POLICY_RETAIN: Final = "retain"
+VPA_RETENTION_POLICY_DELETE: Final = "delete"
+# On a pod: the resources a KVPA wants (JSON container -> requests/limits), the containers
+# to restart on resize (JSON container -> "Restart"), and a resize under way.
+POD_RESIZE_RESOURCES_ANNOTATION: Final = "pod.kubernetes.io/resizeResources"
+POD_RESIZE_POLICY_ANNOTATION: Final = "pod.kubernetes.io/resizePolicy"
+POD_INPLACE_UPDATE_RESIZING_ANNOTATION: Final = "pod.kubernetes.io/inplace-update-resizing"
 
 # --- CRDs -------------------------------------------------------------------------------
 
@@ -383,6 +399,7 @@ CRD: Final = Kind(
 )
 DEPLOYMENT: Final = Kind("apps", "v1", "Deployment", "deployments", True, ("deploy",))
 STATEFUL_SET: Final = Kind("apps", "v1", "StatefulSet", "statefulsets", True, ("sts",))
+REPLICA_SET: Final = Kind("apps", "v1", "ReplicaSet", "replicasets", True, ("rs",))
 CORE_KINDS: Final = (POD, NODE, EVENT, NAMESPACE, CONFIG_MAP, LEASE, CRD)
 # Namespaces every Kubernetes cluster has. Events about cluster-scoped objects (Nodes) are
 # written to DEFAULT_NAMESPACE, as the kubelet does.
@@ -440,6 +457,9 @@ RR_CONDITION_RECOMMENDATION_PROVIDED: Final = "RecommendationProvided"
 RECOMMENDATION_TERMS_ANNOTATION: Final = "katalyst.kubewharf.io/recommendation_terms"
 OOM_RECORD_CONFIG_MAP: Final = "oom-record"
 OOM_RECORD_KEY: Final = "oom-data"
+# Katalyst's `vpa` controller: its in-tree recommender (SPD -> VPARec), vparec (VPARec ->
+# KVPA status) and vpa (KVPA -> pods: annotations, in-place resize, fallback eviction).
+CONTROLLER_VPA: Final = "vpa"
 # The condition types and reasons the dynamic-config controller writes on KCCs and targets.
 KCC_CONDITION_VALID: Final = "Valid"
 KCC_CONDITION_CONFLICT: Final = "Conflict"

@@ -24,6 +24,7 @@ from pykatalyst.cluster.selectors import parse_label_selector
 from pykatalyst.controllers.backstop import BackstopConfig
 from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig
 from pykatalyst.controllers.spd import SPDConfig, parse_baseline_percent
+from pykatalyst.controllers.resize import ResizeConfig
 from pykatalyst.runtime.controller import (
     CONTROLLERS,
     ControllerRunner,
@@ -313,6 +314,15 @@ def controller(
     period: Annotated[
         str, typer.Option("--period", metavar="DURATION", help="Time between reconciles.")
     ] = "30s",
+    resize_deferred_timeout: Annotated[
+        str,
+        typer.Option(
+            "--resize-deferred-timeout",
+            metavar="DURATION",
+            help="vpa: a resize the kubelet has Deferred this long falls back to eviction "
+            "under BestEffortInplace.",
+        ),
+    ] = "5m",
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -396,7 +406,8 @@ def controller(
     annotations; kcc: dynamic config resolved per node into CNC status; backstop: taints the
     CNRs of nodes whose agent went silent and evicts their reclaimed pods; spd: an SPD per
     workload annotated spd.katalyst.kubewharf.io/enable, baseline sentinels, pod stamps;
-    resourcerecommender: ResourceRecommend status from Prometheus usage."""
+    resourcerecommender: ResourceRecommend status from Prometheus usage; vpa: applies
+    KatalystVerticalPodAutoscalers to their pods (in-place resize, fallback eviction)."""
     try:
         enabled = parse_controllers(controllers)
     except ControllersError as exc:
@@ -417,6 +428,9 @@ def controller(
     if leader_elect:
         leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
     cfg = BackstopConfig(taint_after_s=taint_s, evict_after_s=evict_s, dry_run=dry_run)
+    resize_cfg = ResizeConfig(
+        deferred_timeout_s=parse_duration(resize_deferred_timeout, "--resize-deferred-timeout")
+    )
     clock: Clock = RealClock()
     cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
     embedded = kubeconfig is None and not in_cluster
@@ -440,6 +454,7 @@ def controller(
         orphan_grace_s=orphan_grace_s,
         spd_config=spd_cfg,
         rr_config=rr_cfg,
+        resize=resize_cfg,
     )
     metrics = None if metrics_port is None else Endpoint("metrics", metrics_address, metrics_port)
     backstop = (

@@ -7,6 +7,7 @@ from typing import Any
 
 from pykatalyst.api import names
 from pykatalyst.cli.explain_recommend import print_recommends
+from pykatalyst.cli.explain_vertical import render_vertical
 from pykatalyst.cli.output import print_message, print_table
 from pykatalyst.cluster.protocol import JSON
 
@@ -244,5 +245,6 @@ def print_pod(report: JSON) -> None:
     sched = report["scheduling"]
     if sched is not None:
         print_message(f"Pending: {sched['message'] or sched['why']}")
+    render_vertical(report)
     print_events(f"Events of pod {report['pod']}", report["events"])
     print_problems(report["problems"])

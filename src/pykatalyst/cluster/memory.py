@@ -25,6 +25,7 @@ from pykatalyst.api.names import (
     CONFIG_MAP,
     CRD,
     DEFAULT_NAMESPACE,
+    DEPLOYMENT,
     EVENT,
     KATALYST_KINDS,
     KUBE_SYSTEM_NAMESPACE,
@@ -33,6 +34,8 @@ from pykatalyst.api.names import (
     NODE,
     POD,
     POD_DISRUPTION_BUDGET,
+    REPLICA_SET,
+    STATEFUL_SET,
     SYSTEM_NAMESPACE,
     Kind,
 )
@@ -141,9 +144,8 @@ class MemoryCluster:
             self.register_kind(k, status_subresource=True, unconditional_update=k != CRD)
         for k in (EVENT, CONFIG_MAP, LEASE):
             self.register_kind(k, status_subresource=False, unconditional_update=True)
-        self.register_kind(
-            POD_DISRUPTION_BUDGET, status_subresource=True, unconditional_update=True
-        )
+        for k in (POD_DISRUPTION_BUDGET, DEPLOYMENT, STATEFUL_SET, REPLICA_SET):
+            self.register_kind(k, status_subresource=True, unconditional_update=True)
         for k in KATALYST_KINDS:
             self.register_kind(k, status_subresource=True, unconditional_update=False)
         for st in self._store.kinds.values():

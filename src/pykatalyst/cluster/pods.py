@@ -62,7 +62,11 @@ class PodStrategy(Strategy):
 
     def write_subresource(self, st: KindStore, sub: str, old: JSON, new: JSON, ns: str) -> JSON:
         if sub == "resize":
-            return resized(old, new)
+            out = resized(old, new)
+            problem = resize_problem(old, new, out)
+            if problem is not None:
+                raise st.invalid(old["metadata"]["name"], *problem)
+            return out
         return self.status_write(st, old, new, ns)
 
     def status_write(self, st: KindStore, old: JSON, new: JSON, ns: str) -> JSON:
@@ -217,6 +221,65 @@ def resized(old: JSON, new: JSON) -> JSON:
         "metadata": dict(old["metadata"]),
         "spec": {**old_spec, "containers": containers},
     }
+
+
+_RESIZABLE: Final = ("cpu", "memory")
+
+
+def resize_problem(old: JSON, asked: JSON, out: JSON) -> tuple[str, str] | None:
+    """Why kube-apiserver (v1.34) refuses a `pods/resize` write, as (field, message), or
+    None: containers added or removed, anything but cpu/memory changed (resizePolicy
+    included), a request or limit removed, a negative figure, a request above its limit,
+    or a change of the pod's QoS class."""
+    old_cs = (old.get("spec") or {}).get("containers") or []
+    asked_cs = [c for c in (asked.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+    if len(asked_cs) != len(old_cs) or {c.get("name") for c in asked_cs} != {
+        c.get("name") for c in old_cs
+    }:
+        return "spec.containers", "Forbidden: containers may not be added or removed on resize"
+    for i, (before, after) in enumerate(
+        zip(old_cs, (out.get("spec") or {}).get("containers") or [], strict=False)
+    ):
+        problem = _container_resize_problem(i, before, after)
+        if problem is not None:
+            return problem
+    before_qos = pod_qos_class(old.get("spec") or {})
+    if pod_qos_class(out.get("spec") or {}) != before_qos:
+        return (
+            "spec",
+            f'Invalid value: "{before_qos}": Pod QOS Class may not change as a result of resizing',
+        )
+    return None
+
+
+def _container_resize_problem(i: int, before: JSON, after: JSON) -> tuple[str, str] | None:
+    if before.get("resizePolicy") != after.get("resizePolicy"):
+        return "spec", "Forbidden: only cpu and memory resources are mutable"
+    old_res, new_res = before.get("resources") or {}, after.get("resources") or {}
+    for part in ("requests", "limits"):
+        was, now = old_res.get(part) or {}, new_res.get(part) or {}
+        changed = {r for r in set(was) | set(now) if was.get(r) != now.get(r)}
+        if changed - set(_RESIZABLE):
+            return "spec", "Forbidden: only cpu and memory resources are mutable"
+        if any(r not in now for r in was):
+            return (
+                f"spec.containers[{i}].resources.{part}",
+                f"Forbidden: resource {part} cannot be removed",
+            )
+        for r, q in now.items():
+            if _nanos(q) < 0:
+                return (
+                    f"spec.containers[{i}].resources.{part}[{r}]",
+                    f'Invalid value: "{q}": must be greater than or equal to 0',
+                )
+    req, lim = new_res.get("requests") or {}, new_res.get("limits") or {}
+    for r in _RESIZABLE:
+        if r in req and r in lim and _nanos(req[r]) > _nanos(lim[r]):
+            return (
+                f"spec.containers[{i}].resources.requests",
+                f'Invalid value: "{req[r]}": must be less than or equal to {r} limit of {lim[r]}',
+            )
+    return None
 
 
 # --- pods/binding -----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The controller's runner: each enabled controller as a leader-only ticker of a ComponentHost.
 
 The backstop, node overcommit, dynamic config (KCC -> CNC), lifecycle, service profile
-(SPD) and ResourceRecommend controllers are switched by name (`parse_controllers`,
+(SPD), ResourceRecommend and vpa controllers are switched by name (`parse_controllers`,
 Katalyst's `--controllers` syntax).
 
 Several replicas may run; the host's Lease election picks the one that acts. A replica that
@@ -37,6 +37,8 @@ from pykatalyst.controllers.resource_recommend import (
     ResourceRecommendController,
 )
 from pykatalyst.controllers.spd import SPDConfig, SPDController
+from pykatalyst.controllers.resize import ResizeConfig
+from pykatalyst.controllers.vertical import VPAController
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
 from pykatalyst.runtime.leader import LeaderElector, LeaderState
 
@@ -49,6 +51,7 @@ CONTROLLERS = (
     names.CONTROLLER_KCC,
     names.CONTROLLER_SPD,
     names.CONTROLLER_RESOURCE_RECOMMEND,
+    names.CONTROLLER_VPA,
     BACKSTOP,
 )
 DEFAULT_CONTROLLERS = CONTROLLERS
@@ -166,6 +169,7 @@ class ControllerRunner:
         orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
         spd_config: SPDConfig | None = None,
         rr_config: ResourceRecommendConfig | None = None,
+        resize: ResizeConfig | None = None,
     ) -> None:
         if period_s <= 0:
             raise ValueError(f"period_s: must be positive, got {period_s}")
@@ -181,6 +185,7 @@ class ControllerRunner:
         self.orphan_grace_s = orphan_grace_s
         self.spd_config = spd_config
         self.rr_config = rr_config
+        self.resize = resize
         self.registry = registry if registry is not None else CollectorRegistry()
         self.records_path = records_path
         self.backstop: BackstopController | None = None
@@ -229,6 +234,8 @@ class ControllerRunner:
             return OvercommitController(
                 self.cluster, node_selector=self.node_selector, skips=self.skips
             )
+        if name == names.CONTROLLER_VPA:
+            return VPAController(self.cluster, self.resize, registry=self.registry)
         if name == names.CONTROLLER_KCC:
             return KCCController(self.cluster, node_selector=self.node_selector, skips=self.skips)
         if name == names.CONTROLLER_SPD:

@@ -68,7 +68,8 @@ def _clip(text: str) -> str:
 class Recommender(Protocol):
     """The resource mutator's source of recommendations (Katalyst: the workload's
     KatalystVerticalPodAutoscaler status). Returns, per container name, the cpu/memory
-    requests and limits to write, or None to leave the pod alone."""
+    requests and limits to write (and a `resizePolicy` list to set), or None to leave the
+    pod alone."""
 
     def recommend(self, pod: Mapping[str, Any], namespace: str) -> Mapping[str, JSON] | None: ...
 
@@ -84,7 +85,8 @@ SUPPORTED_RESOURCES = ("cpu", "memory")
 
 
 def resource_patch(pod: Mapping[str, Any], recommendations: Mapping[str, JSON]) -> list[JSON]:
-    """Overwrite the containers' cpu/memory requests and limits with the recommendation."""
+    """Overwrite the containers' cpu/memory requests and limits with the recommendation,
+    and their `resizePolicy` where the recommendation carries one."""
     ops: list[JSON] = []
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     assert isinstance(spec, dict)
@@ -106,6 +108,9 @@ def resource_patch(pod: Mapping[str, Any], recommendations: Mapping[str, JSON]) 
             if not isinstance(resources.get(part), dict):
                 ops.append({"op": "add", "path": base, "value": {}})
             ops.extend({"op": "add", "path": f"{base}/{r}", "value": v} for r, v in wanted.items())
+        if rec.get("resizePolicy"):
+            path = f"/spec/containers/{i}/resizePolicy"
+            ops.append({"op": "add", "path": path, "value": rec["resizePolicy"]})
     return ops
 
 

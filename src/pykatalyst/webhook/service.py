@@ -19,6 +19,7 @@ from pykatalyst.cluster.events import EventRecorder
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
 from pykatalyst.cluster.skips import Skip, SkippedObjects, skip_reason
+from pykatalyst.webhook.kvpa import KVPAIndex, KVPARecommender, validate_kvpa
 from pykatalyst.webhook.nodes import admit_node
 from pykatalyst.webhook.pods import PodMutator, Recommender, SPDReferenceMutator, validate_pod
 
@@ -30,6 +31,7 @@ Handler = Callable[[AdmissionRequest], AdmissionResponse]
 VALIDATE_PODS = "/validate/pods"
 MUTATE_PODS = "/mutate/pods"
 MUTATE_NODES = "/mutate/nodes"
+VALIDATE_KVPA = "/validate/kvpa"
 BY_TARGET = "targetRef"
 
 
@@ -59,9 +61,10 @@ def spd_problem(spd: JSON) -> str:
 @dataclass(frozen=True, slots=True)
 class Route:
     path: str
-    kind: str  # the kind the route admits: "Pod" or "Node"
+    kind: str  # the kind the route admits: "Pod", "Node", "KatalystVerticalPodAutoscaler"
     mutating: bool
     handler: Handler
+    group: str = ""
 
 
 class WebhookService:
@@ -85,10 +88,22 @@ class WebhookService:
         )
         self._verdicts: dict[str, tuple[str, str]] = {}  # uid -> (resourceVersion, problem)
         spd = SPDReferenceMutator(self._spd_by_name, self._spd_by_target)
+        # KVPAs and workloads: the KVPA rules and the recommendations at pod creation
+        self.kvpas = KVPAIndex(cluster) if cluster is not None else None
+        if recommender is None and self.kvpas is not None:
+            recommender = KVPARecommender(self.kvpas)
+        kvpa_kind = names.KATALYST_VERTICAL_POD_AUTOSCALER
         self.routes = (
             Route(VALIDATE_PODS, "Pod", False, validate_pod),
             Route(MUTATE_PODS, "Pod", True, PodMutator(spd, recommender)),
             Route(MUTATE_NODES, "Node", True, admit_node),
+            Route(
+                VALIDATE_KVPA,
+                kvpa_kind.kind,
+                False,
+                lambda r: validate_kvpa(r, self.kvpas),
+                kvpa_kind.group,
+            ),
         )
 
     def _spd_by_name(self, namespace: str, name: str) -> JSON | None:
@@ -106,6 +121,8 @@ class WebhookService:
             return 0
         try:
             changed = self.spds.sync()
+            if self.kvpas is not None:
+                changed += self.kvpas.sync()
         except ApiError as exc:
             self.sync_error = str(exc)
             raise
@@ -149,7 +166,7 @@ def install(cluster: MemoryCluster, service: WebhookService) -> None:
 
 def _scoped(route: Route) -> Handler:
     def plugin(request: AdmissionRequest) -> AdmissionResponse:
-        if request.kind.kind != route.kind or request.kind.group != "":
+        if request.kind.kind != route.kind or request.kind.group != route.group:
             return AdmissionResponse()
         return route.handler(request)
 

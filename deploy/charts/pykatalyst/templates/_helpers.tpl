@@ -62,8 +62,8 @@ securityContext:
         values:
           {{- toYaml .excluded | nindent 10 }}
   rules:
-    - apiGroups: [""]
-      apiVersions: [v1]
+    - apiGroups: [{{ .group | default "" | quote }}]
+      apiVersions: [{{ .version | default "v1" }}]
       operations: {{ toJson .operations }}
       resources: [{{ .resource }}]
       scope: "*"
