@@ -26,6 +26,7 @@ from pykatalyst.api.names import (
     CRD,
     DEFAULT_NAMESPACE,
     EVENT,
+    HORIZONTAL_POD_AUTOSCALER,
     KATALYST_KINDS,
     KUBE_SYSTEM_NAMESPACE,
     LEASE,
@@ -34,6 +35,7 @@ from pykatalyst.api.names import (
     POD,
     POD_DISRUPTION_BUDGET,
     SYSTEM_NAMESPACE,
+    WORKLOAD_KINDS,
     Kind,
 )
 from pykatalyst.api.timefmt import rfc3339
@@ -144,6 +146,8 @@ class MemoryCluster:
         self.register_kind(
             POD_DISRUPTION_BUDGET, status_subresource=True, unconditional_update=True
         )
+        for k in (*WORKLOAD_KINDS, HORIZONTAL_POD_AUTOSCALER):
+            self.register_kind(k, status_subresource=True, unconditional_update=True)
         for k in KATALYST_KINDS:
             self.register_kind(k, status_subresource=True, unconditional_update=False)
         for st in self._store.kinds.values():
