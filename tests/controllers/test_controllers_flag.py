@@ -22,7 +22,7 @@ from pykatalyst.runtime.controller import (
 
 def test_star_is_every_controller_and_minus_removes_one() -> None:
     assert parse_controllers("*") == CONTROLLERS
-    assert parse_controllers("*,-backstop") == ("lifecycle", "overcommit", "kcc")
+    assert parse_controllers("*,-backstop") == ("lifecycle", "overcommit", "kcc", "ihpa")
     assert parse_controllers("kcc,overcommit") == ("overcommit", "kcc")
     assert parse_controllers("-kcc,kcc") == ("kcc",)
     assert parse_controllers("kcc,-kcc") == ()

@@ -31,7 +31,10 @@ from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, AlreadyExists, ApiError, Cluster, NotFound
 from pykatalyst.controllers import ihpaspec
 from pykatalyst.controllers.cronbounds import CronMode
+from pykatalyst.controllers.history import HistorySource
 from pykatalyst.controllers.ihpaspec import SpecError
+from pykatalyst.controllers.portrait import PortraitIndicator, PortraitPlan
+from pykatalyst.predict.client import Predictor
 
 DEFAULT_RESYNC_S = 30.0
 REASON_INVALID = "FailedBuildHPA"
@@ -450,3 +453,44 @@ class IHPAController:
     def run(self, now: float) -> tuple[IHPAPlan, ApplyResult]:
         plan = self.reconcile(now)
         return plan, self.apply(plan)
+
+
+@dataclass(frozen=True, slots=True)
+class HorizontalPlan:
+    """One period of the `ihpa` controller: the resource portraits, then the IHPAs."""
+
+    portrait: PortraitPlan
+    ihpa: IHPAPlan
+
+    def to_json(self) -> dict[str, Any]:
+        return {"portrait": self.portrait.to_json(), **self.ihpa.to_json()}
+
+    def summary(self) -> str:
+        return f"{self.ihpa.summary()}; {self.portrait.summary()}"
+
+
+class HorizontalScaling:
+    """The `ihpa` controller as the runner drives it: the ResourcePortrait indicator (SPD
+    predicted points) and the IHPA controller, one after the other each period."""
+
+    name = names.CONTROLLER_IHPA
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: IHPAConfig | None = None,
+        *,
+        history: HistorySource | None = None,
+        predictor: Predictor | None = None,
+    ) -> None:
+        events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
+        self.portrait = PortraitIndicator(cluster, history, predictor, events)
+        self.ihpa = IHPAController(cluster, config, events)
+
+    def reconcile(self, now: float) -> HorizontalPlan:
+        return HorizontalPlan(self.portrait.reconcile(now), self.ihpa.reconcile(now))
+
+    def apply(self, plan: HorizontalPlan) -> ApplyResult:
+        p_done, p_failed = self.portrait.apply(plan.portrait)
+        r = self.ihpa.apply(plan.ihpa)
+        return ApplyResult((*p_done, *r.done), (*p_failed, *r.failed), r.events)

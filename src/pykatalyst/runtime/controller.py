@@ -28,9 +28,12 @@ from pykatalyst.controllers.backstop import (
     BackstopPlan,
     BackstopResult,
 )
+from pykatalyst.controllers.history import HistorySource
+from pykatalyst.controllers.ihpa import HorizontalScaling, IHPAConfig
 from pykatalyst.controllers.kcc import KCCController
 from pykatalyst.controllers.lifecycle import DEFAULT_ORPHAN_GRACE_S, LifecycleController
 from pykatalyst.controllers.overcommit import OvercommitController
+from pykatalyst.predict.client import Predictor
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
 from pykatalyst.runtime.leader import LeaderElector, LeaderState
 
@@ -41,6 +44,7 @@ CONTROLLERS = (
     names.CONTROLLER_LIFECYCLE,
     names.CONTROLLER_OVERCOMMIT,
     names.CONTROLLER_KCC,
+    names.CONTROLLER_IHPA,
     BACKSTOP,
 )
 DEFAULT_CONTROLLERS = CONTROLLERS
@@ -156,6 +160,9 @@ class ControllerRunner:
         controllers: Sequence[str] = (BACKSTOP,),
         node_selector: str | None = None,
         orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+        ihpa_config: IHPAConfig | None = None,
+        history: HistorySource | None = None,
+        predictor: Predictor | None = None,
     ) -> None:
         if period_s <= 0:
             raise ValueError(f"period_s: must be positive, got {period_s}")
@@ -169,6 +176,9 @@ class ControllerRunner:
         self.controllers = tuple(c for c in CONTROLLERS if c in controllers)
         self.node_selector = node_selector
         self.orphan_grace_s = orphan_grace_s
+        self.ihpa_config = ihpa_config
+        self.history = history
+        self.predictor = predictor
         self.registry = registry if registry is not None else CollectorRegistry()
         self.records_path = records_path
         self.backstop: BackstopController | None = None
@@ -219,6 +229,10 @@ class ControllerRunner:
             )
         if name == names.CONTROLLER_KCC:
             return KCCController(self.cluster, node_selector=self.node_selector, skips=self.skips)
+        if name == names.CONTROLLER_IHPA:
+            return HorizontalScaling(
+                self.cluster, self.ihpa_config, history=self.history, predictor=self.predictor
+            )
         return LifecycleController(
             self.cluster, node_selector=self.node_selector, orphan_grace_s=self.orphan_grace_s
         )
