@@ -37,13 +37,24 @@ def _register_commands() -> None:
         apiserver,
         controller,
         explain,
+        metricsapi,
         scheduler,
         sim,
         validate,
         webhook,
     )
 
-    for module in (agent, apiserver, controller, explain, scheduler, sim, validate, webhook):
+    for module in (
+        agent,
+        apiserver,
+        controller,
+        explain,
+        metricsapi,
+        scheduler,
+        sim,
+        validate,
+        webhook,
+    ):
         module.register(app)
 
 
