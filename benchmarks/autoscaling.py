@@ -42,6 +42,7 @@ import gzip
 import math
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +52,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from pykatalyst.predict.forecast import DAY_S, ForecastConfig, detect_period, forecast  # noqa: E402
-from pykatalyst.sim.hpa import HPA, external_average_value_replicas, resource_replicas  # noqa: E402
+from pykatalyst.sim.hpa import (  # noqa: E402
+    DEFAULT_DOWN,
+    HPA,
+    Rules,
+    external_average_value_replicas,
+    resource_replicas,
+)
 
 DT = 15.0
 STEPS_PER_MIN = 4
@@ -160,11 +167,16 @@ def ihpa_metric(
 
 
 def replay(
-    demand: Array, svc: Service, predicted: Array | None, score_from: int, label: str
+    demand: Array,
+    svc: Service,
+    predicted: Array | None,
+    score_from: int,
+    down: Rules = DEFAULT_DOWN,
+    with_cpu: bool = True,
 ) -> Result:
     """Step through the trace: the HPA decides every 15 s; pods are ready `startup_s`
     after they are asked for; scale-down removes pods at once (the youngest first)."""
-    hpa = HPA(svc.min_replicas, svc.max_replicas)
+    hpa = HPA(svc.min_replicas, svc.max_replicas, down=down)
     ready_at: list[float] = [0.0] * max(
         svc.min_replicas, math.ceil(demand[0] / (svc.capacity * svc.target))
     )
@@ -178,8 +190,12 @@ def replay(
         ready = sum(1 for r in ready_at if r <= now)
         load = float(demand[max(0, k - window) : k].mean()) if k else float(demand[0])
         util = min(1.0, load / (max(ready, 1) * svc.capacity)) * 100.0
-        proposals = [resource_replicas(current, ready, current - ready, util, svc.target * 100.0)]
-        if predicted is not None and not math.isnan(predicted[k]):
+        has_prediction = predicted is not None and not math.isnan(predicted[k])
+        proposals = []
+        if with_cpu or not has_prediction:
+            target = svc.target * 100.0
+            proposals.append(resource_replicas(current, ready, current - ready, util, target))
+        if predicted is not None and has_prediction:
             proposals.append(
                 external_average_value_replicas(current, float(predicted[k]), per_pod_target)
             )
@@ -213,12 +229,14 @@ def run_trace(
     ihpa, used = ihpa_metric(minutes, args.resync, cfg, score_from // STEPS_PER_MIN)
     t_ihpa = time.perf_counter() - t0
     ehpa = ehpa_metric(minutes, args.ehpa_window)
+    # the IHPA's `behavior` (passed through to its HPA): its scale-down stabilization
+    ihpa_down = Rules(args.ihpa_scale_down_window, DEFAULT_DOWN.policies)
     n = min(demand.size, ihpa.size, ehpa.size)
     demand, ihpa, ehpa = demand[:n], ihpa[:n], ehpa[:n]
     out = {
-        "hpa": replay(demand, svc, None, score_from, "hpa"),
-        "ehpa": replay(demand, svc, ehpa, score_from, "ehpa"),
-        "ihpa": replay(demand, svc, ihpa, score_from, "ihpa"),
+        "hpa": replay(demand, svc, None, score_from),
+        "ehpa": replay(demand, svc, ehpa, score_from),
+        "ihpa": replay(demand, svc, ihpa, score_from, ihpa_down, args.ihpa_metrics == "both"),
     }
     days = (n - score_from) * DT / DAY_S
     print(
@@ -246,6 +264,8 @@ def _ratio(a: float, b: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    np.seterr(all="ignore")
+    warnings.filterwarnings("ignore", message="All-NaN slice")
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -272,9 +292,21 @@ def main(argv: list[str] | None = None) -> None:
         help="seconds from asking for a pod to its readiness",
     )
     p.add_argument("--target", type=float, default=0.6, help="target utilization of the cpu metric")
-    p.add_argument("--quantile", type=float, default=0.9, help="the IHPA predictor's quantile")
+    p.add_argument("--quantile", type=float, default=0.8, help="the IHPA predictor's quantile")
     p.add_argument(
         "--resync", type=float, default=3600.0, help="seconds between portrait refreshes"
+    )
+    p.add_argument(
+        "--ihpa-metrics",
+        choices=("both", "predicted"),
+        default="both",
+        help="the IHPA's metrics: the cpu metric and the predicted one, or the predicted only",
+    )
+    p.add_argument(
+        "--ihpa-scale-down-window",
+        type=float,
+        default=300.0,
+        help="the IHPA's behavior.scaleDown.stabilizationWindowSeconds (HPA default 300)",
     )
     p.add_argument(
         "--ehpa-window", type=float, default=3600.0, help="Crane's predictionWindowSeconds"

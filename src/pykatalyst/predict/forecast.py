@@ -165,8 +165,12 @@ def _seasonal_model(z: Array, horizon: int) -> tuple[Array, Array, Array]:
     return future, adjusted, seasonal
 
 
-def _band_offsets(adjusted: Array, level_n: int, horizon: int, q: float) -> tuple[Array, Array]:
-    """Per-horizon quantiles of adjusted[t+h] - mean(adjusted[t-level_n+1..t])."""
+def _band_offsets(
+    adjusted: Array, peaks: Array, level_n: int, horizon: int, q: float
+) -> tuple[Array, Array]:
+    """Per-horizon quantiles of how far the series moved from its mean over the last
+    `level_n` buckets, h buckets ahead: the upper band from each bucket's peak sample
+    (`peaks`), the lower from its mean (`adjusted`)."""
     csum = np.concatenate(([0.0], np.cumsum(adjusted)))
     means = (csum[level_n:] - csum[:-level_n]) / level_n  # mean ending at t = level_n-1..
     hi = np.empty(horizon)
@@ -178,9 +182,8 @@ def _band_offsets(adjusted: Array, level_n: int, horizon: int, q: float) -> tupl
             hi[h - 1 :] = hi[h - 2] if h > 1 else 0.0
             lo[h - 1 :] = lo[h - 2] if h > 1 else 0.0
             break
-        d = ahead - base
-        hi[h - 1] = float(np.quantile(d, q))
-        lo[h - 1] = float(np.quantile(d, 1.0 - q))
+        hi[h - 1] = float(np.quantile(peaks[level_n - 1 + h :] - base, q))
+        lo[h - 1] = float(np.quantile(ahead - base, 1.0 - q))
     return lo, hi
 
 
@@ -218,7 +221,11 @@ def forecast(
     back = max(1, round(cfg.backtest_s / (per * interval_s)))
     seasonal_future, adjusted, seasonal = _seasonal_model(z, horizon)
     level = float(adjusted[-level_n:].mean())
-    lo_off, hi_off = _band_offsets(adjusted, level_n, horizon, cfg.quantile)
+    # each bucket's peak sample, seasonally adjusted: the band covers the peaks within a
+    # bucket, not only its mean
+    n_used = z.size * per
+    peaks = (y[y.size - n_used :] - np.repeat(seasonal, per)).reshape(-1, per).max(axis=1)
+    lo_off, hi_off = _band_offsets(adjusted, peaks, level_n, horizon, cfg.quantile)
     error = _recent_error(z, adjusted, seasonal, level_n, back)
     if error > cfg.max_recent_error:
         fb = _fallback(y, interval_s, steps, total, cfg, Fallback.HIGH_ERROR)
