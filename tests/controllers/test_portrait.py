@@ -204,3 +204,14 @@ def test_a_query_prometheus_rejects_is_reported_with_its_reason(prom: Any) -> No
     ind.apply(plan)
     assert scope(c) is None
     assert "bad_data: parse error at char 5" in plan.problems[0].message
+
+
+def test_without_any_history_the_event_says_where_history_comes_from() -> None:
+    c = setup()
+    ind = PortraitIndicator(c)
+    plan = ind.reconcile(NOW)
+    ind.apply(plan)
+    assert scope(c) is None
+    (problem,) = plan.problems
+    assert "no history for cpu_utilization, qps from recorded samples" in problem.message
+    assert "--spd-resource-portrait-indicator-plugin-prometheus-address" in problem.message

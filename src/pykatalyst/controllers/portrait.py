@@ -304,7 +304,13 @@ class PortraitIndicator:
         meta = _m(spd.get("metadata"))
         history = self._history(spd, cfg, now)
         if not history:
-            raise HistoryError(f"{cfg.container}: no history for {', '.join(queries(cfg, '', ''))}")
+            wanted = ", ".join(sorted(queries(cfg, "", "")))
+            hint = (
+                " (set --spd-resource-portrait-indicator-plugin-prometheus-address)"
+                if isinstance(self.history, SampleHistory)
+                else ""
+            )
+            raise HistoryError(f"no history for {wanted} from {self.history.name}{hint}")
         reply = self.predictor.predict(prediction_request(cfg, history, now))
         items = portrait_items(_m(_scope(spd)).get("items") or [], cfg, reply, now)
         patch = status_patch(spd, cfg, items)
