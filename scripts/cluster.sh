@@ -157,6 +157,28 @@ make_pki() {
         openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
         openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
     fi
+    front_proxy_pki
+}
+
+# The aggregation layer's front proxy: a CA of its own (as kubeadm makes it) and the client
+# pair kube-apiserver presents to aggregated API servers (external metrics).
+front_proxy_pki() {
+    local ext="$PKI/front-proxy-client.ext"
+    if [ ! -f "$PKI/front-proxy-ca.crt" ]; then
+        openssl genrsa -out "$PKI/front-proxy-ca.key" 2048 2>/dev/null
+        openssl req -x509 -new -key "$PKI/front-proxy-ca.key" -subj "/CN=pykatalyst-front-proxy-ca" \
+            -days 365 -sha256 -out "$PKI/front-proxy-ca.crt" 2>/dev/null
+    fi
+    [ -f "$PKI/front-proxy-client.crt" ] && return 0
+    openssl genrsa -out "$PKI/front-proxy-client.key" 2048 2>/dev/null
+    openssl req -new -key "$PKI/front-proxy-client.key" -subj "/CN=front-proxy-client" \
+        -out "$PKI/front-proxy-client.csr" 2>/dev/null
+    printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+        "extendedKeyUsage=clientAuth" > "$ext"
+    openssl x509 -req -in "$PKI/front-proxy-client.csr" -CA "$PKI/front-proxy-ca.crt" \
+        -CAkey "$PKI/front-proxy-ca.key" -CAcreateserial -days 365 -sha256 -extfile "$ext" \
+        -out "$PKI/front-proxy-client.crt" 2>/dev/null
+    rm -f "$PKI/front-proxy-client.csr" "$ext"
 }
 
 # A kubeconfig for one user of the test cluster: `credentials` is the YAML of its `user:`
@@ -465,6 +487,12 @@ up() {
         --service-account-issuer=https://kubernetes.default.svc.cluster.local \
         --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
         --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+        --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" \
+        --requestheader-allowed-names=front-proxy-client \
+        --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+        --requestheader-extra-headers-prefix=X-Remote-Extra- \
+        --proxy-client-cert-file="$PKI/front-proxy-client.crt" \
+        --proxy-client-key-file="$PKI/front-proxy-client.key" --enable-aggregator-routing=true \
         --allow-privileged=true --profiling=false --v=1
     wait_for kube-apiserver 120 "$bin/kubectl" --kubeconfig "$KC/admin.kubeconfig" get --raw /readyz
 

@@ -29,6 +29,7 @@ def test_star_is_every_controller_and_minus_removes_one() -> None:
         "spd",
         "resourcerecommender",
         "vpa",
+        "ihpa",
     )
     assert parse_controllers("kcc,overcommit") == ("overcommit", "kcc")
     assert parse_controllers("-kcc,kcc") == ("kcc",)

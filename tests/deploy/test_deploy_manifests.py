@@ -151,10 +151,10 @@ def test_the_dockerfile_installs_the_package_and_drops_root() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     lines = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
     assert lines[0] == "FROM python:3.11-slim"
-    # the package with the Kubernetes client and the kubelet's pod-resources client,
-    # without the simulator's charting library
+    # the package with the Kubernetes client, the kubelet's pod-resources client and the
+    # autoscaling extra (crons, predictor), without the simulator's charting library
     installs = [x.rstrip(" \\") for x in lines if x.startswith("RUN pip install")]
-    assert any(x.endswith("'.[kube,node]'") for x in installs), installs
+    assert any(x.endswith("'.[kube,node,autoscale]'") for x in installs), installs
     assert not any("sim" in x or "dev" in x for x in installs)
     user = [x for x in lines if x.startswith("USER ")]
     assert user and not user[-1].split()[1].startswith("0")
@@ -491,6 +491,25 @@ HAND_KEPT: dict[str, list[Need]] = {
         _need(names.LEASE, "get", namespace=names.SYSTEM_NAMESPACE),
         _need(names.LEASE, "create", namespace=names.SYSTEM_NAMESPACE),
         _need(names.LEASE, "update", namespace=names.SYSTEM_NAMESPACE),
+        # ihpa
+        _need(names.INTELLIGENT_HPA, "list"),
+        _need(names.INTELLIGENT_HPA, "watch"),
+        _need(names.INTELLIGENT_HPA, "patch", "status"),
+        _need(names.VIRTUAL_WORKLOAD, "list"),
+        _need(names.VIRTUAL_WORKLOAD, "watch"),
+        _need(names.VIRTUAL_WORKLOAD, "create"),
+        _need(names.VIRTUAL_WORKLOAD, "patch"),
+        _need(names.VIRTUAL_WORKLOAD, "patch", "status"),
+        _need(names.HORIZONTAL_POD_AUTOSCALER, "list"),
+        _need(names.HORIZONTAL_POD_AUTOSCALER, "watch"),
+        _need(names.HORIZONTAL_POD_AUTOSCALER, "create"),
+        _need(names.HORIZONTAL_POD_AUTOSCALER, "update"),
+        *(_need(k, v) for k in names.WORKLOAD_KINDS for v in ("list", "watch", "patch")),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "list"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "watch"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "create"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "patch"),
+        _need(names.SERVICE_PROFILE_DESCRIPTOR, "patch", "status"),
     ],
     "webhook": [
         _need(names.SERVICE_PROFILE_DESCRIPTOR, "list"),

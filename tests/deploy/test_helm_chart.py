@@ -82,7 +82,11 @@ def test_the_kustomize_tree_is_rendered_from_the_chart() -> None:
 @needs_helm
 def test_helm_lint_passes_with_every_optional_part() -> None:
     assert HELM is not None
-    for sets in ([], ["webhook.enabled=true,serviceMonitor.enabled=true,scheduler.mode=both"]):
+    every = (
+        "webhook.enabled=true,serviceMonitor.enabled=true,scheduler.mode=both,"
+        "metricsApi.enabled=true"
+    )
+    for sets in ([], [every]):
         args = [f"--set={s}" for s in sets]
         done = subprocess.run(
             [HELM, "lint", "--strict", str(CHART), *args], capture_output=True, text=True
@@ -138,6 +142,7 @@ SETTINGS = {
     "everything": (
         "scheduler.mode=both",
         "webhook.enabled=true",
+        "metricsApi.enabled=true",
         "serviceMonitor.enabled=true",
         "agent.privileged=false",
         "agent.hostRoot=/node",
@@ -490,3 +495,33 @@ def test_the_controller_can_run_in_dry_run() -> None:
     assert "--dry-run" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
     dep = _by(_render(), "Deployment")["katalyst-controller"]
     assert "--dry-run" not in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+@needs_helm
+def test_the_metrics_api_is_off_by_default_and_its_apiservice_trusts_its_certificate() -> None:
+    assert not any(o["kind"] == "APIService" for o in _render())
+    objs = _render("metricsApi.enabled=true", "controller.prometheusAddress=http://prom:9090")
+    api = _by(objs, "APIService")["v1beta1.external.metrics.k8s.io"]
+    secret = _by(objs, "Secret")["katalyst-metrics-tls"]
+    assert api["spec"]["caBundle"] == secret["data"]["ca.crt"]
+    assert api["spec"]["service"] == {
+        "namespace": names.SYSTEM_NAMESPACE,
+        "name": "katalyst-metrics",
+        "port": 443,
+    }
+    assert "katalyst-metrics" in _by(objs, "Service")
+    (c,) = _by(objs, "Deployment")["katalyst-metrics"]["spec"]["template"]["spec"]["containers"]
+    assert c["args"][0] == "metrics" and "--in-cluster" in c["args"]
+    # the request-header CA is read from kube-system, as every aggregated API server does
+    (reader,) = [
+        o
+        for o in objs
+        if o["kind"] == "RoleBinding"
+        and o["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+    ]
+    assert reader["metadata"]["namespace"] == "kube-system"
+    ctl = _by(objs, "Deployment")["katalyst-controller"]["spec"]["template"]["spec"]["containers"]
+    assert (
+        "--spd-resource-portrait-indicator-plugin-prometheus-address=http://prom:9090"
+        in ctl[0]["args"]
+    )

@@ -209,6 +209,7 @@ SPD_EXTENDED_BASELINE_SENTINEL_ANNOTATION: Final = (
 )
 # The status.aggMetrics scope of the resource-portrait indicator (Katalyst's plugin name).
 SPD_SCOPE_RESOURCE_PORTRAIT: Final = "ResourcePortraitIndicatorPlugin"
+SPD_ENABLED: Final = "true"
 VPA_ENABLE_ANNOTATION: Final = "vpa.katalyst.kubewharf.io/enable"
 VPA_ENABLE_ANNOTATION_VALUE: Final = "true"
 # On a workload: the KVPA that targets it (kept by the vpa controller) and, for workloads
@@ -401,6 +402,13 @@ DEPLOYMENT: Final = Kind("apps", "v1", "Deployment", "deployments", True, ("depl
 STATEFUL_SET: Final = Kind("apps", "v1", "StatefulSet", "statefulsets", True, ("sts",))
 REPLICA_SET: Final = Kind("apps", "v1", "ReplicaSet", "replicasets", True, ("rs",))
 CORE_KINDS: Final = (POD, NODE, EVENT, NAMESPACE, CONFIG_MAP, LEASE, CRD)
+# Workload and autoscaling kinds (apps/v1, autoscaling/v2) the IHPA controller reads and writes.
+DEPLOYMENT: Final = Kind("apps", "v1", "Deployment", "deployments", True, ("deploy",))
+STATEFUL_SET: Final = Kind("apps", "v1", "StatefulSet", "statefulsets", True, ("sts",))
+HORIZONTAL_POD_AUTOSCALER: Final = Kind(
+    "autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True, ("hpa",)
+)
+WORKLOAD_KINDS: Final = (DEPLOYMENT, STATEFUL_SET)
 # Namespaces every Kubernetes cluster has. Events about cluster-scoped objects (Nodes) are
 # written to DEFAULT_NAMESPACE, as the kubelet does.
 DEFAULT_NAMESPACE: Final = "default"
@@ -460,6 +468,7 @@ OOM_RECORD_KEY: Final = "oom-data"
 # Katalyst's `vpa` controller: its in-tree recommender (SPD -> VPARec), vparec (VPARec ->
 # KVPA status) and vpa (KVPA -> pods: annotations, in-place resize, fallback eviction).
 CONTROLLER_VPA: Final = "vpa"
+CONTROLLER_IHPA: Final = "ihpa"
 # The condition types and reasons the dynamic-config controller writes on KCCs and targets.
 KCC_CONDITION_VALID: Final = "Valid"
 KCC_CONDITION_CONFLICT: Final = "Conflict"
@@ -483,3 +492,29 @@ OVERCOMMIT_MANAGED_ANNOTATIONS: Final = (
     OVERCOMMIT_CAPACITY_MEMORY_ANNOTATION,
 )
 CPU_MANAGER_POLICY_STATIC: Final = "static"
+
+# --- horizontal autoscaling (IHPA, resource portrait, external metrics) -----------------
+
+# The HPA an IHPA owns is named IHPA_HPA_PREFIX + the IHPA's name.
+IHPA_HPA_PREFIX: Final = "ihpa-"
+# The External metric the custom-metrics server serves from SPD status.aggMetrics.
+SPD_AGG_METRICS: Final = "spd_agg_metrics"
+METRIC_SELECTOR_SPD_NAME: Final = "metric.katalyst.kubewharf.io/spd-name"
+METRIC_SELECTOR_SPD_RESOURCE_NAME: Final = "metric.katalyst.kubewharf.io/spd-resource-name"
+METRIC_SELECTOR_SPD_CONTAINER_NAME: Final = "metric.katalyst.kubewharf.io/spd-container-name"
+METRIC_SELECTOR_SPD_SCOPE_NAME: Final = "metric.katalyst.kubewharf.io/spd-scope-name"
+# The SPD extended indicator the IHPA configures, the aggMetrics scope its predictions are
+# written under, and the fake container that carries them (<source>-<method>).
+RESOURCE_PORTRAIT_INDICATOR: Final = "ResourcePortrait"
+RESOURCE_PORTRAIT_SCOPE: Final = "ResourcePortraitIndicatorPlugin"
+RESOURCE_PORTRAIT_SOURCE_IHPA: Final = "ihpa"
+RESOURCE_PORTRAIT_METHOD_PREDICT: Final = "predict"
+IHPA_PREDICT_CONTAINER: Final = "ihpa-predict"
+# The prediction service's path (Katalyst's algorithm-serving contract).
+PREDICT_PATH: Final = "/openapi/tsa/predict"
+PERIODICITY_PREFIX: Final = "periodicity-"
+EXTERNAL_METRICS_GROUP: Final = "external.metrics.k8s.io"
+EXTERNAL_METRICS_VERSION: Final = "v1beta1"
+# On the HPA an IHPA owns: a digest of the spec last written, so an unchanged IHPA costs no
+# write (the API server's defaulting makes the stored spec differ from the written one).
+IHPA_SPEC_HASH_ANNOTATION: Final = "autoscaling.katalyst.kubewharf.io/ihpa-spec-hash"

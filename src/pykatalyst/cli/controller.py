@@ -25,6 +25,10 @@ from pykatalyst.controllers.backstop import BackstopConfig
 from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig
 from pykatalyst.controllers.spd import SPDConfig, parse_baseline_percent
 from pykatalyst.controllers.resize import ResizeConfig
+from pykatalyst.controllers.cronbounds import CronMode
+from pykatalyst.controllers.history import HistorySource, PrometheusHistory
+from pykatalyst.controllers.ihpa import IHPAConfig
+from pykatalyst.predict.client import predictor_for
 from pykatalyst.runtime.controller import (
     CONTROLLERS,
     ControllerRunner,
@@ -395,6 +399,33 @@ def controller(
             "--identity", help="This replica's name in the Lease (default: hostname_random)."
         ),
     ] = None,
+    ihpa_cron_mode: Annotated[
+        CronMode,
+        typer.Option(
+            "--ihpa-cron-mode",
+            help="How IHPA timeBounds crons hold (ihpa): window (a cron naming one minute "
+            "holds until the next bound fires) or minute (Katalyst's: only the minutes the "
+            "cron names).",
+        ),
+    ] = CronMode.WINDOW,
+    algorithm_serving_address: Annotated[
+        str | None,
+        typer.Option(
+            "--spd-resource-portrait-indicator-plugin-algorithm-serving-address",
+            metavar="URL",
+            help="A prediction service answering Katalyst's /openapi/tsa/predict (ihpa); "
+            "default: the built-in predictor, in process.",
+        ),
+    ] = None,
+    prometheus_address: Annotated[
+        str | None,
+        typer.Option(
+            "--spd-resource-portrait-indicator-plugin-prometheus-address",
+            metavar="URL",
+            help="The Prometheus the resource portrait reads history from (ihpa); "
+            "default: samples recorded in process.",
+        ),
+    ] = None,
     output: Annotated[
         OutputFormat,
         typer.Option("--output", "-o", help="table (a line per reconcile) or json (the plans)."),
@@ -407,7 +438,8 @@ def controller(
     CNRs of nodes whose agent went silent and evicts their reclaimed pods; spd: an SPD per
     workload annotated spd.katalyst.kubewharf.io/enable, baseline sentinels, pod stamps;
     resourcerecommender: ResourceRecommend status from Prometheus usage; vpa: applies
-    KatalystVerticalPodAutoscalers to their pods (in-place resize, fallback eviction)."""
+    KatalystVerticalPodAutoscalers to their pods (in-place resize, fallback eviction); ihpa:
+    each IntelligentHorizontalPodAutoscaler's HPA, VirtualWorkload and predicted SPD points."""
     try:
         enabled = parse_controllers(controllers)
     except ControllersError as exc:
@@ -442,6 +474,13 @@ def controller(
         elector = elect(cluster, identity, lease, leader_cfg, output is OutputFormat.JSON)
     elif leader_cfg is not None and dry_run:
         print_message("note: --dry-run changes nothing, so it acts without the lease", stderr=True)
+    try:
+        history: HistorySource | None = (
+            PrometheusHistory(prometheus_address) if prometheus_address else None
+        )
+        predictor = predictor_for(algorithm_serving_address)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     runner = ControllerRunner(
         cluster,
         cfg,
@@ -455,6 +494,9 @@ def controller(
         spd_config=spd_cfg,
         rr_config=rr_cfg,
         resize=resize_cfg,
+        ihpa_config=IHPAConfig(cron_mode=ihpa_cron_mode),
+        history=history,
+        predictor=predictor,
     )
     metrics = None if metrics_port is None else Endpoint("metrics", metrics_address, metrics_port)
     backstop = (

@@ -27,6 +27,7 @@ from pykatalyst.api.names import (
     DEFAULT_NAMESPACE,
     DEPLOYMENT,
     EVENT,
+    HORIZONTAL_POD_AUTOSCALER,
     KATALYST_KINDS,
     KUBE_SYSTEM_NAMESPACE,
     LEASE,
@@ -37,6 +38,7 @@ from pykatalyst.api.names import (
     REPLICA_SET,
     STATEFUL_SET,
     SYSTEM_NAMESPACE,
+    WORKLOAD_KINDS,
     Kind,
 )
 from pykatalyst.api.timefmt import rfc3339
@@ -144,7 +146,7 @@ class MemoryCluster:
             self.register_kind(k, status_subresource=True, unconditional_update=k != CRD)
         for k in (EVENT, CONFIG_MAP, LEASE):
             self.register_kind(k, status_subresource=False, unconditional_update=True)
-        for k in (POD_DISRUPTION_BUDGET, DEPLOYMENT, STATEFUL_SET, REPLICA_SET):
+        for k in (POD_DISRUPTION_BUDGET, *WORKLOAD_KINDS, REPLICA_SET, HORIZONTAL_POD_AUTOSCALER):
             self.register_kind(k, status_subresource=True, unconditional_update=True)
         for k in KATALYST_KINDS:
             self.register_kind(k, status_subresource=True, unconditional_update=False)

@@ -29,6 +29,8 @@ from pykatalyst.controllers.backstop import (
     BackstopPlan,
     BackstopResult,
 )
+from pykatalyst.controllers.history import HistorySource
+from pykatalyst.controllers.ihpa import HorizontalScaling, IHPAConfig
 from pykatalyst.controllers.kcc import KCCController
 from pykatalyst.controllers.lifecycle import DEFAULT_ORPHAN_GRACE_S, LifecycleController
 from pykatalyst.controllers.overcommit import OvercommitController
@@ -39,6 +41,7 @@ from pykatalyst.controllers.resource_recommend import (
 from pykatalyst.controllers.spd import SPDConfig, SPDController
 from pykatalyst.controllers.resize import ResizeConfig
 from pykatalyst.controllers.vertical import VPAController
+from pykatalyst.predict.client import Predictor
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
 from pykatalyst.runtime.leader import LeaderElector, LeaderState
 
@@ -52,6 +55,7 @@ CONTROLLERS = (
     names.CONTROLLER_SPD,
     names.CONTROLLER_RESOURCE_RECOMMEND,
     names.CONTROLLER_VPA,
+    names.CONTROLLER_IHPA,
     BACKSTOP,
 )
 DEFAULT_CONTROLLERS = CONTROLLERS
@@ -170,6 +174,9 @@ class ControllerRunner:
         spd_config: SPDConfig | None = None,
         rr_config: ResourceRecommendConfig | None = None,
         resize: ResizeConfig | None = None,
+        ihpa_config: IHPAConfig | None = None,
+        history: HistorySource | None = None,
+        predictor: Predictor | None = None,
     ) -> None:
         if period_s <= 0:
             raise ValueError(f"period_s: must be positive, got {period_s}")
@@ -186,6 +193,9 @@ class ControllerRunner:
         self.spd_config = spd_config
         self.rr_config = rr_config
         self.resize = resize
+        self.ihpa_config = ihpa_config
+        self.history = history
+        self.predictor = predictor
         self.registry = registry if registry is not None else CollectorRegistry()
         self.records_path = records_path
         self.backstop: BackstopController | None = None
@@ -242,6 +252,10 @@ class ControllerRunner:
             return SPDController(self.cluster, self.spd_config, skips=self.skips)
         if name == names.CONTROLLER_RESOURCE_RECOMMEND:
             return ResourceRecommendController(self.cluster, self.rr_config)
+        if name == names.CONTROLLER_IHPA:
+            return HorizontalScaling(
+                self.cluster, self.ihpa_config, history=self.history, predictor=self.predictor
+            )
         return LifecycleController(
             self.cluster, node_selector=self.node_selector, orphan_grace_s=self.orphan_grace_s
         )

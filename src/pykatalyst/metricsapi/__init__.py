@@ -1,0 +1,1 @@
+"""The external metrics API server: `spd_agg_metrics` for the HPA, behind an APIService."""

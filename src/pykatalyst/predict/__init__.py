@@ -1,0 +1,1 @@
+"""The built-in predictor: seasonal forecasts behind Katalyst's `/openapi/tsa/predict`."""

@@ -1,0 +1,302 @@
+"""IHPA on a real cluster: `katalyst metrics` registered by an APIService, proxied by the
+real kube-apiserver (request-header authentication), read with `kubectl get --raw`, and
+the real HPA controller in kube-controller-manager scaling from `spd_agg_metrics`.
+
+`katalyst controller --controllers ihpa` runs with the controller's ServiceAccount and
+reads history from a Prometheus stand-in in this test (a flat 300 requests/s for a week),
+so the built-in predictor serves 300 (reactive: no period), and an AverageValue target of
+100 asks for 3 replicas. The metrics server runs as a host process on this machine's
+address with a self-signed pair; the APIService reaches it through a selector-less Service
+and its Endpoints (kube-apiserver runs with --enable-aggregator-routing)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import (
+    REPO,
+    WORKLOAD_IMAGE,
+    Component,
+    Kubectl,
+    component_kubeconfig,
+    wait_until,
+)
+from tests.e2e.fake_nodes import free_port
+
+APISERVICE = "v1beta1.external.metrics.k8s.io"
+QPS = 300.0
+
+
+def _host_ip() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # no packet is sent: it picks the outgoing address
+        ip = str(s.getsockname()[0])
+    if ip.startswith("127."):
+        pytest.skip("this machine has no address besides loopback for the APIService")
+    return ip
+
+
+class _Prometheus(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        start, end, step = float(q["start"][0]), float(q["end"][0]), 60.0
+        n = int((end - start) // step) + 1
+        values = [[start + i * step, str(QPS)] for i in range(n)]
+        body = {
+            "status": "success",
+            "data": {"resultType": "matrix", "result": [{"metric": {}, "values": values}]},
+        }
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def prometheus() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def metrics_api(
+    kubectl: Kubectl,
+    kubeconfig: str,
+    namespace: str,
+    components: Callable[..., Component],
+    tmp_path: Path,
+) -> Iterator[Component]:
+    ip, port = _host_ip(), free_port()
+    certs = tmp_path / "metrics-certs"
+    comp = components(
+        "metrics",
+        "metrics",
+        "--self-signed",
+        str(certs),
+        "--cert-host",
+        ip,
+        "--cert-host",
+        f"katalyst-metrics.{namespace}.svc",
+        "--listen",
+        f"{ip}:{port}",
+        "--kubeconfig",
+        kubeconfig,
+    )
+
+    def ready() -> bool:
+        assert comp.alive(), comp.log()
+        ca = certs / "ca.crt"
+        if not ca.exists():
+            return False
+        try:
+            ctx = ssl.create_default_context(cafile=str(ca))
+            with urllib.request.urlopen(f"https://{ip}:{port}/readyz", context=ctx, timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    wait_until("the metrics API's /readyz", ready, 60)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "katalyst-metrics", "namespace": namespace},
+        "spec": {"ports": [{"port": 443, "targetPort": port, "protocol": "TCP"}]},
+    }
+    endpoints = {
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {"name": "katalyst-metrics", "namespace": namespace},
+        "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": port, "protocol": "TCP"}]}],
+    }
+    apiservice = {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": APISERVICE},
+        "spec": {
+            "group": "external.metrics.k8s.io",
+            "version": "v1beta1",
+            "service": {"namespace": namespace, "name": "katalyst-metrics", "port": 443},
+            "caBundle": base64.b64encode((certs / "ca.crt").read_bytes()).decode(),
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+        },
+    }
+    for obj in (service, endpoints, apiservice):
+        kubectl.apply(obj)
+
+    def available() -> bool:
+        conds = (
+            kubectl.json("get", "apiservice", APISERVICE).get("status", {}).get("conditions") or []
+        )
+        return any(c["type"] == "Available" and c["status"] == "True" for c in conds)
+
+    try:
+        wait_until("the APIService Available", available, 90)
+        yield comp
+    finally:
+        kubectl.run("delete", "apiservice", APISERVICE, "--wait=false", check=False)
+
+
+def _deployment(name: str, namespace: str) -> dict[str, Any]:
+    res = {"cpu": "10m", "memory": "16Mi"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": WORKLOAD_IMAGE,
+                            "command": ["sleep", "3600"],
+                            "resources": {"requests": res, "limits": res},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _ihpa(name: str, target: str, namespace: str, strategy: str) -> str:
+    # Katalyst's IHPA, written as a Katalyst user writes it.
+    return f"""
+apiVersion: autoscaling.katalyst.kubewharf.io/v1alpha2
+kind: IntelligentHorizontalPodAutoscaler
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  scaleStrategy: {strategy}
+  autoscaler:
+    scaleTargetRef:
+      apiVersion: apps/v1
+      kind: Deployment
+      name: {target}
+    minReplicas: 1
+    maxReplicas: 5
+    metrics:
+    - customMetric:
+        identify: qps
+        query: sum(rate(http_requests_total{{namespace="{namespace}"}}[1m]))
+        value: "100"
+    behavior:
+      scaleUp:
+        stabilizationWindowSeconds: 0
+"""
+
+
+def _raw(kubectl: Kubectl, namespace: str, spd: str) -> Any:
+    sel = ",".join(
+        f"metric.katalyst.kubewharf.io/{k}={v}"
+        for k, v in (
+            ("spd-name", spd),
+            ("spd-resource-name", "qps"),
+            ("spd-container-name", "ihpa-predict"),
+            ("spd-scope-name", "ResourcePortraitIndicatorPlugin"),
+        )
+    )
+    path = (
+        f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/spd_agg_metrics"
+        f"?labelSelector={urllib.parse.quote(sel)}"
+    )
+    proc = kubectl.run("get", "--raw", path, check=False)
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def test_the_real_hpa_scales_from_predicted_spd_agg_metrics(
+    kubectl: Kubectl,
+    namespace: str,
+    components: Callable[..., Component],
+    metrics_api: Component,
+    prometheus: str,
+) -> None:
+    kubectl.run("apply", "-f", str(REPO / "deploy" / "manifests" / "controller-rbac.yaml"))
+    for name in ("web", "shadow"):
+        kubectl.apply(_deployment(name, namespace))
+    kubectl.apply(_ihpa("web", "web", namespace, "Auto"))
+    kubectl.apply(_ihpa("shadow", "shadow", namespace, "Preview"))
+    ctl = components(
+        "controller",
+        "controller",
+        "--kubeconfig",
+        component_kubeconfig("controller"),
+        "--controllers=ihpa",
+        "--no-leader-elect",
+        "--period",
+        "2s",
+        "--spd-resource-portrait-indicator-plugin-prometheus-address",
+        prometheus,
+    )
+
+    # the predicted points appear in the SPD, written by the resource portrait
+    def points() -> list[Any]:
+        assert ctl.alive(), ctl.log()
+        spd = kubectl.json("get", "spd", "web", "-n", namespace)
+        aggs = spd.get("status", {}).get("aggMetrics") or []
+        return [
+            i for a in aggs if a["scope"] == "ResourcePortraitIndicatorPlugin" for i in a["items"]
+        ]
+
+    items = wait_until("predicted points in the SPD", points, 60)
+    usage = items[0]["containers"][0]
+    assert usage["name"] == "ihpa-predict" and usage["usage"]["qps"] == "300"
+
+    # the real kube-apiserver proxies kubectl's read to the metrics server (a point
+    # exists once the first predicted minute has begun)
+    got = wait_until(
+        "spd_agg_metrics through the APIService", lambda: _raw(kubectl, namespace, "web"), 90
+    )
+    assert got["items"][0]["value"] == "300"
+
+    # the real HPA controller scales the Deployment: ceil(300 / 100) = 3
+    hpa = kubectl.json("get", "hpa", "ihpa-web", "-n", namespace)
+    assert hpa["metadata"]["ownerReferences"][0]["kind"] == "IntelligentHorizontalPodAutoscaler"
+    wait_until(
+        "the HPA scaling web to 3",
+        lambda: kubectl.json("get", "deploy", "web", "-n", namespace)["spec"]["replicas"] == 3,
+        120,
+    )
+
+    # Preview: the HPA scales the VirtualWorkload; the Deployment is never touched
+    shadow_hpa = kubectl.json("get", "hpa", "ihpa-shadow", "-n", namespace)
+    assert shadow_hpa["spec"]["scaleTargetRef"]["kind"] == "VirtualWorkload"
+    wait_until(
+        "the Preview HPA deciding 3",
+        lambda: (
+            kubectl.json("get", "hpa", "ihpa-shadow", "-n", namespace)
+            .get("status", {})
+            .get("desiredReplicas")
+            == 3
+        ),
+        120,
+    )
+    assert kubectl.json("get", "deploy", "shadow", "-n", namespace)["spec"]["replicas"] == 1
+    status = kubectl.json("get", "ihpa", "web", "-n", namespace).get("status", {})
+    assert status.get("desiredReplicas") == 3
