@@ -250,7 +250,15 @@ class GpuConfig(Section):
     model: str = Field("", description="the card's model, e.g. A100-SXM4-80GB")
     healthy: bool = Field(True, description="false: reported unhealthy, given to no new pod")
     minor: int | None = Field(
-        None, ge=0, description="/dev/nvidia<minor> handed to its containers, when it exists"
+        None, ge=0, description="its containers get /dev/nvidia<minor> (none when unset)"
+    )
+    device_node: str | None = Field(
+        None,
+        description="the host device node behind /dev/nvidia<minor> (default: the same path); "
+        "for synthetic cards on a machine without them",
+    )
+    memory_mib: int | None = Field(
+        None, gt=0, description="the card's memory: containers get CUDA_DEVICE_MEMORY_LIMIT"
     )
 
     @field_validator("id")

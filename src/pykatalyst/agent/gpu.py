@@ -200,7 +200,10 @@ def resource_properties(cards: Sequence[GpuDevice]) -> list[dict[str, Any]]:
 
 
 def synthetic_cards(gpus: Iterable[GpuConfig]) -> list[GpuDevice]:
-    return [GpuDevice(g.id, g.numa, g.pcie_switch, g.model, g.healthy, g.minor) for g in gpus]
+    return [
+        GpuDevice(g.id, g.numa, g.pcie_switch, g.model, g.healthy, g.minor, g.memory_mib)
+        for g in gpus
+    ]
 
 
 def reload_from(path: str | Path, fallback: DevicesConfig) -> Callable[[], list[GpuDevice]]:

@@ -36,6 +36,7 @@ def _register_commands() -> None:
         agent,
         apiserver,
         controller,
+        device_plugin,
         explain,
         scheduler,
         sim,
@@ -43,7 +44,17 @@ def _register_commands() -> None:
         webhook,
     )
 
-    for module in (agent, apiserver, controller, explain, scheduler, sim, validate, webhook):
+    for module in (
+        agent,
+        apiserver,
+        controller,
+        device_plugin,
+        explain,
+        scheduler,
+        sim,
+        validate,
+        webhook,
+    ):
         module.register(app)
 
 
