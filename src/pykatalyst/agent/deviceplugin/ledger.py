@@ -96,13 +96,14 @@ class Ledger:
     def prune(
         self, pods: Mapping[str, GpuPod], held: set[tuple[str, str]], now: float, ttl: float
     ) -> Ledger:
-        """Drop grants of pods gone, the complete ones `List` already shows (it is then
-        the truth), and those of pods no longer waiting that are older than `ttl`."""
+        """Drop grants of pods gone or no longer waiting (running, `List` shows what
+        they hold; failed, they hold nothing), the complete ones `List` already shows
+        (it is then the truth), and those older than `ttl`: the kubelet gave up."""
         keep = {}
         for k, g in self.grants.items():
-            if g.uid not in pods or (g.complete and (g.key, g.container) in held):
+            if g.uid not in pods or not pods[g.uid].pending or now - g.at > ttl:
                 continue
-            if not pods[g.uid].pending and now - g.at > ttl:
+            if g.complete and (g.key, g.container) in held:
                 continue
             keep[k] = g
         return Ledger(keep)
