@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,23 +13,33 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pykatalyst.agent import gpu
+from pykatalyst.agent.agent import Agent
+from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.config_sections import DevicesConfig
+from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.devices import (
     DeviceUnavailable,
     GpuDevice,
     NvmlDevices,
+    SyntheticDevices,
     SysfsDevices,
     pci_address,
     pcie_switch_of,
 )
-from pykatalyst.agent.host.kubelet import DeviceGrant, devices_from, messages
+from pykatalyst.agent.host.kubelet import (
+    DeviceGrant,
+    KubeletDevices,
+    KubeletUnavailable,
+    devices_from,
+    messages,
+)
 from pykatalyst.agent.reporter import Reporter, ReportInput
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
-from tests.agent.inmemory_host import node_json
+from tests.agent.inmemory_host import InMemoryHost, node_json, pod_json
 
 TOPO = CPUTopology.synthetic(2, 4, 2)  # two sockets, one NUMA node each
 GPU_ = names.RESOURCE_NVIDIA_GPU
@@ -308,3 +319,59 @@ def test_the_cnr_carries_gpu_zones_under_numa_and_the_attribute_key() -> None:
             "propertyValues": ["pcie_switch", "numa", "socket"],
         }
     ]
+
+
+class Grants:
+    """The kubelet's pod-resources, as far as devices go; None: it cannot be asked."""
+
+    def __init__(self) -> None:
+        self.containers: list[DeviceGrant] | None = []
+
+    def device_assignments(self, resources: frozenset[str]) -> KubeletDevices:
+        if self.containers is None:
+            raise KubeletUnavailable("no pod-resources socket at /nowhere")
+        return KubeletDevices(tuple(g for g in self.containers if g.resource in resources))
+
+
+def test_the_agent_reports_its_cards_and_the_pods_holding_them() -> None:
+    clock = VirtualClock(10_000)
+    cluster = MemoryCluster(clock=clock)
+    cluster.create(names.NODE, node_json("node-1"))
+    host = InMemoryHost(TOPO)
+    cards = [GpuDevice("g0", 0, "sw0"), GpuDevice("g1", 1, "sw1")]
+    grants = Grants()
+    agent = Agent(
+        "node-1",
+        cluster,
+        host,
+        clock,
+        AgentConfig.model_validate({"devices": {"source": "synthetic"}}),
+        Enforcer(host, None, clock),
+        devices=SyntheticDevices(lambda: cards),
+        device_view=grants,
+    )
+    obj = cluster.create(names.POD, pod_json("train"), "default")
+    host.add_pod(str(obj["metadata"]["uid"]))
+    assert grants.containers is not None
+    grants.containers += [
+        _grant("train", GPU_, ["g1::s0"]),
+        _grant("train", MEM, [f"g1::m{k}" for k in range(40)]),
+    ]
+    grants.containers = [
+        replace(g, namespace="default", container="app") for g in grants.containers
+    ]
+
+    def g1() -> dict[str, Any]:
+        cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, "node-1")
+        return dict(cnr["status"]["topologyZone"][1]["children"][0]["children"][0])
+
+    plan = agent.reconcile(clock.now())
+    assert plan.report["gpus"] == "cards and holds read"
+    consumer = f"default/train/{obj['metadata']['uid']}"
+    assert g1()["allocations"] == [{"consumer": consumer, "requests": {GPU_: "1", MEM: "40"}}]
+    # the kubelet unreachable: capacity only, and the plan says why
+    grants.containers = None
+    clock.advance(5)
+    plan = agent.reconcile(clock.now())
+    assert plan.report["gpus"].startswith("holds unknown: no pod-resources socket")
+    assert "allocations" not in g1()
