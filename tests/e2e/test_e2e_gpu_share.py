@@ -93,7 +93,9 @@ def _pod(
 
 
 def _printed(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
-    out = kubectl.run("logs", name, "-n", namespace).stdout
+    out = wait_until(
+        f"{name}'s output", lambda: kubectl.run("logs", name, "-n", namespace).stdout, 30
+    )
     first, *rest = out.splitlines()
     fields = dict(part.split("=", 1) for part in first.split())
     return {**fields, "dev": sorted(rest)}
@@ -131,16 +133,13 @@ def test_share_pods_get_their_selected_cards_and_the_cnr_shows_them(
     node = local_node.name
     agent = start_agent(components, tmp_path, node, config=_config(local_node))
     cfg = tmp_path / "agent.yaml"
-    plugin = components(
-        "device-plugin",
-        "device-plugin",
-        "--node",
-        node,
-        "--config",
-        str(cfg),
-        "--kubeconfig",
-        component_kubeconfig("agent"),
-    )
+
+    def start_plugin() -> Component:
+        args = ["--node", node, "--config", str(cfg)]
+        return components("device-plugin", "device-plugin", *args, "--kubeconfig", kc)
+
+    kc = component_kubeconfig("agent")
+    plugin = start_plugin()
 
     def advertised() -> bool:
         alloc = _allocatable(kubectl, node)
@@ -239,16 +238,7 @@ def test_share_pods_get_their_selected_cards_and_the_cnr_shows_them(
     # The plugin killed and started again: it registers again and, reading who holds
     # what from the kubelet, gives no card twice.
     plugin.kill()
-    plugin2 = components(
-        "device-plugin",
-        "device-plugin",
-        "--node",
-        node,
-        "--config",
-        str(cfg),
-        "--kubeconfig",
-        component_kubeconfig("agent"),
-    )
+    plugin2 = start_plugin()
     wait_until("the plugin registered again", lambda: "registered" in plugin2.log(), 60)
     kubectl.apply(_pod("too-big", namespace, {GPU: "1", MEM: "40"}, "GPU-e2e-0"))
     reason = wait_until("too-big refused", lambda: _failed(kubectl, namespace, "too-big"), 60)
