@@ -60,8 +60,9 @@ def _config(local_node: LocalNode, sick: frozenset[str] = frozenset()) -> dict[s
         "devices": {
             "source": "synthetic",
             "gpus": _cards(sick),
+            # the kubelet's device-plugin directory is /var/lib/kubelet/device-plugins
+            # whatever its --root-dir (the device manager's socket path is fixed)
             "device_plugin": {
-                "socket_dir": str(kubelet / "device-plugins"),
                 "shares_per_gpu": SHARES,
                 "poll_s": 1,
             },

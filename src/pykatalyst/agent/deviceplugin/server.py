@@ -202,14 +202,19 @@ class PluginRunner:
         self.registrations = 0
         self._kubelet: tuple[int, int] | None = None
         self._up = False
+        self._waiting = False
 
     def step(self) -> str:
         """One round: what happened (for logs and tests)."""
         changed = self.plugin.poll()
         kubelet = _kubelet_id(self.socket_dir)
         if kubelet is None:
+            if not self._waiting:
+                log.info("waiting for the kubelet's %s", self.socket_dir / proto.KUBELET_SOCKET)
+            self._waiting = True
             self._down()
             return "waiting for the kubelet"
+        self._waiting = False
         if self._up and kubelet == self._kubelet and all(s.alive() for s in self.servers):
             if changed:
                 for s in self.servers:
