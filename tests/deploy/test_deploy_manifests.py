@@ -397,6 +397,7 @@ HAND_KEPT: dict[str, list[Need]] = {
     "agent": [
         _need(names.POD, "list"),
         _need(names.POD, "watch"),
+        _need(names.POD, "patch"),  # the device plugin's gpu_selection_result
         _need(names.POD, "create", "eviction"),
         _need(names.NODE, "get"),
         _need(names.NODE, "patch"),

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pykatalyst.agent import cpu_state, isolation, kubelet_cpu, net_policy, publish
+from pykatalyst.agent import cpu_state, gpu, isolation, kubelet_cpu, net_policy, publish
 from pykatalyst.agent import decide as steps
 from pykatalyst.agent import tick as ticks
 from pykatalyst.agent.config import AgentConfig, reclaim_setting
@@ -39,7 +39,8 @@ from pykatalyst.agent.dynamic_config import AgentSettings
 from pykatalyst.agent.executor import KnobEnforcer, KnobWriter
 from pykatalyst.agent.headroom import native_demand
 from pykatalyst.agent.host.base import Host, Knob, KnobValue, NetShape, PodCgroup
-from pykatalyst.agent.host.kubelet import KubeletView
+from pykatalyst.agent.host.devices import DeviceSource, DeviceUnavailable
+from pykatalyst.agent.host.kubelet import KubeletDevicesView, KubeletUnavailable, KubeletView
 from pykatalyst.agent.inputs import (
     AgentState,
     EvictionInput,
@@ -90,6 +91,8 @@ class Agent:
         publish: bool = True,
         kubelet: KubeletView | None = None,
         node_state: NodeState | None = None,
+        devices: DeviceSource | None = None,
+        device_view: KubeletDevicesView | None = None,
     ) -> None:
         self.node_name = node_name
         self.cluster = cluster
@@ -124,6 +127,9 @@ class Agent:
             if kubelet is None
             else kubelet_cpu.KubeletCpuWatch(self.base_config.kubelet.config_path, kubelet)
         )
+        self.devices = devices
+        self._device_view = device_view
+        self._gpu_report: tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]]] = ({}, [])
         self.cpu_state_error: str | None = None
         self._cpu_rebuild = True  # until a checkpoint says where pods are
         self._cpu_checkpoint = cpu_state.checkpoint_for(
@@ -595,12 +601,40 @@ class Agent:
         if not self.publish:
             return {"state": "not published (dry run)" if self.dry_run else "not published"}
         report, terms = publish.report_input(inp, d.layout, d.valid, d.plan, state.steps)
+        if self.devices is not None:
+            zones, props, terms["gpus"] = self._gpus()
+            report = dataclasses.replace(report, gpu_zones=zones, resource_properties=props)
         out = self.reporter.report(report, inp.now)
         out["overcommit"] = self.reporter.publish_overcommit(
             native_demand(inp, d.valid), self.config.overcommit, inp.now
         )
         out.update(terms)
         return out
+
+    def _gpus(self) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]], str]:
+        """The GPU zones and spec properties to report, and how they were read: the last
+        good ones while the cards cannot be read; capacity only while the kubelet cannot
+        say who holds them."""
+        assert self.devices is not None
+        held = None
+        note = "cards and holds read"
+        if self._device_view is not None:
+            try:
+                held = self._device_view.device_assignments(gpu.GPU_RESOURCES)
+            except KubeletUnavailable as exc:
+                note = f"holds unknown: {exc}"
+        uids = {s.key: s.uid for s in self._specs.values()}
+        try:
+            self._gpu_report = gpu.node_gpu_report(
+                self.devices,
+                held,
+                self.base_config.devices.gpu_memory_per_gpu,
+                self.topology,
+                uids.get,
+            )
+        except DeviceUnavailable as exc:
+            note = f"cards unreadable, last report kept: {exc}"
+        return self._gpu_report[0], self._gpu_report[1], note
 
     def _emit_events(self, notes: Notes, now: float) -> frozenset[tuple[str, str, str]]:
         """Send the tick's Events; the Events sent so far, forgetting pods long gone."""

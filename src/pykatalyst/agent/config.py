@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from pykatalyst.agent.config_sections import IoConfig, KubeletConfig
+from pykatalyst.agent.config_sections import DevicesConfig, IoConfig, KubeletConfig
 from pykatalyst.agent.config_sections import NetworkConfig as NetworkConfig
 from pykatalyst.agent.config_sections import Section as _Section
 from pykatalyst.agent.eviction.config import EvictionConfig
@@ -402,6 +402,10 @@ class AgentConfig(_Section):
     overcommit: OvercommitAdviceConfig = Field(default_factory=OvercommitAdviceConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     kubelet: KubeletConfig = Field(default_factory=KubeletConfig)
+    devices: DevicesConfig = Field(
+        default_factory=DevicesConfig,
+        description="the node's GPUs: discovery, CNR zones, device plugin (docs/devices.md)",
+    )
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     memory_advisor: MemoryGuardConfig = Field(default_factory=MemoryGuardConfig)
     io: IoConfig = Field(default_factory=IoConfig)

@@ -236,3 +236,87 @@ class NetworkConfig(Section):
                 f"(got device={self.device!r}, link_mbit={self.link_mbit})"
             )
         return self
+
+
+DEVICE_SOURCES = ("none", "synthetic", "sysfs", "nvml")
+
+
+class GpuConfig(Section):
+    """One synthetic card (`devices.source: synthetic`)."""
+
+    id: str = Field(min_length=1, description="the device id pods and the CNR name it by")
+    numa: int = Field(0, ge=-1, description="its NUMA node (-1: none)")
+    pcie_switch: str = Field("", description="the PCIe switch it hangs off")
+    model: str = Field("", description="the card's model, e.g. A100-SXM4-80GB")
+    healthy: bool = Field(True, description="false: reported unhealthy, given to no new pod")
+    minor: int | None = Field(
+        None, ge=0, description="its containers get /dev/nvidia<minor> (none when unset)"
+    )
+    device_node: str | None = Field(
+        None,
+        description="the host device node behind /dev/nvidia<minor> (default: the same path); "
+        "for synthetic cards on a machine without them",
+    )
+    memory_mib: int | None = Field(
+        None, gt=0, description="the card's memory: containers get CUDA_DEVICE_MEMORY_LIMIT"
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if "," in v or "::" in v or v != v.strip():
+            raise ValueError("a device id has no ',', no '::' and no surrounding blanks")
+        return v
+
+
+class DevicePluginConfig(Section):
+    """The kubelet device plugin serving the cards (docs/devices.md)."""
+
+    socket_dir: str = Field(
+        "/var/lib/kubelet/device-plugins",
+        description="the kubelet's device-plugin directory (its kubelet.sock is there)",
+    )
+    shares_per_gpu: int = Field(
+        10,
+        ge=1,
+        le=1000,
+        description="how many containers may share one card: each card is advertised this "
+        "many times as nvidia.com/gpu",
+    )
+    poll_s: Seconds = Field(5.0, gt=0, description="how often health and the kubelet are checked")
+    pending_timeout_s: Seconds = Field(
+        300.0, gt=0, description="a pod allocated but not yet running holds its cards this long"
+    )
+
+
+class DevicesConfig(Section):
+    """The node's GPUs: where they are read from, and how they are reported and served."""
+
+    source: str = Field(
+        "none",
+        description="none | synthetic (the `gpus` list) | sysfs | nvml (pykatalyst[gpu])",
+    )
+    gpus: tuple[GpuConfig, ...] = Field((), description="the cards when source is synthetic")
+    gpu_memory_per_gpu: int = Field(
+        names.DEFAULT_GPU_MEMORY_PER_GPU,
+        ge=1,
+        description="gpu_memory units of one card (Katalyst's --gpu-memory-allocatable-per-gpu)",
+    )
+    sys_root: str = Field("/sys", description="where sysfs is mounted")
+    proc_root: str = Field("/proc", description="where procfs is mounted")
+    device_plugin: DevicePluginConfig = Field(default_factory=DevicePluginConfig)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        if v not in DEVICE_SOURCES:
+            raise ValueError(f"accepted: {', '.join(DEVICE_SOURCES)}; got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _unique(self) -> DevicesConfig:
+        ids = [g.id for g in self.gpus]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"gpus: ids must be unique; repeated: {dup}")
+        return self

@@ -19,7 +19,8 @@ from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.eviction import EvictionConfig, EvictionStage
 from pykatalyst.agent.host.base import Host
-from pykatalyst.agent.host.kubelet import KubeletView
+from pykatalyst.agent.host.devices import DeviceSource
+from pykatalyst.agent.host.kubelet import KubeletDevicesView, KubeletView
 from pykatalyst.agent.inputs import EvictionInput
 from pykatalyst.agent.node_state import NodeState
 from pykatalyst.api import names
@@ -58,6 +59,8 @@ def build_agent(
     eviction: EvictionConfig | None = None,
     eviction_period_s: float | None = None,
     kubelet: KubeletView | None = None,
+    devices: DeviceSource | None = None,
+    device_view: KubeletDevicesView | None = None,
     verify_period_s: float = 0.0,
     registry: CollectorRegistry | None = None,
     dry_run: bool = False,
@@ -105,4 +108,6 @@ def build_agent(
         dry_run=dry_run,
         kubelet=kubelet,
         node_state=state,
+        devices=devices,
+        device_view=device_view,
     )

@@ -6,6 +6,8 @@ per-NUMA topology zones (Socket -> Numa, with cpu and memory net of the reserves
 NUMA's reclaimed figures — adding up to the node's — and the pods' `allocations`), the
 `topologyPolicy` of the kubelet's topology manager, the AgentReady heartbeat condition and,
 in annotations, the terms behind each figure and the cpu pools with the cpuset of each pod.
+On a node with GPUs, each Numa zone has its cards as `GPU` children (agent/gpu.py) and the
+spec's `nodeResourceProperties` names their topology attributes.
 The Node's status gets the same reclaimed figures as extended resources, so that even the
 default kube-scheduler can place reclaimed pods.
 
@@ -74,6 +76,10 @@ class ReportInput:
     topology_policy: str | None = None  # None: the reporter's own
     cpu_grain_milli: int = 1000  # per-NUMA reclaimed cpu in whole cores (Katalyst)
     provision: Mapping[str, Any] = field(default_factory=dict)  # pool -> last sizing step
+    # the GPU zones under each Numa zone (agent/gpu.py), and spec.nodeResourceProperties
+    # (None: the spec is left as it is)
+    gpu_zones: Mapping[int, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    resource_properties: Sequence[Mapping[str, Any]] | None = None
 
 
 def pools_annotation(
@@ -216,6 +222,9 @@ def build_status(inp: ReportInput, topology_policy: str) -> dict[str, Any]:
             allocs = sorted(by_numa.get(numa, []), key=lambda a: a.consumer)
             if allocs:
                 zone["allocations"] = [_allocation_json(a) for a in allocs]
+            gpus = inp.gpu_zones.get(numa)
+            if gpus:
+                zone["children"] = [dict(g) for g in gpus]
             children.append(zone)
         zones.append({"type": names.ZONE_SOCKET, "name": str(socket), "children": children})
     status["topologyZone"] = zones
@@ -246,6 +255,7 @@ class Reporter:
         self._overcommit_at: float | None = None
         self._last_overcommit: dict[str, str | None] | None = None
         self._cnr_exists = False
+        self._last_properties: list[dict[str, Any]] | None = None
 
     def report(self, inp: ReportInput, now: float) -> dict[str, Any]:
         """Publish if needed; returns what was written (for the plan)."""
@@ -282,6 +292,8 @@ class Reporter:
                 out["cnr"] = "status written" if changed else "heartbeat"
             if inp.pools:
                 out["pools"] = self._publish_pools(inp)
+            if inp.resource_properties is not None:
+                out["properties"] = self._publish_properties(inp.resource_properties)
             if inp.cpu_cores is not None and inp.memory_bytes is not None:
                 key = (milli_cpu(inp.cpu_cores), int(inp.memory_bytes))
                 if key != self._last_terms_key:
@@ -302,6 +314,7 @@ class Reporter:
             self._last_terms_key = None
             self._last_node_figures = None
             self._last_pools = None
+            self._last_properties = None
             self._cnr_exists = False
             out["error"] = str(exc)
         return out
@@ -367,6 +380,18 @@ class Reporter:
             {"metadata": {"annotations": {names.CPU_POOLS_ANNOTATION: value}}},
         )
         self._last_pools = value
+        return "written"
+
+    def _publish_properties(self, properties: Sequence[Mapping[str, Any]]) -> str:
+        value = [dict(p) for p in properties]
+        if value == self._last_properties:
+            return "unchanged"
+        self.cluster.patch(
+            names.CUSTOM_NODE_RESOURCE,
+            self.node_name,
+            {"spec": {"nodeResourceProperties": value}},
+        )
+        self._last_properties = value
         return "written"
 
     def _ensure_cnr(self) -> None:

@@ -84,6 +84,29 @@ POOL_PREFIX_ISOLATION: Final = "isolation"  # isolation-<pod uid>: a noisy share
 
 RESOURCE_CPU: Final = "cpu"
 RESOURCE_MEMORY: Final = "memory"
+
+# --- GPUs -------------------------------------------------------------------------------
+
+# A pod asks `nvidia.com/gpu: N` cards and `gpu_memory: M` units of their memory (M/N on
+# each card); a card has `DEFAULT_GPU_MEMORY_PER_GPU` units unless configured otherwise.
+RESOURCE_NVIDIA_GPU: Final = "nvidia.com/gpu"
+RESOURCE_GPU_MEMORY: Final = "resource.katalyst.kubewharf.io/gpu_memory"
+DEFAULT_GPU_MEMORY_PER_GPU: Final = 100
+# The cards chosen for a pod: comma-separated device ids in allocation order, written by
+# the scheduler before the Binding (or by the node's device plugin when it is absent).
+GPU_SELECTION_RESULT_ANNOTATION: Final = "katalyst.kubewharf.io/gpu_selection_result"
+# spec.nodeResourceProperties entry naming the GPU zones' topology attributes, in order
+# of priority.
+GPU_TOPOLOGY_ATTRIBUTE_KEY: Final = "gpu_topology_attribute_key"
+# attributes of a GPU zone
+GPU_ATTR_NUMA: Final = "numa"
+GPU_ATTR_SOCKET: Final = "socket"
+GPU_ATTR_PCIE_SWITCH: Final = "pcie_switch"
+GPU_ATTR_MODEL: Final = "gpu_model"
+GPU_TOPOLOGY_ATTRIBUTES: Final = (GPU_ATTR_PCIE_SWITCH, GPU_ATTR_NUMA, GPU_ATTR_SOCKET)
+# what a container is told of its cards (NVIDIA's container runtime and HAMi-core read them)
+ENV_NVIDIA_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+ENV_CUDA_DEVICE_MEMORY_LIMIT: Final = "CUDA_DEVICE_MEMORY_LIMIT"
 RESOURCE_EPHEMERAL_STORAGE: Final = "ephemeral-storage"
 RESOURCE_PODS: Final = "pods"
 
@@ -141,6 +164,7 @@ CNR_CONDITION_AGENT_NOT_FOUND: Final = "AgentNotFound"
 # topology zones of a CNR
 ZONE_SOCKET: Final = "Socket"
 ZONE_NUMA: Final = "Numa"
+ZONE_GPU: Final = "GPU"
 TOPOLOGY_POLICY_SINGLE_NUMA_CONTAINER: Final = "SingleNUMANodeContainerLevel"
 TOPOLOGY_POLICY_NUMERIC_CONTAINER: Final = "NumericContainerLevel"
 TOPOLOGY_POLICY_NONE: Final = "None"

@@ -209,7 +209,15 @@ def agent(
     # One registry: the eviction stage's counters and the plans' figures on one /metrics.
     registry = CollectorRegistry()
     runner = build_agent(
-        node, cluster, host, clock, cfg, checkpoint, dry_run=dry_run, registry=registry
+        node,
+        cluster,
+        host,
+        clock,
+        cfg,
+        checkpoint,
+        dry_run=dry_run,
+        registry=registry,
+        config_path=config,
     )
     for note in notes:
         print_message(f"note: {note}", stderr=True)

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from pykatalyst.agent import factory
 from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.gpu import device_source
 from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.host.kubelet import PodResourcesClient
 from pykatalyst.agent.metrics import AgentExporter
@@ -38,11 +39,15 @@ def build_agent(
     *,
     dry_run: bool,
     registry: CollectorRegistry | None = None,
+    config_path: Path | None = None,
 ) -> Agent:
     """The agent as `katalyst agent` runs it: the eviction stage on the file's eviction
     section (its counters in `registry`, the one the agent's /metrics serves), the
     kubelet's pod-resources socket, and an enforcer that trusts its own writes between the
-    agent's drift resyncs."""
+    agent's drift resyncs. With `devices.source` set, the node's cards (a synthetic list
+    re-read from `config_path`) and who holds them become the CNR's GPU zones."""
+    kubelet = PodResourcesClient(cfg.kubelet.pod_resources_socket, cfg.kubelet.timeout_s)
+    devices = None if cfg.devices.source == "none" else device_source(cfg.devices, config_path)
     return factory.build_agent(
         node,
         cluster,
@@ -51,7 +56,9 @@ def build_agent(
         cfg,
         checkpoint=checkpoint,
         eviction=cfg.eviction,
-        kubelet=PodResourcesClient(cfg.kubelet.pod_resources_socket, cfg.kubelet.timeout_s),
+        kubelet=kubelet,
+        devices=devices,
+        device_view=kubelet,
         verify_period_s=cfg.resync_s,
         registry=registry,
         dry_run=dry_run,

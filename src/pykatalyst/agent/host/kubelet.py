@@ -5,9 +5,13 @@ requests exclusive cpus. `KubeletView` is the agent's door to those assignments;
 `PodResourcesClient` implements it over the kubelet's PodResourcesLister v1 gRPC service
 on its unix socket (`List` and `GetAllocatableResources`), and tests use fakes.
 
+The same client reads the devices the kubelet's device manager handed out (`List`) and may
+hand out (`GetAllocatableResources`): the GPU zones of the CNR list whole-card pods from it,
+and the device plugin rebuilds its ledger from it after a restart.
+
 The message types are built at runtime from a descriptor written here, field numbers as in
 `k8s.io/kubelet/pkg/apis/podresources/v1/api.proto`. Only the fields the agent reads are
-declared (names, cpu ids); protobuf skips the others (devices, memory, dynamic resources)
+declared (names, cpu ids, devices); protobuf skips the others (memory, dynamic resources)
 when it parses a reply. gRPC and protobuf come with the `pykatalyst[node]` extra: without
 them, or without the socket, the view is unavailable and says why.
 """
@@ -62,6 +66,37 @@ class KubeletView(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    """Devices of one resource the kubelet gave one container (or, without a container,
+    holds allocatable), with the NUMA nodes it reported for them."""
+
+    resource: str
+    device_ids: tuple[str, ...]
+    numa: tuple[int, ...] = ()
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletDevices:
+    """The devices the kubelet handed out and those it may hand out, of the resources
+    asked for."""
+
+    containers: tuple[DeviceGrant, ...] = ()
+    allocatable: tuple[DeviceGrant, ...] = ()
+
+
+class KubeletDevicesView(Protocol):
+    """The kubelet, as the agent sees its device manager."""
+
+    def device_assignments(self, resources: frozenset[str]) -> KubeletDevices:
+        """The kubelet's device grants of `resources` now; KubeletUnavailable (with the
+        reason) when it cannot be asked."""
+        ...
+
+
 # --- messages -----------------------------------------------------------------------------
 
 _INT64 = 3  # FieldDescriptorProto.TYPE_INT64
@@ -81,10 +116,21 @@ MESSAGES: dict[str, tuple[tuple[str, int, int, int, str], ...]] = {
     ),
     "ContainerResources": (
         ("name", 1, _STRING, _OPTIONAL, ""),
+        ("devices", 2, _MESSAGE, _REPEATED, "ContainerDevices"),
         ("cpu_ids", 3, _INT64, _REPEATED, ""),
     ),
+    "ContainerDevices": (
+        ("resource_name", 1, _STRING, _OPTIONAL, ""),
+        ("device_ids", 2, _STRING, _REPEATED, ""),
+        ("topology", 3, _MESSAGE, _OPTIONAL, "TopologyInfo"),
+    ),
+    "TopologyInfo": (("nodes", 1, _MESSAGE, _REPEATED, "NUMANode"),),
+    "NUMANode": (("ID", 1, _INT64, _OPTIONAL, ""),),
     "AllocatableResourcesRequest": (),
-    "AllocatableResourcesResponse": (("cpu_ids", 2, _INT64, _REPEATED, ""),),
+    "AllocatableResourcesResponse": (
+        ("devices", 1, _MESSAGE, _REPEATED, "ContainerDevices"),
+        ("cpu_ids", 2, _INT64, _REPEATED, ""),
+    ),
 }
 
 _messages: dict[str, Any] | None = None
@@ -97,26 +143,44 @@ def _protobuf(module: str) -> Any:
         raise KubeletUnavailable(str(exc)) from None
 
 
-def messages() -> dict[str, Any]:
-    """The pod-resources message classes, by name (built once)."""
-    global _messages
-    if _messages is not None:
-        return _messages
+def build_messages(
+    file: str,
+    package: str,
+    spec: dict[str, tuple[tuple[str, int, int, int, str], ...]],
+    nested: dict[str, tuple[tuple[str, int, int, int, str], ...]] | None = None,
+) -> dict[str, Any]:
+    """Message classes of a proto3 file declared by field number: `spec` maps a message
+    to its fields (name, number, type, label, message type); `nested` declares map
+    fields' entry messages (`<Message>.<Field>Entry`, key 1 and value 2), which a map
+    field names as its message type."""
     descriptor_pb2 = _protobuf("google.protobuf.descriptor_pb2")
     descriptor_pool = _protobuf("google.protobuf.descriptor_pool")
     message_factory = _protobuf("google.protobuf.message_factory")
-    fdp = descriptor_pb2.FileDescriptorProto(name=PROTO_FILE, package="v1", syntax="proto3")
-    for name, fields in MESSAGES.items():
+    fdp = descriptor_pb2.FileDescriptorProto(name=file, package=package, syntax="proto3")
+    for name, fields in spec.items():
         msg = fdp.message_type.add(name=name)
         for fname, number, ftype, label, type_name in fields:
             f = msg.field.add(name=fname, number=number, type=ftype, label=label)
             if type_name:
-                f.type_name = f".v1.{type_name}"
+                f.type_name = f".{package}.{type_name}"
+        for entry, entry_fields in (nested or {}).items():
+            owner, _, entry_name = entry.partition(".")
+            if owner != name:
+                continue
+            sub = msg.nested_type.add(name=entry_name)
+            sub.options.map_entry = True
+            for fname, number, ftype, label, _t in entry_fields:
+                sub.field.add(name=fname, number=number, type=ftype, label=label)
     pool = descriptor_pool.DescriptorPool()
     fd = pool.Add(fdp)
-    _messages = {
-        name: message_factory.GetMessageClass(fd.message_types_by_name[name]) for name in MESSAGES
-    }
+    return {name: message_factory.GetMessageClass(fd.message_types_by_name[name]) for name in spec}
+
+
+def messages() -> dict[str, Any]:
+    """The pod-resources message classes, by name (built once)."""
+    global _messages
+    if _messages is None:
+        _messages = build_messages(PROTO_FILE, "v1", MESSAGES)
     return _messages
 
 
@@ -139,6 +203,27 @@ def assignments_from(listed: Any, allocatable: Any) -> KubeletCpuAssignments:
                 out.append(ContainerCpus(pod.namespace, pod.name, c.name, _cpus(c.cpu_ids, where)))
     out.sort(key=lambda c: (c.namespace, c.pod, c.container))
     return KubeletCpuAssignments(tuple(out), _cpus(allocatable.cpu_ids, "allocatable cpus"))
+
+
+def _grant(d: Any, resources: frozenset[str], **where: str) -> DeviceGrant | None:
+    if d.resource_name not in resources:
+        return None
+    numa = tuple(sorted(int(n.ID) for n in d.topology.nodes))
+    return DeviceGrant(d.resource_name, tuple(d.device_ids), numa, **where)
+
+
+def devices_from(listed: Any, allocatable: Any, resources: frozenset[str]) -> KubeletDevices:
+    """The grants of `resources` in a `List` reply and a `GetAllocatableResources` reply."""
+    held: list[DeviceGrant] = []
+    for pod in listed.pod_resources:
+        for c in pod.containers:
+            for d in c.devices:
+                g = _grant(d, resources, namespace=pod.namespace, pod=pod.name, container=c.name)
+                if g is not None:
+                    held.append(g)
+    held.sort(key=lambda g: (g.namespace, g.pod, g.container, g.resource))
+    free = [g for d in allocatable.devices if (g := _grant(d, resources)) is not None]
+    return KubeletDevices(tuple(held), tuple(free))
 
 
 class PodResourcesClient:
@@ -168,14 +253,21 @@ class PodResourcesClient:
                 f"pod-resources {method} on {self.socket_path}: {code}: {details}"
             ) from None
 
-    def cpu_assignments(self) -> KubeletCpuAssignments:
+    def _both(self) -> tuple[Any, Any]:
         if not Path(self.socket_path).exists():
             raise KubeletUnavailable(f"no pod-resources socket at {self.socket_path}")
         listed = self._call("List", "ListPodResourcesRequest", "ListPodResourcesResponse")
         alloc = self._call(
             "GetAllocatableResources", "AllocatableResourcesRequest", "AllocatableResourcesResponse"
         )
-        return assignments_from(listed, alloc)
+        return listed, alloc
+
+    def cpu_assignments(self) -> KubeletCpuAssignments:
+        return assignments_from(*self._both())
+
+    def device_assignments(self, resources: frozenset[str]) -> KubeletDevices:
+        listed, alloc = self._both()
+        return devices_from(listed, alloc, resources)
 
     def close(self) -> None:
         if self._channel is not None:
