@@ -66,6 +66,11 @@ NETWORK_NAMESPACE_TYPES: Final = (
 
 # Pod annotations written by the system
 NUMA_BIND_RESULT_ANNOTATION: Final = "katalyst.kubewharf.io/numa_bind_result"
+# The cards the scheduler chose for a pod, device ids comma-separated in allocation order;
+# written before the Binding, honoured by the node's device plugin.
+GPU_SELECTION_RESULT_ANNOTATION: Final = "katalyst.kubewharf.io/gpu_selection_result"
+# pykatalyst's own: why those cards (one line, read by `katalyst explain pod`).
+GPU_SELECTION_REASON_ANNOTATION: Final = "katalyst.kubewharf.io/gpu_selection_reason"
 POD_SOFT_EVICT_NOTIFY_ANNOTATION: Final = "katalyst.kubewharf.io/pod_soft_evict_notify"
 POD_EVICT_SCORE_ANNOTATION: Final = "katalyst.kubewharf.io/pod_evict_score"
 # pykatalyst's own: the decision record (JSON) an Event stands for, read by `katalyst explain`.
@@ -96,6 +101,12 @@ RECLAIMED_RESOURCES: Final = (RECLAIMED_MILLICPU, RECLAIMED_MEMORY)
 LEGACY_RESOURCE_GROUP: Final = "katalyst.kubewharf.io"
 LEGACY_RECLAIMED_MILLICPU: Final = "katalyst.kubewharf.io/reclaimed_millicpu"
 LEGACY_RECLAIMED_MEMORY: Final = "katalyst.kubewharf.io/reclaimed_memory"
+# GPUs shared by memory units (Katalyst's request model): a container asks
+# `nvidia.com/gpu: N` cards and `gpu_memory: M` units, M/N on each card; a card holds
+# `gpu_memory` units (the agent's --gpu-memory-allocatable-per-gpu, 100 by default).
+RESOURCE_NVIDIA_GPU: Final = "nvidia.com/gpu"
+RESOURCE_GPU_MEMORY: Final = "resource.katalyst.kubewharf.io/gpu_memory"
+GPU_MEMORY_PER_CARD_DEFAULT: Final = 100
 RESOURCE_ALIASES: Final = {
     LEGACY_RECLAIMED_MILLICPU: RECLAIMED_MILLICPU,
     LEGACY_RECLAIMED_MEMORY: RECLAIMED_MEMORY,
@@ -141,6 +152,14 @@ CNR_CONDITION_AGENT_NOT_FOUND: Final = "AgentNotFound"
 # topology zones of a CNR
 ZONE_SOCKET: Final = "Socket"
 ZONE_NUMA: Final = "Numa"
+ZONE_GPU: Final = "GPU"
+# attributes of a GPU zone (the card's topology and model) and the CNR property that lists
+# the topology dimensions (spec.nodeResourceProperties[].propertyName)
+GPU_ATTRIBUTE_NUMA: Final = "numa"
+GPU_ATTRIBUTE_SOCKET: Final = "socket"
+GPU_ATTRIBUTE_PCIE_SWITCH: Final = "pcie_switch"
+GPU_ATTRIBUTE_MODEL: Final = "model"
+GPU_TOPOLOGY_ATTRIBUTE_KEY: Final = "gpu_topology_attribute_key"
 TOPOLOGY_POLICY_SINGLE_NUMA_CONTAINER: Final = "SingleNUMANodeContainerLevel"
 TOPOLOGY_POLICY_NUMERIC_CONTAINER: Final = "NumericContainerLevel"
 TOPOLOGY_POLICY_NONE: Final = "None"
@@ -385,6 +404,8 @@ PLUGIN_QOS_AWARE_NODE_RESOURCES_BALANCED_ALLOCATION: Final = (
 )
 PLUGIN_NODE_RESOURCE_TOPOLOGY: Final = "NodeResourceTopology"
 PLUGIN_NODE_OVERCOMMITMENT: Final = "NodeOvercommitment"
+# pykatalyst's device-aware plugin: shared and whole GPUs placed per card
+PLUGIN_GPU_SHARE: Final = "GPUShare"
 DEFAULT_SCHEDULER_NAME: Final = "katalyst-scheduler"
 
 # --- agent ------------------------------------------------------------------------------
