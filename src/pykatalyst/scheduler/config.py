@@ -313,9 +313,11 @@ class GPUShareArgs(_Strict):
     # most popular classes that make up `taskMixCoverage` percent of them
     taskMixWindow: int = Field(default=2000, ge=1, le=1_000_000)
     taskMixCoverage: int = Field(default=95, ge=1, le=100)
-    # fgd: weight (percent) of the fragmentation inside each NUMA node added to the node's
-    # (a NUMA-bound class fits only within one NUMA node); 0: the paper's measure
-    numaFragmentationWeight: int = Field(default=0, ge=0, le=1000)
+    # fgd: among nodes where fragmentation grows alike, take the one with the least cpu and
+    # GPU left (`bestfit`), or draw one at random (`random`, the paper's plain rule)
+    fgdTieBreak: Literal["bestfit", "random"] = "bestfit"
+    # fgd: the host resources a task class must find free to fit a node (the paper: cpu)
+    fgdHostResources: Literal["cpu", "cpu-memory"] = "cpu-memory"
     seed: int = 0
 
 

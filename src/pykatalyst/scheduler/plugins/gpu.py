@@ -32,8 +32,7 @@ from pykatalyst.scheduler.gpufrag import (
     RecentMix,
     TaskClass,
     card_deltas,
-    cpu_delta,
-    whole_delta,
+    node_deltas,
 )
 from pykatalyst.scheduler.plugins.base import (
     BIND_ANNOTATIONS,
@@ -49,7 +48,7 @@ from pykatalyst.scheduler.plugins.base import (
 from pykatalyst.scheduler.plugins.resources import least_allocated, most_allocated
 from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import PodInfo
-from pykatalyst.scheduler.snapshot import CPU, I32, GPUReservation, NodeSnapshot
+from pykatalyst.scheduler.snapshot import CPU, I32, MEMORY, GPUReservation, NodeSnapshot
 
 MAX: Final = reg.MAX_NODE_SCORE
 GPU_RESERVATION: Final = Key[GPUReservation]("GPUShare/reservation")
@@ -120,7 +119,8 @@ class GPUShare(Plugin):
         self.policy = args.policy
         self.card_policy = args.cardPolicy or _CARD_POLICY[args.policy]
         self.model_label = args.modelLabel
-        self.numa_weight = args.numaFragmentationWeight / 100
+        self.tie_break = args.fgdTieBreak
+        self.host_rows = [CPU] if args.fgdHostResources == "cpu" else [CPU, MEMORY]
         self.rng = np.random.default_rng(args.seed)
         self.mix = RecentMix(args.taskMixWindow, args.taskMixCoverage / 100)
 
@@ -267,7 +267,10 @@ class GPUShare(Plugin):
         if policy in ("katalyst", "random"):
             return MAX
         if policy == "fgd":
-            return _lowest_best(self.fgd_deltas(pod, snap, idx))
+            deltas = self.fgd_deltas(pod, snap, idx)
+            if self.tie_break == "random":
+                return _lowest_best(deltas)
+            return _ranked(deltas, self._leftover(pod, snap, idx))
         req = pod.gpu
         cap = snap.gpu_cap[:, idx].sum(axis=0)
         used = snap.gpu_used[:, idx].sum(axis=0)
@@ -276,62 +279,114 @@ class GPUShare(Plugin):
             return most_allocated(used + asked, cap) if req.cards else MAX
         if policy == "spread":
             return least_allocated(used + asked, cap) if req.cards else MAX
-        cpu_cap = snap.alloc[CPU, idx]
-        cpu_free = snap.free[CPU, idx] - pod.request("cpu")
-        safe_cpu = np.maximum(cpu_cap, 1)
-        safe_gpu = np.maximum(cap, 1)
-        gpu_free = cap - used - asked
-        if policy == "bestfit":
-            left = cpu_free / safe_cpu + np.where(cap > 0, gpu_free / safe_gpu, 0)
-            return np.asarray(np.clip(MAX - left * MAX / 2, 0, MAX), np.int64)
-        if policy == "dotproduct":
-            dot = pod.request("cpu") / safe_cpu * (cpu_free / safe_cpu) + np.where(
-                cap > 0, asked / safe_gpu * (gpu_free / safe_gpu), 0
-            )
-            return _highest_best(dot)
+        return self._baseline(pod, snap, idx)
+
+    def _baseline(self, pod: PodInfo, snap: NodeSnapshot, idx: IDX) -> I64:
+        """The published baselines (re-implemented from the FGD paper's simulator)."""
+        policy = self.policy
         if policy == "packing":
             return self._packing(pod, snap, idx)
-        return self._clustering(pod, snap, idx)
+        if policy == "clustering":
+            return self._clustering(pod, snap, idx)
+        req = pod.gpu
+        n = snap.n
+        max_cpu = max(int(snap.alloc[CPU, :n].max()), 1)
+        max_gpu = max(int(snap.gpu_cap[:, :n].sum(axis=0).max()), 1) if snap.gpu_z else 1
+        cpu_req = pod.request("cpu")
+        cpu_free = snap.free[CPU, idx]
+        gpu_free = np.maximum(snap.gpu_free[:, idx], 0).sum(axis=0)
+        asked = req.cards * (MILLI * names.GPU_MEMORY_PER_CARD_DEFAULT if req.whole else req.share)
+        if policy == "bestfit":
+            # the least free resources left, cpu and GPU weighed alike, over the largest node
+            left = (cpu_free - cpu_req) / max_cpu * 0.5 + (gpu_free - asked) / max_gpu * 0.5
+            return np.asarray(np.clip((1 - left) * MAX, 0, MAX), np.int64)
+        # dotproduct (Tetris): the smallest dot product of the free and asked vectors
+        cap = np.maximum(snap.gpu_cap[:, idx].sum(axis=0), 1)
+        dot = cpu_req / max_cpu * (cpu_free / max_cpu) + asked / cap * (gpu_free / cap)
+        return _lowest_best(np.asarray(dot, np.float64))
+
+    def _host(self, pod: PodInfo) -> I64:
+        """The pod's request of the host resources FGD's fit check counts."""
+        amounts = [pod.request("cpu"), pod.request("memory")]
+        return np.array(amounts[: len(self.host_rows)], np.int64)
+
+    @staticmethod
+    def _leftover(pod: PodInfo, snap: NodeSnapshot, idx: IDX) -> F64:
+        """Per node: the cpu and GPU it would have left, each over the largest node's,
+        averaged (0..1): best fit's measure, FGD's tie-break."""
+        n = snap.n
+        req = pod.gpu
+        max_cpu = max(int(snap.alloc[CPU, :n].max()), 1)
+        max_gpu = max(int(snap.gpu_cap[:, :n].sum(axis=0).max()), 1) if snap.gpu_z else 1
+        gpu_free = np.maximum(snap.gpu_free[:, idx], 0).sum(axis=0)
+        asked = req.cards * (MILLI * names.GPU_MEMORY_PER_CARD_DEFAULT if req.whole else req.share)
+        cpu_left = snap.free[CPU, idx] - pod.request("cpu")
+        return np.asarray(cpu_left / max_cpu * 0.5 + (gpu_free - asked) / max_gpu * 0.5)
 
     def _packing(self, pod: PodInfo, snap: NodeSnapshot, idx: IDX) -> I64:
-        """GPU packing: a node with a used card that can take the share first, then a
-        node with some card used, then idle nodes."""
+        """GPU packing: cards already in use first (50..100, the fuller the better), then
+        idle cards of a node in use (33..50), then idle nodes (0..33)."""
         req = pod.gpu
+        if not req.cards:
+            return np.zeros(len(idx), np.int64)
         cap, free = snap.gpu_cap[:, idx], snap.gpu_free[:, idx]
-        used = (cap > 0) & (free < cap)
-        active = used.any(axis=0)
-        if not req.cards or req.whole:
-            return np.where(active, MAX, 0).astype(np.int64)
-        shared_fit = (used & (free >= req.share)).any(axis=0)
-        return np.where(shared_fit, MAX, np.where(active, MAX // 2, 0)).astype(np.int64)
+        usable = cap > 0
+        idle = usable & (free >= cap)
+        idle_n = idle.sum(axis=0)
+        all_idle = idle_n == usable.sum(axis=0)
+        if req.whole:
+            shared_left = np.full(len(idx), np.inf)
+        else:
+            used_fit = usable & ~idle & (free >= req.share)
+            enough = used_fit.sum(axis=0) >= req.cards
+            left = np.where(used_fit, free * 100 // np.maximum(cap, 1), 10**6)
+            best = np.sort(left, axis=0)[: req.cards].sum(axis=0)
+            shared_left = np.where(enough, best, np.inf)
+        case1 = np.maximum(MAX - shared_left / 10, MAX // 2)
+        case2 = np.maximum(MAX // 2 - np.minimum(req.cards, idle_n), MAX // 3)
+        case3 = np.maximum(MAX // 3 - idle_n, idle_n)
+        out = np.where(np.isfinite(shared_left), case1, np.where(all_idle, case3, case2))
+        return np.asarray(out, np.int64)
 
     def _clustering(self, pod: PodInfo, snap: NodeSnapshot, idx: IDX) -> I64:
-        """GPU clustering: a node already running pods of the same GPU request first,
-        then nodes with no GPU pod, then the rest."""
+        """GPU clustering: nodes running only pods of the pod's GPU request first
+        (75..100), then nodes running some (50..75), idle nodes (25..50), the rest
+        (0..25); within a tier the fuller node first."""
         req = pod.gpu
-        out = np.zeros(len(idx), np.int64)
+        if not req.cards:
+            return np.zeros(len(idx), np.int64)
+        kind = (req.cards, req.share)
+        n = snap.n
+        max_gpu = max(int(snap.gpu_cap[:, :n].sum(axis=0).max()), 1)
+        left = np.maximum(snap.gpu_free[:, idx], 0).sum(axis=0)
+        fill = (MAX // 4) * (max_gpu - left) // max_gpu
+        tier = np.zeros(len(idx), np.int64)
         for i, slot in enumerate(idx.tolist()):
-            kinds = [r.gpu.share for r in snap.pods_on(snap.names[slot]) if r.gpu is not None]
-            if not kinds:
-                out[i] = MAX // 2
-            elif req.cards and req.share in kinds:
-                out[i] = MAX
-        return out
+            kinds = {
+                (len(r.gpu.ids), r.gpu.share)
+                for r in snap.pods_on(snap.names[slot])
+                if r.gpu is not None
+            }
+            if kind in kinds:
+                tier[i] = 3 if len(kinds) == 1 else 2
+            elif not kinds:
+                tier[i] = 1
+        return np.asarray(tier * (MAX // 4) + fill, np.int64)
 
     def fgd_deltas(self, pod: PodInfo, snap: NodeSnapshot, idx: IDX) -> F64:
         """Per node of `idx`: how much the pod grows the expected fragmentation there,
-        on its best cards."""
-        mix = self.mix.mix()
-        free, cap = snap.gpu_free[:, idx], snap.gpu_cap[:, idx]
-        cpu_free = snap.free[CPU, idx]
-        req, cpu = pod.gpu, pod.request("cpu")
-        if not req.cards:
-            return cpu_delta(free, cap, cpu_free, mix, cpu)
-        if req.whole:
-            return whole_delta(free, cap, cpu_free, mix, cpu, req.cards)[0]
-        deltas = card_deltas(free, cap, cpu_free, mix, cpu, req.share)
-        best = np.sort(deltas, axis=0)[: req.cards]
-        return np.asarray(best.sum(axis=0), np.float64)
+        on its best cards (a share asked of several cards: the sum of each card's own
+        growth, an approximation)."""
+        req = pod.gpu
+        return node_deltas(
+            snap.gpu_free[:, idx],
+            snap.gpu_cap[:, idx],
+            snap.free[self.host_rows][:, idx],
+            self.mix.mix(),
+            self._host(pod),
+            req.cards,
+            req.share,
+        )
 
     # --- reserve --------------------------------------------------------------------------
 
@@ -373,9 +428,9 @@ class GPUShare(Plugin):
         if policy == "fgd" and not pod.gpu.whole:
             col = np.array([slot], np.intp)
             mix = self.mix.mix()
-            cap, cpu_free = snap.gpu_cap[:k][:, col], snap.free[CPU, col]
+            cap, host_free = snap.gpu_cap[:k][:, col], snap.free[self.host_rows][:, col]
             d = card_deltas(
-                snap.gpu_free[:k][:, col], cap, cpu_free, mix, pod.request("cpu"), pod.gpu.share
+                snap.gpu_free[:k][:, col], cap, host_free, mix, self._host(pod), pod.gpu.share
             )
             return np.asarray(d[:, 0], np.float64)
         return free  # best fit: the least free card that holds the share
@@ -483,10 +538,19 @@ def _lowest_best(values: F64) -> I64:
     return np.where(finite, scaled, 0).astype(np.int64)
 
 
+def _ranked(primary: F64, secondary: F64) -> I64:
+    """100 for the lowest `primary` (ties: the lowest `secondary`, 0..1), one less for each
+    next distinct value, 0 from the 101st: the order FGD's gradient gives, kept whole
+    where a scale to 0..100 would merge near-equal nodes into one random draw."""
+    key = np.rint(primary) * 2.0**20 + np.clip(secondary, 0, 1) * (2.0**20 - 1)
+    _, rank = np.unique(key, return_inverse=True)
+    return np.asarray(np.maximum(MAX - np.asarray(rank).reshape(-1), 0), np.int64)
+
+
 def _highest_best(values: F64) -> I64:
     return _lowest_best(-values)
 
 
 def task_class(pod: PodInfo) -> TaskClass:
     req = pod.gpu
-    return (pod.request("cpu"), req.cards, req.share)
+    return ((pod.request("cpu"), pod.request("memory")), req.cards, req.share)
