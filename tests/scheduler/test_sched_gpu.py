@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from pykatalyst.api import names
 from pykatalyst.api.gpu import parse_selection
+from pykatalyst.cli.explain_pod import explain_pod
+from pykatalyst.cli.explain_render import print_pod
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.extender import ExtenderService
 from pykatalyst.scheduler.framework import Framework
@@ -321,3 +323,17 @@ def test_extender_filters_per_card_and_writes_the_selection_at_bind() -> None:
         {"PodName": "q", "PodNamespace": "default", "PodUID": uid_q, "Node": "n2"}, 0.0
     )
     assert "too few GPU cards" in refused["Error"]
+
+
+def test_explain_pod_says_which_cards_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    c = cluster_with({"n1": [2]}, allocations={"n1-1": [("default/x/ux", 60)]})
+    run(c, "katalyst", [pod("p", gpu_requests(1, 30))])
+    report = explain_pod(c, "default", "p", 0.0)
+    gpu = report["gpu"]
+    assert gpu["selection"] == ["n1-1"]  # best fit: the card with 40 free, not the idle one
+    assert "policy katalyst" in gpu["why"] and "n1-1 (40 of 100 units free)" in gpu["why"]
+    assert gpu["cards"][0]["numa"] == "0" and not gpu["cards"][0]["reports_this_pod"]
+    assert gpu["memory_units_asked"] == 30 and gpu["cards_asked"] == 1
+    print_pod(report)
+    shown = capsys.readouterr().out
+    assert "why these cards" in shown and "n1-1" in shown

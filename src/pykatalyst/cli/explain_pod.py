@@ -19,6 +19,7 @@ from pykatalyst.cli.explain_cluster import (
     recent,
 )
 from pykatalyst.cli.explain_events import FAILED_SCHEDULING, OUR_COMPONENTS, component_of
+from pykatalyst.cli.explain_gpu import gpu_json
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.topology.cpuset import CPUSet
 
@@ -50,6 +51,7 @@ def explain_pod(
         "node": view.node_name or None,
         "qos": qos_json(qos, found),
         "placement": placement_json(cluster, view, qos, found, problems),
+        "gpu": gpu_json(cluster, view, problems),
         "events": events,
         "scheduling": scheduling_json(view, events),
         "problems": problems,
