@@ -5,6 +5,7 @@ framework on a snapshot, and the extender's verbs."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from pykatalyst.api.gpu import parse_selection
 from pykatalyst.cli.explain_pod import explain_pod
 from pykatalyst.cli.explain_render import print_pod
 from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.scheduler.config import load_config
 from pykatalyst.scheduler.extender import ExtenderService
 from pykatalyst.scheduler.framework import Framework
 from pykatalyst.scheduler.podinfo import pod_info
@@ -337,3 +339,31 @@ def test_explain_pod_says_which_cards_and_why(capsys: pytest.CaptureFixture[str]
     print_pod(report)
     shown = capsys.readouterr().out
     assert "why these cards" in shown and "n1-1" in shown
+
+
+def test_a_card_turned_unhealthy_takes_no_new_pod() -> None:
+    c = cluster_with({"n1": [2]})
+    s = run(c, "spread", [pod("first", gpu_requests(1, 10))])
+    first = selection(c, "first")[1][0]
+    other = "n1-1" if first == "n1-0" else "n1-0"
+    raw = c.get(names.CUSTOM_NODE_RESOURCE, "n1")
+    raw["status"]["topologyZone"] = gpu_zones([2], prefix="n1", unhealthy=[other])
+    c.update_status(names.CUSTOM_NODE_RESOURCE, raw)
+    for i in range(3):
+        add_pod(c, pod(f"later{i}", gpu_requests(1, 30), scheduler="gpu-spread"))
+    s.run_until_idle(1.0)
+    placed = [selection(c, f"later{i}") for i in range(3)]
+    assert [p[1] for p in placed] == [(first,)] * 3  # 10 + 3 x 30 units on the healthy card
+
+
+def test_the_example_gpu_profiles_load_and_place() -> None:
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "examples" / "scheduler" / "katalyst-scheduler-gpu.yaml")
+    c = cluster_with({"n1": [2]})
+    s = Scheduler(c, cfg)
+    profiles = ("katalyst-scheduler", "katalyst-gpu-fgd", "katalyst-gpu-spread")
+    for name in profiles:
+        add_pod(c, pod(name, gpu_requests(1, 20), scheduler=name))
+    s.run_until_idle(0.0)
+    cards = [selection(c, n) for n in profiles]
+    assert all(node_name == "n1" and len(ids) == 1 for node_name, ids in cards)
