@@ -41,6 +41,24 @@ def test_what_katalyst_ignores_is_admitted_with_a_warning() -> None:
     assert verdict.warnings and "ignore" in verdict.warnings[0]
 
 
+def _gpu_pod(requests: dict[str, str]) -> dict:  # type: ignore[type-arg]
+    raw = pod()
+    raw["spec"]["containers"][0]["resources"] = {"requests": requests, "limits": requests}
+    return raw
+
+
+def test_gpu_requests_no_node_can_honour_are_refused_naming_the_field() -> None:
+    mem_only = validate_pod(pod_request(_gpu_pod({names.RESOURCE_GPU_MEMORY: "50"})))
+    assert not mem_only.allowed
+    assert names.RESOURCE_GPU_MEMORY in mem_only.message
+    assert f"add {names.RESOURCE_NVIDIA_GPU}" in mem_only.message
+    half = {names.RESOURCE_NVIDIA_GPU: "500m", names.RESOURCE_GPU_MEMORY: "50"}
+    fractional = validate_pod(pod_request(_gpu_pod(half)))
+    assert not fractional.allowed and "whole number" in fractional.message
+    shared = {names.RESOURCE_NVIDIA_GPU: "1", names.RESOURCE_GPU_MEMORY: "50"}
+    assert validate_pod(pod_request(_gpu_pod(shared))).allowed
+
+
 def test_a_plain_pod_is_admitted_silently() -> None:
     verdict = validate_pod(pod_request(pod()))
     assert verdict.allowed and not verdict.warnings

@@ -66,6 +66,8 @@ NETWORK_NAMESPACE_TYPES: Final = (
 
 # Pod annotations written by the system
 NUMA_BIND_RESULT_ANNOTATION: Final = "katalyst.kubewharf.io/numa_bind_result"
+# pykatalyst's own: why those cards (one line, read by `katalyst explain pod`).
+GPU_SELECTION_REASON_ANNOTATION: Final = "katalyst.kubewharf.io/gpu_selection_reason"
 POD_SOFT_EVICT_NOTIFY_ANNOTATION: Final = "katalyst.kubewharf.io/pod_soft_evict_notify"
 POD_EVICT_SCORE_ANNOTATION: Final = "katalyst.kubewharf.io/pod_evict_score"
 # pykatalyst's own: the decision record (JSON) an Event stands for, read by `katalyst explain`.
@@ -446,6 +448,8 @@ PLUGIN_QOS_AWARE_NODE_RESOURCES_BALANCED_ALLOCATION: Final = (
 )
 PLUGIN_NODE_RESOURCE_TOPOLOGY: Final = "NodeResourceTopology"
 PLUGIN_NODE_OVERCOMMITMENT: Final = "NodeOvercommitment"
+# pykatalyst's device-aware plugin: shared and whole GPUs placed per card
+PLUGIN_GPU_SHARE: Final = "GPUShare"
 DEFAULT_SCHEDULER_NAME: Final = "katalyst-scheduler"
 
 # --- agent ------------------------------------------------------------------------------

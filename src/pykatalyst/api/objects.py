@@ -8,7 +8,7 @@ changing the object, because components write to the cluster through patches any
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pykatalyst.api import names
@@ -386,6 +386,8 @@ class TopologyZone:
     allocatable: Mapping[str, Quantity]
     capacity: Mapping[str, Quantity]
     allocations: tuple[tuple[str, Mapping[str, Quantity]], ...]
+    # the zone's `attributes` list as name -> value (a device's topology, its model)
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
 
 class CustomNodeResource(KubeObject):
@@ -440,6 +442,11 @@ class CustomNodeResource(KubeObject):
                         allocatable=_resource_list(res.get("allocatable")),
                         capacity=_resource_list(res.get("capacity")),
                         allocations=allocations,
+                        attributes={
+                            str(a.get("name", "")): str(a.get("value", ""))
+                            for a in _list(zone.get("attributes"))
+                            if isinstance(a, dict)
+                        },
                     )
                 )
                 walk(_list(zone.get("children")), name)

@@ -208,6 +208,23 @@ def _enhancements(values: Mapping[str, Any]) -> str:
     return "\n".join(f"{k}={fmt(v)}" for k, v in values.items()) or "-"
 
 
+def _gpu_rows(gpu: JSON | None) -> list[list[str]]:
+    if gpu is None:
+        return []
+    asked = "whole" if gpu["whole_cards"] else f"{gpu['memory_units_asked']} memory units over"
+    rows = [["GPU asked", f"{asked} {gpu['cards_asked']} card(s)"]]
+    if gpu["request_problem"]:
+        rows.append(["GPU problem", gpu["request_problem"]])
+    rows.append(["GPU cards", ", ".join(gpu["selection"]) or "-"])
+    rows.append(["why these cards", fmt(gpu["why"])])
+    for card in gpu["cards"]:
+        seen = "reports this pod" if card["reports_this_pod"] else "does not list this pod yet"
+        rows.append(
+            [f"card {card['id']}", f"NUMA {card['numa']}, {_inline(card['allocatable'])}; {seen}"]
+        )
+    return rows
+
+
 def print_pod(report: JSON) -> None:
     qos = report["qos"]
     rows = [
@@ -236,6 +253,7 @@ def print_pod(report: JSON) -> None:
                     "\n".join(f"{a['numa']}: {_inline(a['requests'])}" for a in placement["numa"]),
                 ]
             )
+    rows += _gpu_rows(report.get("gpu"))
     print_table(f"Pod {report['pod']}", ["", "value"], rows)
     print_recommends(report.get("resource_recommends") or [])
     for p in qos["errors"]:

@@ -285,6 +285,42 @@ class NodeResourceTopologyArgs(_Strict):
         return value
 
 
+GPUPolicy = Literal[
+    "katalyst",
+    "binpack",
+    "spread",
+    "fgd",
+    "random",
+    "bestfit",
+    "dotproduct",
+    "packing",
+    "clustering",
+]
+GPUCardPolicy = Literal["", "katalyst", "binpack", "spread", "fgd", "random"]
+
+
+class GPUShareArgs(_Strict):
+    """How GPUShare places GPU pods (docs/scheduler.md, "GPUs"): `policy` scores the nodes
+    and picks the cards; `cardPolicy` overrides how the cards inside the chosen node are
+    picked (HAMi's default is policy binpack with cardPolicy spread)."""
+
+    policy: GPUPolicy = "katalyst"
+    cardPolicy: GPUCardPolicy = ""
+    # the node label (and, where the CNR's cards carry none, the model) a pod's model
+    # constraint names, as nodeSelector or a required node-affinity `In` term
+    modelLabel: str = "nvidia.com/gpu.product"
+    # fgd: the task mix is learned from the last `taskMixWindow` pods seen, keeping the
+    # most popular classes that make up `taskMixCoverage` percent of them
+    taskMixWindow: int = Field(default=2000, ge=1, le=1_000_000)
+    taskMixCoverage: int = Field(default=95, ge=1, le=100)
+    # fgd: among nodes where fragmentation grows alike, take the one with the least cpu and
+    # GPU left (`bestfit`), or draw one at random (`random`, the paper's plain rule)
+    fgdTieBreak: Literal["bestfit", "random"] = "bestfit"
+    # fgd: the host resources a task class must find free to fit a node (the paper: cpu)
+    fgdHostResources: Literal["cpu", "cpu-memory"] = "cpu-memory"
+    seed: int = 0
+
+
 class TopologySpreadConstraintModel(BaseModel):
     model_config = ConfigDict(extra="allow")
     maxSkew: int = 1

@@ -29,7 +29,7 @@ from pykatalyst.scheduler import registry as reg
 from pykatalyst.scheduler.framework import CycleResult, Diagnosis, Framework
 from pykatalyst.scheduler.plugins.base import CycleState
 from pykatalyst.scheduler.podinfo import PodInfo, pod_info
-from pykatalyst.scheduler.scheduler import Scheduler
+from pykatalyst.scheduler.scheduler import Scheduler, write_annotations
 
 log = logging.getLogger(__name__)
 
@@ -219,11 +219,13 @@ class ExtenderService:
         refused = self.framework.reserve(info, result, snap)
         if refused:
             return {"Error": f"node {node}: {refused}"}
-        reservation = result.numa
-        snap.assume(info, node, reservation)
+        snap.assume(info, node, result.numa, result.gpu)
         try:
+            if result.annotations:
+                write_annotations(self.scheduler.cluster, info, result.annotations)
             self.scheduler.cluster.bind(namespace, name, node)
         except ApiError as exc:
+            self.framework.unreserve(info, result, snap)
             snap.forget_pod(info.uid)
             return {"Error": exc.message}
         return {"Error": ""}

@@ -18,6 +18,7 @@ import numpy as np
 from pykatalyst.scheduler import registry as reg
 from pykatalyst.scheduler.config import ResolvedProfile
 from pykatalyst.scheduler.plugins.base import (
+    BIND_ANNOTATIONS,
     BOOL,
     I64,
     IDX,
@@ -30,10 +31,11 @@ from pykatalyst.scheduler.plugins.base import (
     Plugin,
     PluginContext,
 )
+from pykatalyst.scheduler.plugins.gpu import GPU_RESERVATION
 from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.queue import RequeueHint
-from pykatalyst.scheduler.snapshot import NodeSnapshot, NUMAReservation
+from pykatalyst.scheduler.snapshot import GPUReservation, NodeSnapshot, NUMAReservation
 
 NO_NODES_MESSAGE: Final = "no nodes available to schedule pods"
 MIN_FEASIBLE_NODES_TO_FIND: Final = 100
@@ -114,6 +116,9 @@ class CycleResult:
     numa: NUMAReservation | None = None
     # the chosen node's score per plugin (weighted), for explaining the choice
     scores: dict[str, int] = field(default_factory=dict)
+    gpu: GPUReservation | None = None
+    # what Reserve wants written on the pod before its Binding
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
 class Framework:
@@ -286,6 +291,9 @@ class Framework:
                     done.unreserve(pod, result.state, snap, result.node)
                 return refused
         result.numa = result.state.get(NUMA_RESERVATION)
+        result.gpu = result.state.get(GPU_RESERVATION)
+        notes = result.state.get(BIND_ANNOTATIONS)
+        result.annotations = dict(notes) if notes is not None else {}
         return None
 
     def unreserve(self, pod: PodInfo, result: CycleResult, snap: NodeSnapshot) -> None:

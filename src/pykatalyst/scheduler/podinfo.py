@@ -24,6 +24,8 @@ from pykatalyst.api.digest import (
     TERMINAL_PHASES as TERMINAL_PHASES,
 )
 from pykatalyst.api.digest import DigestView, PodDigest, check_amounts, digest_and_key
+from pykatalyst.api.gpu import NONE as GPU_NONE
+from pykatalyst.api.gpu import GPURequest, gpu_request
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS
 from pykatalyst.api.quantity import QuantityError, parse_quantity
@@ -112,6 +114,7 @@ class PodInfo(DigestView):
     spread_constraints: list[dict[str, Any]] = field(default_factory=list)
     scheduling_gates: list[str] = field(default_factory=list)
     static_signature: str = ""
+    gpu: GPURequest = GPU_NONE  # nvidia.com/gpu cards and gpu_memory units (api/gpu.py)
     # Read off the digest (and again when it changes): plugins, the queue and the
     # snapshot read them for every pod at every step, and an attribute is the cheapest.
     uid: str = field(init=False)  # the pod's uid (its namespace/name when it has none)
@@ -200,6 +203,7 @@ class _Derived:
     spread_constraints: list[dict[str, Any]]
     scheduling_gates: list[str]
     static_signature: str
+    gpu: GPURequest
 
 
 _TEMPLATE_CACHE: dict[str, _Derived] = {}
@@ -259,6 +263,7 @@ def _derive(raw: dict[str, Any]) -> _Derived:
         spread_constraints=spread,
         scheduling_gates=gates,
         static_signature=signature,
+        gpu=gpu_request(spec),
     )
 
 
@@ -301,4 +306,5 @@ def pod_info(raw: dict[str, Any]) -> PodInfo:
         x.spread_constraints,
         x.scheduling_gates,
         x.static_signature,
+        x.gpu,
     )

@@ -81,6 +81,13 @@ def _same_except_binding(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool
     return all(k == "nodeName" or os_.get(k) == ns_.get(k) for k in keys)
 
 
+def write_annotations(cluster: Cluster, info: PodInfo, annotations: Mapping[str, str]) -> None:
+    """One merge patch of the pod's annotations, guarded by its uid (a pod deleted and
+    created again under the same name is not touched)."""
+    patch = {"metadata": {"uid": info.uid, "annotations": dict(annotations)}}
+    cluster.patch(names.POD, info.name, patch, info.namespace)
+
+
 class Scheduler:
     def __init__(
         self,
@@ -278,16 +285,16 @@ class Scheduler:
             self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
             self.queue.retry(entry, now)
             return ScheduleOutcome(info.key, info.uid, None, REASON_UNSCHEDULABLE, message)
-        self.snapshot.assume(info, node, result.numa)
+        self.snapshot.assume(info, node, result.numa, result.gpu)
         if self._binder is None:
             try:
-                self._bind_call(info, node, fw, now)
+                self._bind_call(info, node, fw, now, result.annotations)
             except ApiError as exc:
                 return self._bind_done(entry, fw, result, exc, now)
             return self._bind_done(entry, fw, result, None, now)
         # kube-scheduler's binding cycle: the pod stays assumed on its node while the
         # request is in flight, and the next pod's cycle starts at once
-        future = self._binder.submit(self._bind_call, info, node, fw, now)
+        future = self._binder.submit(self._bind_call, info, node, fw, now, result.annotations)
         self._in_flight[info.uid] = _Binding(entry, fw, result, future)
         uid = info.uid
         future.add_done_callback(lambda _: self._completed.put(uid))
@@ -295,8 +302,18 @@ class Scheduler:
             info.key, info.uid, node, REASON_BINDING, feasible=result.feasible, numa=result.numa
         )
 
-    def _bind_call(self, info: PodInfo, node: str, fw: Framework, now: float) -> None:
-        """The binding's I/O (on a binder thread when binds run concurrently)."""
+    def _bind_call(
+        self,
+        info: PodInfo,
+        node: str,
+        fw: Framework,
+        now: float,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """The binding's I/O (on a binder thread when binds run concurrently): what Reserve
+        chose for the pod (its GPU cards) is written on it first, then the Binding."""
+        if annotations:
+            write_annotations(self.cluster, info, annotations)
         self.cluster.bind(info.namespace, info.name, node)
         if self.record_scheduled_events:
             message = f"Successfully assigned {info.key} to {node}"

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pykatalyst.api import names
+from pykatalyst.api.gpu import MILLI, WHOLE, parse_selection
 from pykatalyst.api.objects import CustomNodeResource, Node
 from pykatalyst.api.quantity import QuantityError
 from pykatalyst.scheduler.config import canonical_resource
@@ -79,6 +80,15 @@ class NUMAReservation:
     exclusive: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class GPUReservation:
+    """The cards one pod holds on its node, in allocation order, and the milli-units it
+    holds on each (`WHOLE`: each card whole)."""
+
+    ids: tuple[str, ...]
+    share: int
+
+
 @dataclass(slots=True)
 class PodRecord:
     uid: str
@@ -94,6 +104,7 @@ class PodRecord:
     numa: NUMAReservation | None = None
     # required pod anti-affinity terms: they keep other pods out of this pod's domains
     anti_affinity: tuple[Mapping[str, Any], ...] = ()
+    gpu: GPUReservation | None = None
 
 
 @dataclass(slots=True)
@@ -106,6 +117,22 @@ class _CNRNuma:
     mem_alloc: list[int] = field(default_factory=list)
     cpu_used: list[int] = field(default_factory=list)
     mem_used: list[int] = field(default_factory=list)
+    consumers: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _CNRGpu:
+    """What a node's CNR says about its GPU zones (cards), in the CNR's order, with the
+    milli-units its allocations hold on each and its consumers' uids."""
+
+    ids: list[str] = field(default_factory=list)
+    cap: list[int] = field(default_factory=list)  # milli-units a new pod may use; 0: unhealthy
+    full: list[int] = field(default_factory=list)  # the card's size in milli-units
+    numa: list[int] = field(default_factory=list)
+    socket: list[int] = field(default_factory=list)
+    model: list[str] = field(default_factory=list)
+    pcie: list[str] = field(default_factory=list)
+    used: list[int] = field(default_factory=list)
     consumers: set[str] = field(default_factory=set)
 
 
@@ -156,6 +183,21 @@ class NodeSnapshot:
         self._cnr_numa: dict[str, _CNRNuma] = {}
         self._cnr_raw_alloc: dict[str, tuple[int, int]] = {}
         self._cnr_policy: dict[str, int] = {}
+        # GPU cards (the per-card cache): row k of each array is the node's k-th card in
+        # its CNR's order; `gpu_free` = cap - used, kept current; -1 codes: none/unknown
+        self.gpu_z = 0
+        self.gpu_count: I32 = np.zeros(cap, np.int32)
+        self.gpu_cap: I64 = np.zeros((0, cap), np.int64)
+        self.gpu_used: I64 = np.zeros((0, cap), np.int64)
+        self.gpu_free: I64 = np.zeros((0, cap), np.int64)
+        self.gpu_numa: I32 = np.zeros((0, cap), np.int32)
+        self.gpu_socket: I32 = np.zeros((0, cap), np.int32)
+        self.gpu_model: I32 = np.zeros((0, cap), np.int32)
+        self.gpu_models: dict[str, int] = {}
+        self.gpu_model_list: list[str] = []
+        self._cnr_gpu: dict[str, _CNRGpu] = {}
+        # bumped at every change of some card's free amount or of the cards themselves
+        self.gpu_gen = 0
         self.cnr_problems: dict[str, str] = {}
         # pod accounting
         self.pods: dict[str, PodRecord] = {}
@@ -186,6 +228,13 @@ class NodeSnapshot:
             "numa_socket_bits",
             "numa_per_socket",
             "policy",
+            "gpu_count",
+            "gpu_cap",
+            "gpu_used",
+            "gpu_free",
+            "gpu_numa",
+            "gpu_socket",
+            "gpu_model",
         ]
 
     def _grow(self) -> None:
@@ -251,6 +300,30 @@ class NodeSnapshot:
                 setattr(self, name, np.vstack([arr, np.zeros((1, self._cap), arr.dtype)]))
             self.numa_id[self.numa_z, :] = -1
             self.numa_z += 1
+
+    def _ensure_gpu_rows(self, z: int) -> None:
+        while self.gpu_z < z:
+            for name in (
+                "gpu_cap",
+                "gpu_used",
+                "gpu_free",
+                "gpu_numa",
+                "gpu_socket",
+                "gpu_model",
+            ):
+                arr = getattr(self, name)
+                setattr(self, name, np.vstack([arr, np.zeros((1, self._cap), arr.dtype)]))
+            self.gpu_numa[self.gpu_z, :] = -1
+            self.gpu_model[self.gpu_z, :] = -1
+            self.gpu_z += 1
+
+    def gpu_model_code(self, model: str) -> int:
+        code = self.gpu_models.get(model)
+        if code is None:
+            code = len(self.gpu_model_list)
+            self.gpu_models[model] = code
+            self.gpu_model_list.append(model)
+        return code
 
     def _set_label(self, key: str, slot: int, value: str | None) -> None:
         codes = self.label_codes.get(key)
@@ -346,6 +419,8 @@ class NodeSnapshot:
         for name in self._arrays():
             getattr(self, name)[..., slot] = 0
         self.numa_id[:, slot] = -1
+        self.gpu_numa[:, slot] = -1
+        self.gpu_model[:, slot] = -1
         for codes in self.label_codes.values():
             codes[slot] = -1
 
@@ -380,6 +455,7 @@ class NodeSnapshot:
             self._charge(rec, slot, 1)
         self.free[:, slot] = self.alloc[:, slot] - self.req[:, slot]
         self._refresh_numa(name, slot)
+        self._refresh_gpu(name, slot)
 
     # --- CNRs -----------------------------------------------------------------------------
 
@@ -401,6 +477,7 @@ class NodeSnapshot:
             if rc_cpu < 0 or rc_mem < 0:
                 raise ValueError("negative reclaimed allocatable")
             numa = _read_numa(view, self)
+            gpus = _read_gpus(view, self)
         except (QuantityError, ValueError, TypeError, KeyError, AttributeError) as exc:
             problem = f"CNR {name} ignored: {exc}"
             if self.cnr_problems.get(name) != problem:
@@ -411,8 +488,10 @@ class NodeSnapshot:
         self.cnr_problems.pop(name, None)
         before = (self._cnr_raw_alloc.get(name), self._cnr_numa.get(name), old_policy)
         changed = before != ((rc_cpu, rc_mem), numa, self._cnr_policy.get(name))
+        changed = changed or self._cnr_gpu.get(name) != gpus
         self._cnr_raw_alloc[name] = (rc_cpu, rc_mem)
         self._cnr_numa[name] = numa
+        self._cnr_gpu[name] = gpus
         taints = tuple(
             (t.key, t.value, t.effect, t.qos_level)
             for t in view.taints()
@@ -431,6 +510,7 @@ class NodeSnapshot:
     def remove_cnr(self, name: str) -> bool:
         self._cnr_raw_alloc.pop(name, None)
         self._cnr_numa.pop(name, None)
+        self._cnr_gpu.pop(name, None)
         if self._cnr_taints_of.pop(name, ()):
             self.static_gen += 1
         slot = self.index.get(name)
@@ -471,6 +551,53 @@ class NodeSnapshot:
             self.numa_per_socket[slot] = max(numa.sockets.count(s) for s in set(numa.sockets))
             self.policy[slot] = self._cnr_policy.get(name, POLICY_NONE)
         self._refresh_numa(name, slot)
+        self._apply_gpus(name, slot)
+
+    def _apply_gpus(self, name: str, slot: int) -> None:
+        gpus = self._cnr_gpu.get(name)
+        k = len(gpus.ids) if gpus is not None else 0
+        self._ensure_gpu_rows(k)
+        self.gpu_count[slot] = k
+        self.gpu_cap[:, slot] = 0
+        self.gpu_numa[:, slot] = -1
+        self.gpu_socket[:, slot] = 0
+        self.gpu_model[:, slot] = -1
+        if gpus is not None and k:
+            self.gpu_cap[:k, slot] = gpus.cap
+            self.gpu_numa[:k, slot] = gpus.numa
+            self.gpu_socket[:k, slot] = gpus.socket
+            self.gpu_model[:k, slot] = [self.gpu_model_code(m) if m else -1 for m in gpus.model]
+        self._refresh_gpu(name, slot)
+
+    def _refresh_gpu(self, name: str, slot: int) -> None:
+        """Card use = what the CNR reports + what this scheduler reserved (or read off a
+        pod's selection annotation) for pods the CNR does not list yet."""
+        self.gpu_gen += 1
+        self.gpu_used[:, slot] = 0
+        gpus = self._cnr_gpu.get(name)
+        if gpus is None or not gpus.ids:
+            self.gpu_free[:, slot] = 0
+            return
+        used = list(gpus.used)
+        pos = {cid: i for i, cid in enumerate(gpus.ids)}
+        for rec in self.pods_by_node.get(name, {}).values():
+            res = rec.gpu
+            if res is None or rec.uid in gpus.consumers:
+                continue
+            for cid in res.ids:
+                i = pos.get(cid)
+                if i is not None:
+                    used[i] += gpus.full[i] if res.share == WHOLE else res.share
+        k = len(used)
+        self.gpu_used[:k, slot] = used
+        self.gpu_free[:, slot] = self.gpu_cap[:, slot] - self.gpu_used[:, slot]
+
+    def gpu_card_ids(self, node: str) -> list[str]:
+        gpus = self._cnr_gpu.get(node)
+        return list(gpus.ids) if gpus is not None else []
+
+    def gpu_card_info(self, node: str) -> _CNRGpu | None:
+        return self._cnr_gpu.get(node)
 
     def _refresh_numa(self, name: str, slot: int) -> None:
         """NUMA use = what the CNR reports + what this scheduler reserved for pods the CNR
@@ -534,6 +661,8 @@ class NodeSnapshot:
             self._charge(rec, slot, 1)
             if rec.numa is not None:
                 self._refresh_numa(rec.node, slot)
+            if rec.gpu is not None:
+                self._refresh_gpu(rec.node, slot)
 
     def _detach(self, uid: str) -> PodRecord | None:
         rec = self.pods.pop(uid, None)
@@ -551,6 +680,8 @@ class NodeSnapshot:
             self._charge(rec, slot, -1)
             if rec.numa is not None:
                 self._refresh_numa(rec.node, slot)
+            if rec.gpu is not None:
+                self._refresh_gpu(rec.node, slot)
         return rec
 
     def observe_pod(self, info: PodInfo) -> bool:
@@ -564,14 +695,18 @@ class NodeSnapshot:
                 self._detach(info.uid)
             return False
         rec = self._record(info, info.node_name, assumed=False)
+        rec.gpu = gpu_from_annotation(info)
         shrunk = False
         if current is not None:
             if current.node == info.node_name:
                 current.assumed = False
-                if (current.entries, current.labels) == (rec.entries, rec.labels):
+                if (current.entries, current.labels) == (rec.entries, rec.labels) and (
+                    rec.gpu is None or rec.gpu == current.gpu
+                ):
                     return False
                 # resized in place or relabelled: recount it, keeping its NUMA placement
                 rec.numa = current.numa
+                rec.gpu = rec.gpu or current.gpu
                 now = dict(rec.entries)
                 shrunk = any(now.get(row, 0) < value for row, value in current.entries)
             self._detach(info.uid)
@@ -581,11 +716,18 @@ class NodeSnapshot:
     def forget_pod(self, uid: str) -> PodRecord | None:
         return self._detach(uid)
 
-    def assume(self, info: PodInfo, node: str, numa: NUMAReservation | None = None) -> None:
+    def assume(
+        self,
+        info: PodInfo,
+        node: str,
+        numa: NUMAReservation | None = None,
+        gpu: GPUReservation | None = None,
+    ) -> None:
         """Count a pod on `node` before its binding is seen."""
         self._detach(info.uid)
         rec = self._record(info, node, assumed=True)
         rec.numa = numa
+        rec.gpu = gpu
         self._attach(rec)
 
     def is_assumed(self, uid: str) -> bool:
@@ -655,6 +797,64 @@ def _read_numa(view: CustomNodeResource, snap: NodeSnapshot) -> _CNRNuma:
         raise ValueError("duplicate NUMA zone ids")
     policy = view.topology_policy
     snap._cnr_policy[view.name] = _POLICY_CODES.get(policy, POLICY_NONE)
+    return out
+
+
+def gpu_from_annotation(info: PodInfo) -> GPUReservation | None:
+    """The cards a bound pod holds, read off its selection annotation (what this scheduler
+    wrote before binding it, so its cards stay counted across restarts)."""
+    req = info.gpu
+    if req.cards <= 0 or req.problem:
+        return None
+    value = info.digest.annotations.get(names.GPU_SELECTION_RESULT_ANNOTATION)
+    ids = parse_selection(value) if isinstance(value, str) else ()
+    if not ids:
+        return None
+    return GPUReservation(ids, req.share)
+
+
+def _units(q: Any) -> int:
+    return int(q.milli_value()) if q is not None else -1
+
+
+def _read_gpus(view: CustomNodeResource, snap: NodeSnapshot) -> _CNRGpu:
+    """The GPU zones (children of NUMA zones) of a CNR: each card's size and what a new
+    pod may use of it (nothing when the card reports 0 `nvidia.com/gpu`), its NUMA node,
+    socket, PCIe switch and model, and what the CNR's allocations hold on it."""
+    out = _CNRGpu()
+    zones = view.zones()
+    numa_socket = {z.name: z.parent for z in zones if z.type == names.ZONE_NUMA}
+    default = names.DEFAULT_GPU_MEMORY_PER_GPU * MILLI
+    for zone in zones:
+        if zone.type != names.ZONE_GPU:
+            continue
+        if not zone.name:
+            raise ValueError("a GPU zone has no name (the device id)")
+        attrs = zone.attributes
+        size = _units(zone.allocatable.get(names.RESOURCE_GPU_MEMORY))
+        if size < 0:
+            size = _units(zone.capacity.get(names.RESOURCE_GPU_MEMORY))
+        size = default if size < 0 else size
+        healthy = _units(zone.allocatable.get(names.RESOURCE_NVIDIA_GPU)) != 0
+        numa = attrs.get(names.GPU_ATTR_NUMA, zone.parent)
+        socket = attrs.get(names.GPU_ATTR_SOCKET, numa_socket.get(zone.parent, "0"))
+        used = 0
+        for consumer, reqs in zone.allocations:
+            uid = consumer.rsplit("/", 1)[-1] if consumer else ""
+            if uid:
+                out.consumers.add(uid)
+            mem = _units(reqs.get(names.RESOURCE_GPU_MEMORY))
+            used += mem if mem >= 0 else size if names.RESOURCE_NVIDIA_GPU in reqs else 0
+        out.ids.append(zone.name)
+        out.full.append(size)
+        out.cap.append(size if healthy else 0)
+        out.numa.append(int(numa) if numa.isdigit() else -1)
+        out.socket.append(int(socket) if socket.isdigit() else 0)
+        out.model.append(attrs.get(names.GPU_ATTR_MODEL, ""))
+        out.pcie.append(attrs.get(names.GPU_ATTR_PCIE_SWITCH, ""))
+        out.used.append(used)
+    if len(set(out.ids)) != len(out.ids):
+        raise ValueError("duplicate GPU zone names (device ids)")
     return out
 
 

@@ -2,9 +2,10 @@
 
 Validation shares `api.qos.inspect_pod_qos` with `katalyst validate`: an error (what no node
 can run: an unknown QoS level, a malformed enhancement, dedicated_cores without whole
-cpus, ...) refuses the pod with the field, the value and what is accepted; a warning (what
-Katalyst would ignore, e.g. an enhancement its level does not read) admits it and comes
-back as an AdmissionReview warning, which kubectl prints as `Warning: ...`.
+cpus, a GPU request no node can honour (`api.gpu`), ...) refuses the pod with the field,
+the value and what is accepted; a warning (what Katalyst would ignore, e.g. an enhancement
+its level does not read) admits it and comes back as an AdmissionReview warning, which
+kubectl prints as `Warning: ...`.
 
 Mutation runs Katalyst's chain in its order: the resource mutator (the slot for
 recommendations: `Recommender`, no-op by default), then the SPD-reference mutator.
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from pykatalyst.api import names
+from pykatalyst.api.gpu import pod_gpu_request
 from pykatalyst.api.qos import inspect_pod_qos
 from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.protocol import JSON
@@ -51,6 +53,11 @@ def validate_pod(request: AdmissionRequest) -> AdmissionResponse:
         what = "; ".join(str(p) for p in errors)
         return AdmissionResponse.deny(
             f"pod {_pod_name(request, pod)}: invalid Katalyst QoS declaration: {what}"
+        )
+    gpu = pod_gpu_request(pod)
+    if gpu.problem:
+        return AdmissionResponse.deny(
+            f"pod {_pod_name(request, pod)}: invalid GPU request: {gpu.problem}"
         )
     warnings = tuple(
         _clip(f"Katalyst will ignore this: {p}") for p in problems if p.severity == "warning"

@@ -3,6 +3,6 @@
 Importing this package registers every plugin (`registry.register` on each class).
 """
 
-from pykatalyst.scheduler.plugins import interpod, resources, standard, topology, upstream
+from pykatalyst.scheduler.plugins import gpu, interpod, resources, standard, topology, upstream
 
-__all__ = ["interpod", "resources", "standard", "topology", "upstream"]
+__all__ = ["gpu", "interpod", "resources", "standard", "topology", "upstream"]

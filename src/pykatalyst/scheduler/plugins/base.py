@@ -58,6 +58,9 @@ class CycleState(dict[Key[Any], Any]):
         def pop(self, key: Key[T], default: T | None = None) -> T | None: ...
 
 
+# annotations Reserve hooks want on the pod: written with one patch before its Binding
+BIND_ANNOTATIONS: Final = Key[dict[str, str]]("framework/bindAnnotations")
+
 # the framework's cache of static scores (see Plugin.static_score): plugin name -> raw score
 STATIC_SCORES: Final = Key[dict[str, "I64 | None"]]("framework/staticScores")
 

@@ -284,8 +284,14 @@ def _reclaimed_rows(
 class NativeFit:
     """The resource checks of NodeResourcesFit, shared by the QoS-aware plugin."""
 
-    def __init__(self, args: NodeResourcesFitArgs, skip_reclaimed: bool) -> None:
+    def __init__(
+        self, args: NodeResourcesFitArgs, skip_reclaimed: bool, ctx: PluginContext | None = None
+    ) -> None:
         self.ignored = frozenset(args.ignoredResources)
+        if ctx is not None and names.PLUGIN_GPU_SHARE in ctx.enabled_filters:
+            # GPUShare fits GPUs card by card: a node-wide sum of cards means nothing when
+            # pods share them
+            self.ignored |= {names.RESOURCE_NVIDIA_GPU, names.RESOURCE_GPU_MEMORY}
         self.ignored_groups = args.ignored_groups()
         self.skip_reclaimed = skip_reclaimed
 
@@ -365,7 +371,7 @@ class NodeResourcesFit(Plugin):
         # The QoS-aware fit is the authority on reclaimed resources when it filters; and a
         # Node never advertises them, so the native fit would reject every reclaimed pod.
         skip = reg.QOS_FIT in ctx.enabled_filters
-        self.fit = NativeFit(args, skip_reclaimed=skip)
+        self.fit = NativeFit(args, skip_reclaimed=skip, ctx=ctx)
         self.filtering = reg.NODE_RESOURCES_FIT in ctx.enabled_filters
         strat = args.scoringStrategy
         self.scorer = _Scorer.of(strat.resources, strat.type, strat.requestedToCapacityRatio)
@@ -453,7 +459,7 @@ class QoSAwareNodeResourcesFit(Plugin):
         native_args = ctx.args.get(reg.NODE_RESOURCES_FIT)
         if not isinstance(native_args, NodeResourcesFitArgs):
             native_args = NodeResourcesFitArgs()
-        self.fit = NativeFit(native_args, skip_reclaimed=True)
+        self.fit = NativeFit(native_args, skip_reclaimed=True, ctx=ctx)
         strat = args.scoringStrategy
         self.native = _Scorer.of(strat.resources, strat.type, strat.requestedToCapacityRatio)
         self.reclaimed = _Scorer.of(

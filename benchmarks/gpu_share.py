@@ -1,0 +1,507 @@
+"""GPU-share placement on Alibaba's 2023 GPU trace, the FGD paper's method, decided by the
+scheduler's own plugins (GPUShare with per-policy args, beside kube's default filters).
+
+The trace (Weng et al., "Beware of Fragmentation", USENIX ATC '23; alibaba/clusterdata
+cluster-trace-gpu-v2023) is read from a path and never shipped: see its ATTRIBUTION.md.
+
+    python benchmarks/gpu_share.py --nodes .../openb_node_list_gpu_node.csv \\
+        --pods .../openb_pod_list_default.csv --seeds 10 --plot gpu_share.png
+
+Method (the paper's): tasks arrive in a random order (one order per seed) until the GPU
+they ask for reaches the cluster's GPU capacity (the list is drawn again, in a new
+order, if it runs out first); a task that fits no node fails and is counted. Nothing
+departs. Each node is one Node (its cpu and memory) and one CNR with its cards as GPU
+zones (1,000 gpu_memory units per card, so the trace's thousandths map exactly; cards
+split over two NUMA nodes); a sharing task asks `nvidia.com/gpu: 1` and `gpu_memory:
+<gpu_milli>`, a whole-GPU task `nvidia.com/gpu: N`; `gpu_spec` becomes a required node
+affinity on the model label. Every node is scored (percentageOfNodesToScore 100).
+
+Figures: the GPU allocation ratio as the arrived demand grows (`--plot`), unallocated
+GPUs and failed GPU demand at 100 % arrival, the fragmentation amount left (FGD's
+measure under the trace's whole task mix), the scheduling latency per pod. The last line
+is `unallocated_vs_best_baseline: <fgd / best baseline> alloc_ratio: <fgd> best_baseline:
+<name>`.
+
+`--throughput` instead times the scheduling cycle alone (filter, score, reserve and the
+snapshot's accounting) on 1,213 nodes of 8 cards each, per policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pykatalyst.api import names
+from pykatalyst.api.gpu import WHOLE
+from pykatalyst.scheduler.config import load_config_text
+from pykatalyst.scheduler.framework import Framework
+from pykatalyst.scheduler.gpufrag import TaskClass, TaskMix, node_fragmentation
+from pykatalyst.scheduler.podinfo import PodInfo, pod_info
+from pykatalyst.scheduler.snapshot import CPU, MEMORY, NodeSnapshot
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = next(
+    (
+        p / "shared/data/traces/alibaba-gpu-2023"
+        for p in ROOT.parents
+        if (p / "shared/data/traces/alibaba-gpu-2023").is_dir()
+    ),
+    ROOT / "shared/data/traces/alibaba-gpu-2023",
+)
+UNITS = 1000  # gpu_memory units per card: the trace's thousandths of a GPU
+MODEL_LABEL = "nvidia.com/gpu.product"
+MIB = 1024 * 1024
+
+# name -> (GPUShare args, whether kube's default scorers stay on beside it)
+POLICIES: dict[str, tuple[dict[str, Any], bool]] = {
+    "random-fit": ({"policy": "random"}, False),
+    "best-fit": ({"policy": "bestfit"}, False),
+    "dot-product": ({"policy": "dotproduct"}, False),
+    "gpu-packing": ({"policy": "packing"}, False),
+    "gpu-clustering": ({"policy": "clustering"}, False),
+    # Koordinator DeviceShare's default: LeastAllocated on the GPU memory ratio, node and card
+    "koordinator": ({"policy": "spread"}, True),
+    # HAMi's default: node binpack, card spread
+    "hami": ({"policy": "binpack", "cardPolicy": "spread"}, True),
+    # Katalyst: its in-node best fit (NUMA-affine first) under the default node scoring
+    "katalyst": ({"policy": "katalyst"}, True),
+    "fgd": ({"policy": "fgd"}, False),
+    # FGD as the paper states it: cpu the only host resource, equal growth drawn at random
+    "fgd-plain": ({"policy": "fgd", "fgdTieBreak": "random", "fgdHostResources": "cpu"}, False),
+    # one change at a time: memory counted, or best-fit among equal growth
+    "fgd-memory": ({"policy": "fgd", "fgdTieBreak": "random"}, False),
+    "fgd-bestfit-ties": ({"policy": "fgd", "fgdHostResources": "cpu"}, False),
+}
+BASELINES = [p for p in POLICIES if not p.startswith("fgd")]
+
+
+def profile_yaml(name: str, args: dict[str, Any], keep_default_scores: bool, seed: int) -> str:
+    """`weight` in `args` is GPUShare's score weight (1 by default)."""
+    weight = int(args.get("weight", 1))
+    scores = "" if keep_default_scores else "    score:\n      disabled:\n      - name: '*'\n"
+    scores += "      enabled:\n      - name: GPUShare\n" if scores else ""
+    body = {k: v for k, v in args.items() if k != "weight"} | {"seed": seed}
+    return (
+        "apiVersion: kubescheduler.config.k8s.io/v1\n"
+        "kind: KubeSchedulerConfiguration\n"
+        "profiles:\n"
+        f"- schedulerName: {name}\n"
+        "  percentageOfNodesToScore: 100\n"
+        "  plugins:\n"
+        "    multiPoint:\n"
+        "      enabled:\n"
+        f"      - name: GPUShare\n        weight: {weight}\n"
+        f"{scores}"
+        "  pluginConfig:\n"
+        "  - name: GPUShare\n"
+        f"    args: {json.dumps(body)}\n"
+    )
+
+
+def framework(name: str, seed: int, extra: dict[str, Any] | None = None) -> Framework:
+    args, keep = POLICIES[name]
+    cfg = load_config_text(profile_yaml(name, {**args, **(extra or {})}, keep, seed))
+    return Framework(cfg.profiles[0], 100, seed)
+
+
+# --- the cluster ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    gpu_spec: tuple[str, ...]
+
+    @property
+    def demand(self) -> float:
+        """GPUs asked for: a sharing task its fraction, a whole-GPU task its cards."""
+        if self.num_gpu == 0:
+            return 0.0
+        return self.gpu_milli / 1000 if self.gpu_milli < 1000 else float(self.num_gpu)
+
+
+def read_nodes(path: Path) -> list[NodeRow]:
+    with path.open() as f:
+        return [
+            NodeRow(r["sn"], int(r["cpu_milli"]), int(r["memory_mib"]), int(r["gpu"]), r["model"])
+            for r in csv.DictReader(f)
+            if int(r["gpu"]) > 0
+        ]
+
+
+def read_tasks(path: Path) -> list[Task]:
+    with path.open() as f:
+        return [
+            Task(
+                r["name"],
+                int(r["cpu_milli"]),
+                int(r["memory_mib"]),
+                int(r["num_gpu"]),
+                int(r["gpu_milli"]),
+                tuple(s for s in (r.get("gpu_spec") or "").split("|") if s),
+            )
+            for r in csv.DictReader(f)
+        ]
+
+
+def gpu_zone(node: str, card: int, numa: int, model: str) -> dict[str, Any]:
+    res = {names.RESOURCE_NVIDIA_GPU: "1", names.RESOURCE_GPU_MEMORY: str(UNITS)}
+    return {
+        "type": names.ZONE_GPU,
+        "name": f"{node}-gpu{card}",
+        "resources": {"allocatable": res, "capacity": res},
+        "attributes": [
+            {"name": names.GPU_ATTR_NUMA, "value": str(numa)},
+            {"name": names.GPU_ATTR_SOCKET, "value": str(numa)},
+            {"name": names.GPU_ATTR_MODEL, "value": model},
+        ],
+    }
+
+
+def node_objects(row: NodeRow) -> tuple[dict[str, Any], dict[str, Any]]:
+    alloc = {"cpu": f"{row.cpu_milli}m", "memory": f"{row.memory_mib}Mi", "pods": "1000"}
+    node = {
+        "metadata": {"name": row.name, "labels": {MODEL_LABEL: row.model}},
+        "status": {"allocatable": alloc, "capacity": alloc},
+    }
+    numas = 2 if row.gpus >= 2 else 1
+    per = -(-row.gpus // numas)
+    sockets = []
+    for numa in range(numas):
+        cards = [
+            gpu_zone(row.name, c, numa, row.model)
+            for c in range(numa * per, min(row.gpus, (numa + 1) * per))
+        ]
+        zone = {"type": names.ZONE_NUMA, "name": str(numa), "children": cards}
+        sockets.append({"type": names.ZONE_SOCKET, "name": str(numa), "children": [zone]})
+    cnr = {"metadata": {"name": row.name}, "status": {"topologyZone": sockets}}
+    return node, cnr
+
+
+def build_snapshot(rows: Sequence[NodeRow]) -> NodeSnapshot:
+    snap = NodeSnapshot(capacity=len(rows) + 1)
+    for row in rows:
+        node, cnr = node_objects(row)
+        snap.upsert_node(node)
+        snap.upsert_cnr(cnr)
+    return snap
+
+
+_BASE: dict[int, NodeSnapshot] = {}
+
+
+def _base_snapshot(rows: Sequence[NodeRow]) -> NodeSnapshot:
+    """The cluster before any task: built once, copied for every run."""
+    key = id(rows)
+    if key not in _BASE:
+        _BASE[key] = build_snapshot(rows)
+    return _BASE[key]
+
+
+def task_pod(task: Task, uid: str) -> PodInfo:
+    requests: dict[str, str] = {"cpu": f"{task.cpu_milli}m", "memory": f"{task.memory_mib}Mi"}
+    if task.num_gpu:
+        requests[names.RESOURCE_NVIDIA_GPU] = str(task.num_gpu)
+        if task.gpu_milli < 1000:
+            requests[names.RESOURCE_GPU_MEMORY] = str(task.gpu_milli)
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"requests": requests, "limits": requests}}]
+    }
+    if task.gpu_spec:
+        term = {
+            "matchExpressions": [
+                {"key": MODEL_LABEL, "operator": "In", "values": list(task.gpu_spec)}
+            ]
+        }
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        }
+    raw = {"metadata": {"name": uid, "namespace": "trace", "uid": uid}, "spec": spec}
+    return pod_info(raw)
+
+
+def trace_mix(tasks: Sequence[Task]) -> TaskMix:
+    """The whole trace's task mix, for measuring the fragmentation left."""
+    counts: Counter[TaskClass] = Counter()
+    for t in tasks:
+        share = 0 if not t.num_gpu else (t.gpu_milli * UNITS if t.gpu_milli < 1000 else WHOLE)
+        counts[((t.cpu_milli, t.memory_mib * MIB), t.num_gpu, share)] += 1
+    return TaskMix.of(((c, float(w)) for c, w in counts.items()), 1.0)
+
+
+# --- one run ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RunResult:
+    policy: str
+    seed: int
+    capacity: float
+    curve: list[float] = field(default_factory=list)  # allocation ratio at 0..100 % arrival
+    allocated: float = 0.0
+    failed_demand: float = 0.0
+    failed_tasks: int = 0
+    tasks: int = 0
+    fragmentation: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+
+    @property
+    def unallocated(self) -> float:
+        return self.capacity - self.allocated
+
+    @property
+    def alloc_ratio(self) -> float:
+        return self.allocated / self.capacity
+
+
+def arrivals(tasks: Sequence[Task], capacity: float, rng: np.random.Generator) -> list[Task]:
+    out: list[Task] = []
+    arrived = 0.0
+    while arrived < capacity:
+        for i in rng.permutation(len(tasks)).tolist():
+            out.append(tasks[i])
+            arrived += tasks[i].demand
+            if arrived >= capacity:
+                break
+    return out
+
+
+def run_one(
+    policy: str,
+    seed: int,
+    rows: Sequence[NodeRow],
+    tasks: Sequence[Task],
+    mix: TaskMix,
+    extra: dict[str, Any] | None = None,
+) -> RunResult:
+    snap = copy.deepcopy(_base_snapshot(rows))
+    capacity = float(sum(r.gpus for r in rows))
+    fw = framework(policy, seed, extra)
+    order = arrivals(tasks, capacity, np.random.default_rng(seed))
+    res = RunResult(policy, seed, capacity)
+    arrived, next_mark = 0.0, 0
+    for i, task in enumerate(order):
+        info = task_pod(task, f"{task.name}-{i}")
+        t0 = time.perf_counter()
+        result = fw.schedule(info, snap)
+        ok = result.node is not None and fw.reserve(info, result, snap) is None
+        if ok:
+            assert result.node is not None
+            snap.assume(info, result.node, result.numa, result.gpu)
+        res.latencies.append(time.perf_counter() - t0)
+        arrived += task.demand
+        if ok:
+            res.allocated += task.demand
+        else:
+            res.failed_demand += task.demand
+            res.failed_tasks += 1
+        while next_mark <= 100 and arrived >= capacity * next_mark / 100:
+            res.curve.append(res.allocated / capacity)
+            next_mark += 1
+    while len(res.curve) < 101:
+        res.curve.append(res.allocated / capacity)
+    res.tasks = len(order)
+    n = snap.n
+    host = snap.free[[CPU, MEMORY], :n]
+    frag = node_fragmentation(snap.gpu_free[:, :n], snap.gpu_cap[:, :n], host, mix)
+    res.fragmentation = float(frag.sum()) / (UNITS * 1000)
+    return res
+
+
+# --- reporting ----------------------------------------------------------------------------
+
+
+def summary(results: Sequence[RunResult]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for policy in dict.fromkeys(r.policy for r in results):
+        rs = [r for r in results if r.policy == policy]
+        lat = sorted(x for r in rs for x in r.latencies)
+        out[policy] = {
+            "alloc_ratio": statistics.fmean(r.alloc_ratio for r in rs),
+            "unallocated_gpus": statistics.fmean(r.unallocated for r in rs),
+            "unallocated_sd": statistics.pstdev([r.unallocated for r in rs]),
+            "failed_gpu_demand": statistics.fmean(r.failed_demand for r in rs),
+            "failed_tasks": statistics.fmean(r.failed_tasks for r in rs),
+            "fragmentation_gpus": statistics.fmean(r.fragmentation for r in rs),
+            "latency_p50_ms": 1000 * lat[len(lat) // 2],
+            "latency_p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        }
+    return out
+
+
+def print_table(table: dict[str, dict[str, float]]) -> None:
+    head = f"{'policy':<16}{'alloc %':>9}{'unalloc GPUs':>14}{'sd':>6}{'failed GPU':>12}"
+    head += f"{'frag GPUs':>11}{'p50 ms':>8}{'p99 ms':>8}"
+    print(head)
+    for name, s in table.items():
+        print(
+            f"{name:<16}{100 * s['alloc_ratio']:>9.2f}{s['unallocated_gpus']:>14.1f}"
+            f"{s['unallocated_sd']:>6.1f}{s['failed_gpu_demand']:>12.1f}"
+            f"{s['fragmentation_gpus']:>11.1f}{s['latency_p50_ms']:>8.2f}{s['latency_p99_ms']:>8.2f}"
+        )
+
+
+def plot(results: Sequence[RunResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for policy in dict.fromkeys(r.policy for r in results):
+        curves = np.array([r.curve for r in results if r.policy == policy])
+        ax.plot(np.arange(101), 100 * curves.mean(axis=0), label=policy, lw=1.4)
+    ax.set_xlim(60, 100)
+    ax.set_ylim(60, 100)
+    ax.set_xlabel("arrived GPU demand (% of capacity)")
+    ax.set_ylabel("GPUs allocated (% of capacity)")
+    ax.set_title("Alibaba GPU trace 2023 (openb): allocation as demand arrives")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def verdict(results: Sequence[RunResult], table: dict[str, dict[str, float]], ours: str) -> str:
+    base = [p for p in table if p != ours and p in BASELINES]
+    best = min(base, key=lambda p: table[p]["unallocated_gpus"])
+    seeds = sorted({r.seed for r in results})
+    wins = 0
+    for seed in seeds:
+        mine = next(r for r in results if r.policy == ours and r.seed == seed)
+        others = [r for r in results if r.policy in base and r.seed == seed]
+        wins += all(mine.unallocated < o.unallocated for o in others)
+    print(f"{ours} has fewer unallocated GPUs than every baseline in {wins}/{len(seeds)} seeds")
+    ratio = table[ours]["unallocated_gpus"] / max(table[best]["unallocated_gpus"], 1e-9)
+    return (
+        f"unallocated_vs_best_baseline: {ratio:.3f} "
+        f"alloc_ratio: {table[ours]['alloc_ratio']:.4f} best_baseline: {best}"
+    )
+
+
+# --- throughput ---------------------------------------------------------------------------
+
+
+def throughput(tasks: Sequence[Task], policies: Sequence[str], pods: int) -> None:
+    rows = [NodeRow(f"node-{i:04d}", 96000, 786432, 8, "G2") for i in range(1213)]
+    gpu_tasks = [t for t in tasks if t.num_gpu]
+    for policy in policies:
+        snap = build_snapshot(rows)
+        fw = Framework(framework(policy, 0).profile, None, 0)  # kube's adaptive node count
+        rng = np.random.default_rng(0)
+        infos = [
+            task_pod(gpu_tasks[int(rng.integers(len(gpu_tasks)))], f"t{i}") for i in range(pods)
+        ]
+        t0 = time.perf_counter()
+        placed = 0
+        for info in infos:
+            result = fw.schedule(info, snap)
+            if result.node is not None and fw.reserve(info, result, snap) is None:
+                snap.assume(info, result.node, result.numa, result.gpu)
+                placed += 1
+        elapsed = time.perf_counter() - t0
+        print(f"{policy:<16} {pods / elapsed:8.0f} pods/s ({placed}/{pods} placed)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--nodes", type=Path, default=TRACE / "openb_node_list_gpu_node.csv")
+    ap.add_argument("--pods", type=Path, default=TRACE / "openb_pod_list_default.csv")
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--fgd-args", default="{}", help="extra GPUShare args for fgd (JSON)")
+    ap.add_argument("--plot", type=Path)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (processes)")
+    ap.add_argument("--throughput", type=int, default=0, help="time N pods per policy instead")
+    a = ap.parse_args(argv)
+    for p in (a.nodes, a.pods):
+        if not p.is_file():
+            print(
+                f"error: {p} not found (give --nodes/--pods; see ATTRIBUTION.md)", file=sys.stderr
+            )
+            return 2
+    tasks = read_tasks(a.pods)
+    policies = [p for p in a.policies.split(",") if p]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        print(
+            f"error: unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}", file=sys.stderr
+        )
+        return 2
+    if a.throughput:
+        throughput(tasks, policies, a.throughput)
+        return 0
+    rows = read_nodes(a.nodes)
+    mix = trace_mix(tasks)
+    extra = {"fgd": json.loads(a.fgd_args)}
+    jobs = [(p, seed) for seed in range(a.first_seed, a.first_seed + a.seeds) for p in policies]
+    t0 = time.perf_counter()
+    results: list[RunResult] = []
+    with ProcessPoolExecutor(max(a.jobs, 1)) as pool:
+        futures = [
+            pool.submit(run_one, p, seed, rows, tasks, mix, extra.get(p)) for p, seed in jobs
+        ]
+        for fut in futures:
+            r = fut.result()
+            results.append(r)
+            print(
+                f"seed {r.seed} {r.policy:<16} alloc {100 * r.alloc_ratio:6.2f} % "
+                f"unallocated {r.unallocated:7.1f} failed {r.failed_demand:7.1f}",
+                flush=True,
+            )
+    print(f"{len(results)} runs in {time.perf_counter() - t0:.0f} s with {a.jobs} process(es)")
+    print(f"{len(rows)} nodes, {sum(r.gpus for r in rows)} GPUs, {len(tasks)} tasks in the list")
+    table = summary(results)
+    print_table(table)
+    if a.json:
+        a.json.write_text(
+            json.dumps(
+                {
+                    "summary": table,
+                    "curves": {
+                        p: np.mean([r.curve for r in results if r.policy == p], axis=0).tolist()
+                        for p in table
+                    },
+                },
+                indent=1,
+            )
+        )
+    if a.plot:
+        plot(results, a.plot)
+    if "fgd" in table and any(p in table for p in BASELINES):
+        print(verdict(results, table, "fgd"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""`katalyst explain pod`, its GPU part: what the pod asks of GPUs, the cards the scheduler
+chose for it (`gpu_selection_result`) and why (`gpu_selection_reason`), and what the
+node's CNR says about those cards now."""
+
+from __future__ import annotations
+
+from pykatalyst.api import names
+from pykatalyst.api.gpu import pod_gpu_request
+from pykatalyst.api.objects import CustomNodeResource, Pod
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
+
+
+def gpu_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
+    """None for a pod that asks for no GPU and holds no card selection."""
+    req = pod_gpu_request(pod.raw)
+    ann = pod.annotations or {}
+    selection = str(ann.get(names.GPU_SELECTION_RESULT_ANNOTATION, "") or "")
+    if not req.asks and not selection:
+        return None
+    ids = [c for c in selection.split(",") if c]
+    out: JSON = {
+        "cards_asked": req.cards,
+        "memory_units_asked": req.memory,
+        "whole_cards": req.whole,
+        "request_problem": req.problem or None,
+        "selection": ids,
+        "why": ann.get(names.GPU_SELECTION_REASON_ANNOTATION) or None,
+        "cards": [],
+    }
+    if not ids or not pod.node_name:
+        return out
+    try:
+        cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, pod.node_name)
+    except ApiError as exc:
+        problems.append(f"cannot read the GPU zones of node {pod.node_name}: {exc}")
+        return out
+    zones = {z.name: z for z in CustomNodeResource(cnr).zones() if z.type == names.ZONE_GPU}
+    for cid in ids:
+        zone = zones.get(cid)
+        if zone is None:
+            problems.append(f"card {cid} is not among node {pod.node_name}'s GPU zones")
+            continue
+        out["cards"].append(
+            {
+                "id": cid,
+                "numa": zone.parent,
+                "attributes": dict(zone.attributes),
+                "allocatable": {k: str(v) for k, v in sorted(zone.allocatable.items())},
+                "consumers": [c for c, _ in zone.allocations],
+                "reports_this_pod": any(
+                    c.rsplit("/", 1)[-1] == pod.uid for c, _ in zone.allocations
+                ),
+            }
+        )
+    return out
