@@ -13,6 +13,8 @@ from typing import Final
 ANNOTATION_PREFIX: Final = "katalyst.kubewharf.io/"
 
 QOS_LEVEL_ANNOTATION: Final = "katalyst.kubewharf.io/qos_level"
+# names a pod's main container (the others are its sidecars); the first container otherwise
+MAIN_CONTAINER_ANNOTATION: Final = "kubernetes.io/main-container-name"
 
 QOS_DEDICATED_CORES: Final = "dedicated_cores"
 QOS_SHARED_CORES: Final = "shared_cores"
