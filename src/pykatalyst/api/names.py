@@ -59,6 +59,9 @@ ENH_NUMA_IDS: Final = "numa_ids"
 
 CPU_BURST_POLICIES: Final = ("default", "closed", "static", "dynamic")
 CPU_BURST_POLICY_CLOSED: Final = "closed"
+CPU_BURST_POLICY_DEFAULT: Final = "default"
+CPU_BURST_POLICY_STATIC: Final = "static"
+DEFAULT_CPU_BURST_PERCENT: Final = 100  # Katalyst's, without a dynamic config
 NETWORK_NAMESPACE_TYPES: Final = (
     "host_ns",
     "host_ns_preferred",
