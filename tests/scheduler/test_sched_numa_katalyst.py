@@ -394,3 +394,50 @@ def test_a_reserved_pod_keeps_exclusive_pods_off_its_node(
             assert result.node == "n" and f.reserve(p, result, snap) is None
             snap.assume(p, "n", result.numa)
             reserved += 1
+
+
+def greedy_reference(zones: list[tuple[int, int]], ctrs: list[tuple[int, int]]) -> bool:
+    """Katalyst's container-scope placement, one node, written plainly: each container in
+    turn on the lowest-numbered zone with its cpu and memory free, which it then takes."""
+    free = [list(z) for z in zones]
+    for cpu, mem in ctrs:
+        for z in free:
+            if z[0] >= cpu and z[1] >= mem:
+                z[0] -= cpu
+                z[1] -= mem
+                break
+        else:
+            return False
+    return True
+
+
+ZONES = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(ZONES, min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4)), min_size=2, max_size=4),
+)
+def test_container_scope_filter_is_the_greedy_placement(
+    nodes: list[list[tuple[int, int]]], ctrs: list[tuple[int, int]]
+) -> None:
+    # free cpus (cores) and memory (GiB) per zone, per node; a native pod of Guaranteed
+    # containers: the filter passes exactly the nodes where the greedy placement succeeds
+    plugin = nrt_framework("MostAllocated", "native").plugins["NodeResourceTopology"]
+    snap = NodeSnapshot(capacity=len(nodes))
+    for i, zones in enumerate(nodes):
+        name = f"n{i}"
+        snap.upsert_node(node(name, cpu="64", memory="64Gi"))
+        layout = [[(z, "6", "6Gi") for z in range(len(zones))]]
+        used = {
+            z: [(f"ns/used{z}/uid-{i}-{z}", str(6 - c), f"{6 - m}Gi")]
+            for z, (c, m) in enumerate(zones)
+            if (c, m) != (6, 6)
+        }
+        snap.upsert_cnr(cnr(name, zones=numa_zones(layout, used), policy=SINGLE))
+    raw = containers(*[(str(c), f"{m}Gi") for c, m in ctrs])
+    mask = plugin.filter(pod_info(raw), CycleState(), snap)
+    assert mask is not None
+    want = [greedy_reference(zones, ctrs) for zones in nodes]
+    assert [bool(v) for v in mask] == want

@@ -275,7 +275,7 @@ class NodeResourceTopology(Plugin):
         lowest-numbered zone with its request free, which it then takes. Per node whether
         every container was placed, and per zone and node the cpu and memory they took."""
         free_c, free_m = zs.alloc_c - zs.used_c, zs.alloc_m - zs.used_m
-        ids = np.where(zs.present, snap.numa_id[:, cols], _NONE)
+        ids = np.where(zs.present, snap.numa_id[:, cols].astype(np.int64), _NONE)
         took_c, took_m = np.zeros_like(free_c), np.zeros_like(free_m)
         placed = zs.managed.copy()
         cols_n = np.arange(len(placed))
