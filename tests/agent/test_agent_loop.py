@@ -165,6 +165,25 @@ def test_new_shared_pod_ramps_up_on_all_pooled_cpus_for_30s() -> None:
     assert cpuset(n, web) == plan.pool(names.POOL_SHARE).cpuset  # type: ignore[union-attr]
 
 
+def test_a_dedicated_pods_sidecar_runs_on_its_main_containers_cpus() -> None:
+    # Katalyst sizes a dedicated pod by its main container: a pod of two 8-cpu containers
+    # gets 8 exclusive cpus, not 16, and the sidecar runs on them
+    n = Node()
+    obj = pod_json(
+        "db", level="dedicated_cores", cpu="8", annotations=DEDICATED, containers=("app", "proxy")
+    )
+    created = n.cluster.create(names.POD, obj, "default")
+    uid = str(created["metadata"]["uid"])
+    n.host.add_pod(uid, containers=("app", "proxy"))
+    n.run(60)
+    knobs = n.host.knobs
+    cpus = {
+        c: knobs[n.host.pods[uid].containers[c].cgroup][Knob.CPUSET_CPUS] for c in ("app", "proxy")
+    }
+    assert isinstance(cpus["app"], CPUSet) and len(cpus["app"]) == 8
+    assert cpus["proxy"] == cpus["app"]
+
+
 def test_reclaimed_pods_run_idle_on_the_reclaim_pool_with_their_memory_limit() -> None:
     n = Node()
     batch = n.pod(
