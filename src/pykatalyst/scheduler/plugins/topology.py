@@ -5,8 +5,11 @@ Which pods it judges: under the `dynamic` policy, dedicated_cores pods with numa
 (shared pods are elastic and never hold a zone), on SingleNUMANodeContainerLevel and
 Numeric nodes; under `native`, Guaranteed pods with a whole number of cpus, on
 SingleNUMANode* nodes (Katalyst's handlers). Other nodes, and nodes whose CNR reports no
-zones, pass. The node score is Katalyst's: the request against each zone's free amount,
-the lowest non-zero zone score.
+zones, pass. What a pod asks of the zones is Katalyst's reading, container by container
+(`zone_demand`): the main container under `dynamic`; each app container on a zone of its
+own at container scope, the effective request at pod scope, under `native`. The node
+score is Katalyst's: each container's request against each zone's free amount, the
+lowest non-zero zone score, averaged over the containers.
 
 * single NUMA (SingleNUMANode* policies, and Numeric for non-exclusive pods): some zone
   has the request free;
@@ -14,7 +17,9 @@ the lowest non-zero zone score.
   `numa_number` zones if given, else at least the fewest zones whose allocatable holds the
   request; a set no larger than a socket's zones must stay on one socket;
 * exclusive (numa_exclusive): every zone of the set is completely free and the pod takes
-  them whole.
+  them whole;
+* reserve: until the CNR lists the pod, its effective request is charged to every zone of
+  the node (Katalyst's), or with `reservedZones: Chosen` to the zones chosen for it.
 
 Zone sets are bitmasks over a node's zone positions, so each candidate set is checked on
 every node with a handful of integer array operations.
