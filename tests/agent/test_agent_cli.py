@@ -83,7 +83,8 @@ def test_summary_output_names_the_pools(tmp_path: Path) -> None:
         app, ["agent", "--node", "n1", "--dry-run", "--once", "--host-root", str(tmp_path)]
     )
     assert result.exit_code == 0, result.output
-    assert "share=" in result.stdout and "reclaim=" in result.stdout
+    # no shared pod on the node: Katalyst's reserve and reclaim pools only
+    assert "reclaim=" in result.stdout and "share=" not in result.stdout
 
 
 def _run_once(tmp_path: Path, *extra: str) -> tuple[int, str]:

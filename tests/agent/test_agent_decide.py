@@ -103,6 +103,37 @@ def test_invalid_pods_are_left_out_of_the_managed_set() -> None:
     assert decide.classify({"u1": good, "u2": bad}) == {"u1": good}
 
 
+def dedicated_pod(main: str | None = None) -> dict[str, object]:
+    def container(name: str, cpu: str, mem: str) -> dict[str, object]:
+        res = {"cpu": cpu, "memory": mem}
+        return {"name": name, "resources": {"requests": res, "limits": res}}
+
+    ann = {
+        names.QOS_LEVEL_ANNOTATION: names.QOS_DEDICATED_CORES,
+        names.MEMORY_ENHANCEMENT_ANNOTATION: '{"numa_binding": "true"}',
+    }
+    if main is not None:
+        ann[names.MAIN_CONTAINER_ANNOTATION] = main
+    return {
+        "metadata": {"name": "d", "namespace": "n", "uid": "u", "annotations": ann},
+        "spec": {
+            "initContainers": [container("init", "8", "8Gi")],
+            "containers": [container("app", "2", "2Gi"), container("proxy", "3", "1Gi")],
+        },
+    }
+
+
+def test_a_dedicated_pod_is_sized_by_its_main_container() -> None:
+    # Katalyst's cpu and memory plugins allocate the main container's request; sidecars
+    # share its cpus and init containers get none
+    req = decide.dedicated_request(parse_pod(dedicated_pod()))
+    assert (req.cpus, req.memory) == (2, 2 * 2**30)
+    req = decide.dedicated_request(parse_pod(dedicated_pod(main="proxy")))
+    assert (req.cpus, req.memory) == (3, 2**30)
+    req = decide.dedicated_request(parse_pod(dedicated_pod(main="nosuch")))
+    assert req.cpus == 2  # a name matching no container falls back to the first
+
+
 def test_a_periodic_stage_runs_at_most_once_per_period() -> None:
     ran: list[float] = []
 

@@ -165,6 +165,25 @@ def test_new_shared_pod_ramps_up_on_all_pooled_cpus_for_30s() -> None:
     assert cpuset(n, web) == plan.pool(names.POOL_SHARE).cpuset  # type: ignore[union-attr]
 
 
+def test_a_dedicated_pods_sidecar_runs_on_its_main_containers_cpus() -> None:
+    # Katalyst sizes a dedicated pod by its main container: a pod of two 8-cpu containers
+    # gets 8 exclusive cpus, not 16, and the sidecar runs on them
+    n = Node()
+    obj = pod_json(
+        "db", level="dedicated_cores", cpu="8", annotations=DEDICATED, containers=("app", "proxy")
+    )
+    created = n.cluster.create(names.POD, obj, "default")
+    uid = str(created["metadata"]["uid"])
+    n.host.add_pod(uid, containers=("app", "proxy"))
+    n.run(60)
+    knobs = n.host.knobs
+    cpus = {
+        c: knobs[n.host.pods[uid].containers[c].cgroup][Knob.CPUSET_CPUS] for c in ("app", "proxy")
+    }
+    assert isinstance(cpus["app"], CPUSet) and len(cpus["app"]) == 8
+    assert cpus["proxy"] == cpus["app"]
+
+
 def test_reclaimed_pods_run_idle_on_the_reclaim_pool_with_their_memory_limit() -> None:
     n = Node()
     batch = n.pod(
@@ -184,11 +203,11 @@ def test_reclaimed_pods_run_idle_on_the_reclaim_pool_with_their_memory_limit() -
     # the kubelet's best-effort cgroup is left writable for it (cpu.shares)
     assert n.host.knobs["kubepods/besteffort"][Knob.CPU_IDLE] == 0
     reclaim, share = plan.pool(names.POOL_RECLAIM), plan.pool(names.POOL_SHARE)
-    assert reclaim is not None and share is not None
-    # the reclaim pool only (overlap with the share pool is off by default)
+    # no shared pod: as Katalyst, no share pool, the reclaim pool has every cpu
+    assert reclaim is not None and share is None and len(reclaim.cpuset) == 48
     assert cpuset(n, batch) == reclaim.cpuset
     # its own usage does not eat the headroom it runs on, nor inflate it beyond the pool
-    assert plan.reclaimed_cpu.reported == pytest.approx(44, abs=0.5)
+    assert plan.reclaimed_cpu.reported == pytest.approx(48, abs=0.5)
 
 
 def test_named_cpuset_pool_gets_its_own_share_pool() -> None:
@@ -314,8 +333,10 @@ def test_dynamic_admin_qos_configuration_overlays_the_config() -> None:
         },
         "default",
     )
+    n.pod("web")
     plan = n.run(10)
-    assert plan.pool(names.POOL_SHARE).size == 8  # type: ignore[union-attr]
+    share = plan.pool(names.POOL_SHARE)
+    assert share is not None and share.terms["reserved_for_allocate"] == 8
     assert n.agent.config.advisor.reserved_for_allocate_cpu == 8
     assert n.agent.config.advisor.enable_reclaim  # fields it does not set keep their value
 

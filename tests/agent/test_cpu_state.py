@@ -130,7 +130,8 @@ def test_the_checkpoint_is_versioned_checksummed_and_names_the_placement(tmp_pat
     assert doc["version"] == 1 and doc["node"] == "node-1" and len(doc["checksum"]) == 64
     assert doc["state"]["dedicated"][zeta]["cpuset"] == str(m.cpuset(zeta))
     assert doc["state"]["dedicated"][alpha]["cpuset"] == str(m.cpuset(alpha))
-    assert names.POOL_SHARE in doc["state"]["pools"]
+    # two dedicated pods and no shared one: no share pool (Katalyst's)
+    assert names.POOL_SHARE not in doc["state"]["pools"]
 
 
 @pytest.mark.parametrize(

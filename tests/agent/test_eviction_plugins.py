@@ -277,8 +277,9 @@ def test_numa_counter_reaches_reclaimed_then_any_threshold() -> None:
     for i in range(6):
         plan = mgr.decide(numa_snap(i * 5, pods, free))
         mets.append(met_of(plan, "numa0"))
-        assert not plan.victims
-    assert mets == [Met.SOFT] * 6
+        assert not plan.victims and not plan.conditions
+    # Katalyst's plugin reports only the hard stage, and raises no condition
+    assert mets == [Met.NOT] * 6
     seventh = mgr.decide(numa_snap(30, pods, free))  # counter 7 > 6: reclaimed pods
     assert [v.pod.name for v in seventh.victims] == ["batch"]
     assert met_of(seventh, "numa1") == Met.NOT
@@ -287,6 +288,15 @@ def test_numa_counter_reaches_reclaimed_then_any_threshold() -> None:
         assert not mgr.decide(numa_snap(i * 5, survivors, free)).victims
     twelfth = mgr.decide(numa_snap(55, survivors, free))  # counter 12: any pod on NUMA 0
     assert [v.pod.name for v in twelfth.victims] == ["web"]
+
+
+def test_numa_early_warning_reports_the_soft_stage_and_a_cnr_condition() -> None:
+    pods = [pod("batch", numa_memory={0: 4 * GIB})]
+    mgr = EvictionManager("n1", only("numa", numa_memory={"early_warning": True}))
+    plan = mgr.decide(numa_snap(0, pods, int(1.8 * GIB)))
+    assert met_of(plan, "numa0") == Met.SOFT
+    assert [c.spec.name for c in plan.conditions] == [names.CONDITION_NUMA_MEMORY_PRESSURE]
+    assert [c.spec.scope for c in plan.conditions] == ["cnr"]
 
 
 def test_numa_free_below_min_evicts_a_reclaimed_user_of_that_numa_at_once() -> None:

@@ -17,8 +17,10 @@ from pykatalyst.agent.advisor import (
     memory_headroom,
     regulate,
 )
+from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AdvisorConfig, CpuPolicyConfig
 from pykatalyst.agent.cpu_policy import reserve_cpus
+from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.eviction import (
     EvictionConfig,
     EvictionManager,
@@ -28,9 +30,12 @@ from pykatalyst.agent.eviction.config import NumaMemoryPressureConfig
 from pykatalyst.agent.eviction.plugins import NumaMemoryPressurePlugin
 from pykatalyst.agent.host.base import HostSample, NumaMemory
 from pykatalyst.api import names
+from pykatalyst.cluster.clock import VirtualClock
+from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.eviction_pods import eviction_pod
+from tests.agent.inmemory_host import InMemoryHost, node_json, reclaiming
 
 GIB = 1 << 30
 
@@ -204,3 +209,26 @@ def test_two_numa_nodes_under_pressure_each_get_a_victim_in_one_round() -> None:
         EvictionSnapshot(0, "n1", tuple(pods), sample=HostSample(0, numa_memory=zones))
     )
     assert sorted(v.pod.name for v in plan.victims) == ["batch0", "batch1"]
+
+
+# --- sys-advisor: a node without shared pods (provisionassembler/assembler_common_test.go,
+#     "no share pool and isolated pool, allow shared_cores overlap reclaimed_cores") --------
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_node_without_shared_pods_has_only_the_reserve_and_reclaim_pools(
+    overlap: bool,
+) -> None:
+    # Katalyst's figures: no pool infos on its 48-cpu machine gives reserve 0, reclaim 48
+    clock = VirtualClock(50_000)
+    cluster = MemoryCluster(clock=clock)
+    cluster.create(names.NODE, node_json("node-1"))
+    host = InMemoryHost(dummy(48, 2, 2))
+    cfg = reclaiming({"cpu": {"overlap_reclaim_with_share": overlap}})
+    agent = Agent("node-1", cluster, host, clock, cfg, Enforcer(host, None, clock))
+    plan = agent.reconcile(clock.now())
+    for _ in range(40):  # past the headroom's smoothing window
+        clock.advance(5)
+        plan = agent.reconcile(clock.now())
+    assert {p.name: len(p.cpuset) for p in plan.pools} == {names.POOL_RECLAIM: 48}
+    assert plan.reclaimed_cpu.reported == pytest.approx(48, abs=0.5)

@@ -432,3 +432,85 @@ def test_any_annotations_parse_or_raise_qos_error(
     else:
         assert qos.level in names.QOS_LEVELS
         assert not any(x.severity == "error" for x in validate_pod_qos(p))
+
+
+# --- cpu burst (katalyst-core pkg/agent/qrm-plugins/cpu/util/util_test.go,
+#     pkg/util/qos/cpu_enhancement.go) ----------------------------------------------------
+
+SHARED, DEDICATED_L = names.QOS_SHARED_CORES, names.QOS_DEDICATED_CORES
+BINDING_MEM = '{"numa_binding":"true"}'
+
+# (case, level, cpu_enhancement, dynamic config's dedicated default, its shared default,
+#  sole shared pod, Katalyst's policy)
+BURST_POLICIES = [
+    ("shared, static declared", SHARED, '{"cpu_burst_policy":"static"}', None, None, False,
+     "static"),
+    ("shared, closed declared", SHARED, '{"cpu_burst_policy":"closed"}', None, None, False,
+     "closed"),
+    ("shared, nothing declared", SHARED, None, None, None, False, "default"),
+    ("dedicated, none declared, dynamic config on", DEDICATED_L, None, True, None, False,
+     "static"),
+    ("dedicated, none declared, dynamic config off", DEDICATED_L, None, False, None, False,
+     "closed"),
+    ("shared, sole shared pod, dynamic config on", SHARED, None, None, True, True, "static"),
+    ("shared, not the sole one, dynamic config on", SHARED, None, None, True, False, "closed"),
+    ("shared, dynamic config off", SHARED, None, None, False, True, "closed"),
+    ("shared, static declared, dynamic config off", SHARED, '{"cpu_burst_policy":"static"}',
+     None, False, False, "static"),
+    ("reclaimed, static declared", names.QOS_RECLAIMED_CORES, '{"cpu_burst_policy":"static"}',
+     None, None, False, "closed"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("level", "cpu", "dedicated_default", "shared_default", "sole", "want"),
+    [case[1:] for case in BURST_POLICIES],
+    ids=[case[0] for case in BURST_POLICIES],
+)
+def test_cpu_burst_policy_is_katalysts(
+    level: str,
+    cpu: str | None,
+    dedicated_default: bool | None,
+    shared_default: bool | None,
+    sole: bool,
+    want: str,
+) -> None:
+    ann: dict[str, Any] = {LEVEL: level}
+    if cpu is not None:
+        ann[CPU] = cpu
+    if level == DEDICATED_L:
+        ann[MEM] = BINDING_MEM
+    containers = [RECLAIMED] if level == names.QOS_RECLAIMED_CORES else None
+    qos = parse_pod_qos(pod(ann, containers))
+    burst = qos.cpu_burst(
+        dedicated_default=dedicated_default, shared_default=shared_default, sole_shared=sole
+    )
+    assert burst.policy == want
+
+
+def test_a_reclaimed_pods_cpu_burst_is_read_as_closed_with_a_warning() -> None:
+    p = pod({LEVEL: names.QOS_RECLAIMED_CORES, CPU: '{"cpu_burst_policy":"static"}'}, [RECLAIMED])
+    assert parse_pod_qos(p).enhancements.cpu_burst_policy == names.CPU_BURST_POLICY_CLOSED
+    (warning,) = [w for w in validate_pod_qos(p) if w.field.endswith("cpu_burst_policy")]
+    assert warning.severity == "warning" and "closed" in warning.message
+
+
+@pytest.mark.parametrize(
+    ("cpu", "default", "want"),
+    [
+        ('{"cpu_burst_percent":"50"}', 100, 50),
+        ('{"cpu_burst_percent":"150"}', 100, 100),  # capped at 100
+        (None, 100, 100),  # none declared: the dynamic config's default
+        (None, 30, 30),
+        ('{"cpu_burst_percent": "50"', 30, 30),  # malformed JSON: Katalyst finds no percent
+        ('["cpu_burst_percent"]', 30, 30),  # not an object: the same
+    ],
+)
+def test_cpu_burst_percent_falls_back_to_the_dynamic_default(
+    cpu: str | None, default: int, want: int
+) -> None:
+    ann: dict[str, Any] = {LEVEL: SHARED}
+    if cpu is not None:
+        ann[CPU] = cpu
+    qos = parse_pod_qos(pod(ann))
+    assert qos.cpu_burst(default_percent=default).percent == want

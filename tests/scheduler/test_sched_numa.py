@@ -40,6 +40,10 @@ profiles:
       filter: {enabled: [{name: NodeResourceTopology}]}
       score: {enabled: [{name: NodeResourceTopology, weight: 2}]}
       reserve: {enabled: [{name: NodeResourceTopology}]}
+    # these tests follow the zones a pod is placed on; Katalyst's default charges all
+    pluginConfig:
+      - name: NodeResourceTopology
+        args: {reservedZones: Chosen}
 """
 NUMERIC = names.TOPOLOGY_POLICY_NUMERIC_CONTAINER
 SINGLE = names.TOPOLOGY_POLICY_SINGLE_NUMA_CONTAINER
@@ -236,13 +240,8 @@ def test_placements_never_overlap_and_respect_sockets(pods: list[tuple[int, bool
 
 
 def test_native_policy_judges_guaranteed_pods_with_whole_cpus() -> None:
-    text = (
-        NUMA_PROFILE
-        + """\
-    pluginConfig:
-      - name: NodeResourceTopology
-        args: {resourcePluginPolicy: native}
-"""
+    text = NUMA_PROFILE.replace(
+        "reservedZones: Chosen", "reservedZones: Chosen, resourcePluginPolicy: native"
     )
     zones = numa_zones([[(0, "4", "8Gi")], [(1, "4", "8Gi")]])
     snap = snapshot([node("n0", cpu="16")], cnrs=[cnr("n0", zones=zones, policy=SINGLE)])
@@ -260,13 +259,8 @@ def test_native_policy_judges_guaranteed_pods_with_whole_cpus() -> None:
 
 
 def test_native_policy_takes_the_lowest_zone_that_fits() -> None:
-    text = (
-        NUMA_PROFILE
-        + """\
-    pluginConfig:
-      - name: NodeResourceTopology
-        args: {resourcePluginPolicy: native}
-"""
+    text = NUMA_PROFILE.replace(
+        "reservedZones: Chosen", "reservedZones: Chosen, resourcePluginPolicy: native"
     )
     busy = {0: [("default/x/uid-x", "3", "1Gi")]}
     snap = snapshot([node("n0", cpu="16", memory="32Gi")], cnrs=[four_numa("n0", SINGLE, busy)])

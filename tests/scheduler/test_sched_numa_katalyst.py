@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pykatalyst.api import names
 from pykatalyst.scheduler.framework import Framework
@@ -66,7 +68,7 @@ def score_nodes(policy: str) -> NodeSnapshot:
     return snap
 
 
-def nrt_framework(strategy: str, policy: str) -> Framework:
+def nrt_framework(strategy: str, policy: str, reserved: str = "All") -> Framework:
     cfg = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -85,6 +87,7 @@ def nrt_framework(strategy: str, policy: str) -> Framework:
                             "scoringStrategy": {"type": strategy},
                             "alignedResources": ["cpu", "memory"],
                             "resourcePluginPolicy": policy,
+                            "reservedZones": reserved,
                         },
                     }
                 ],
@@ -178,37 +181,77 @@ def test_dynamic_pods_are_not_judged_on_pod_level_nodes() -> None:
     assert np.all(np.asarray(got) == 0)
 
 
-def two_nodes(policy: str) -> NodeSnapshot:
-    snap = NodeSnapshot(capacity=2)
-    for name, cpu, mem in (("node-2numa-8c16g", "4", "8Gi"), ("node-2numa-4c8g", "2", "4Gi")):
+FILTER_NODES = (
+    "node-2numa-8c16g",
+    "node-2numa-4c8g",
+    "node-2numa-8c16g-with-allocation",
+    "node-4numa-8c16g-cross-socket",
+    "node-4numa-8c16g-full-socket",
+)
+
+
+def filter_nodes(policy: str) -> NodeSnapshot:
+    """Katalyst's five filter nodes; the allocations belong to dedicated pods."""
+    four, two = ("4", "8Gi"), ("2", "4Gi")
+    used = ("ns/holder/uid-h", "1", "2Gi")
+    layouts = [
+        ([[(0, *four), (1, *four)]], None),
+        ([[(0, *two), (1, *two)]], None),
+        ([[(0, *four), (1, *four)]], {1: [used]}),
+        ([[(0, *two), (1, *two)], [(2, *two), (3, *two)]], {1: [used], 2: [used]}),
+        ([[(0, *two), (1, *two)], [(2, *two), (3, *two)]], {2: [used], 3: [used]}),
+    ]
+    snap = NodeSnapshot(capacity=len(FILTER_NODES))
+    for name, (sockets, allocations) in zip(FILTER_NODES, layouts, strict=True):
         snap.upsert_node(node(name, cpu="16", memory="64Gi"))
-        snap.upsert_cnr(
-            cnr(name, zones=numa_zones([[(0, cpu, mem), (1, cpu, mem)]]), policy=policy)
-        )
+        snap.upsert_cnr(cnr(name, zones=numa_zones(sockets, allocations), policy=policy))
     return snap
 
 
-def two_containers(
-    qos: str | None = None, enhancement: dict[str, str] | None = None
+def containers(
+    *requests: tuple[str, str],
+    qos: str | None = None,
+    enhancement: dict[str, str] | None = None,
+    extra: dict[str, str] | None = None,
+    name: str = "p",
 ) -> dict[str, Any]:
-    raw = kpod("2", "4Gi", enhancement, qos)
-    raw["spec"]["containers"].append({**raw["spec"]["containers"][0], "name": "second"})
+    """A pod with one container per request (the first is the main one)."""
+    raw = kpod(*requests[0], enhancement, qos, name=name)
+    first = raw["spec"]["containers"][0]
+    raw["spec"]["containers"] = [
+        {**first, "name": f"c{i}", "resources": {"requests": r, "limits": r}}
+        for i, r in enumerate({"cpu": cpu, "memory": mem, **(extra or {})} for cpu, mem in requests)
+    ]
     return raw
 
 
-# (name, policy, resourcePluginPolicy, pod, fits on [8c16g, 4c8g]) from Katalyst's filter table
+OK, NO = True, False
+# (name, policy, resourcePluginPolicy, pod, fits on FILTER_NODES): Katalyst's filter tables
 FILTERS = [
-    ("native pod, single numa", SINGLE, "native", kpod("4", "8Gi"), [True, False]),
-    ("native pod with two containers, pod-level single numa",
-     names.TOPOLOGY_POLICY_SINGLE_NUMA_POD, "native", two_containers(), [True, False]),
-    ("native pod, numeric", NUMERIC, "native", kpod("4", "8Gi"), [True, True]),
-    ("native pod without whole cpus", SINGLE, "native", kpod("350m", "8Gi"), [True, True]),
+    ("native pod, single numa", SINGLE, "native", containers(("4", "8Gi")),
+     [OK, NO, OK, NO, NO]),
+    ("native pod, two containers, container-level single numa", SINGLE, "native",
+     containers(("2", "4Gi"), ("2", "4Gi")), [OK, OK, OK, OK, OK]),
+    ("native pod, two containers, pod-level single numa", names.TOPOLOGY_POLICY_SINGLE_NUMA_POD,
+     "native", containers(("2", "4Gi"), ("2", "4Gi")), [OK, NO, OK, NO, NO]),
+    ("native pod, numeric", NUMERIC, "native", containers(("4", "8Gi")), [OK] * 5),
+    ("native pod without whole cpus", SINGLE, "native", containers(("350m", "8Gi")), [OK] * 5),
+    ("native pod with a resource zones do not hold", SINGLE, "native",
+     containers(("4", "8Gi"), extra={"a/b": "200Gi"}), [OK, NO, OK, NO, NO]),
     ("dedicated numa_binding, single numa", SINGLE, "dynamic",
-     kpod("4", "8Gi", BINDING, DEDICATED), [True, False]),
+     containers(("4", "8Gi"), qos=DEDICATED, enhancement=BINDING), [OK, NO, OK, NO, NO]),
     ("dedicated numa_binding, numeric", NUMERIC, "dynamic",
-     kpod("4", "8Gi", BINDING, DEDICATED), [True, False]),
-    ("dedicated numa_exclusive, numeric: two whole zones", NUMERIC, "dynamic",
-     kpod("4", "8Gi", EXCLUSIVE, DEDICATED), [True, True]),
+     containers(("4", "8Gi"), qos=DEDICATED, enhancement=BINDING), [OK, NO, OK, NO, NO]),
+    ("dedicated numa_binding, two containers, numeric", NUMERIC, "dynamic",
+     containers(("2", "4Gi"), ("2", "4Gi"), qos=DEDICATED, enhancement=BINDING), [OK] * 5),
+    ("dedicated numa_exclusive, single numa", SINGLE, "dynamic",
+     containers(("2", "4Gi"), qos=DEDICATED, enhancement=EXCLUSIVE), [OK] * 5),
+    ("dedicated numa_exclusive, two containers, single numa", SINGLE, "dynamic",
+     containers(("2", "4Gi"), ("2", "4Gi"), qos=DEDICATED, enhancement=EXCLUSIVE), [OK] * 5),
+    ("dedicated numa_exclusive, numeric", NUMERIC, "dynamic",
+     containers(("4", "8Gi"), qos=DEDICATED, enhancement=EXCLUSIVE), [OK, OK, OK, NO, OK]),
+    ("dedicated numa_exclusive, two containers, numeric", NUMERIC, "dynamic",
+     containers(("2", "4Gi"), ("2", "4Gi"), qos=DEDICATED, enhancement=EXCLUSIVE), [OK] * 5),
 ]  # fmt: skip
 
 
@@ -221,30 +264,89 @@ def test_filter_matches_katalyst(
     policy: str, plugin_policy: str, raw: dict[str, Any], want: list[bool]
 ) -> None:
     plugin = nrt_framework("MostAllocated", plugin_policy).plugins["NodeResourceTopology"]
-    snap = two_nodes(policy)
+    snap = filter_nodes(policy)
     mask = plugin.filter(pod_info(raw), CycleState(), snap)
-    got = [True, True] if mask is None else [bool(v) for v in mask]
-    assert got == want
+    got = [True] * snap.n if mask is None else [bool(v) for v in mask]
+    assert dict(zip(FILTER_NODES, got, strict=True)) == dict(zip(FILTER_NODES, want, strict=True))
 
 
-def test_a_multi_container_pod_is_judged_by_its_total_on_container_level_nodes() -> None:
-    # Katalyst places each container of a native pod on its own zone under
-    # SingleNUMANodeContainerLevel (two 2-cpu containers pass a node of 2-cpu zones);
-    # pykatalyst judges the pod's total, as its agent pins a pod to one zone
+def test_only_the_main_container_of_a_dedicated_pod_holds_zone_cpus() -> None:
+    # the sidecar runs on the main container's cpus: a 2-cpu main container with a 2-cpu
+    # sidecar fits a 2-cpu zone; naming the larger container main makes it not fit
+    plugin = nrt_framework("MostAllocated", "dynamic").plugins["NodeResourceTopology"]
+    snap = filter_nodes(SINGLE)
+    raw = containers(("2", "4Gi"), ("3", "4Gi"), qos=DEDICATED, enhancement=BINDING)
+    mask = plugin.filter(pod_info(raw), CycleState(), snap)
+    assert mask is not None and bool(mask[1])
+    raw["metadata"]["annotations"][names.MAIN_CONTAINER_ANNOTATION] = "c1"
+    mask = plugin.filter(pod_info(raw), CycleState(), snap)
+    assert mask is not None and not bool(mask[1])
+
+
+def test_container_scope_score_is_the_mean_of_the_containers() -> None:
+    # Katalyst scores each container against the zones and averages: containers of 2 and
+    # 4 cpus (4 and 8 GiB) on zones of 4 cpus and 8 GiB score 50 and 100, mean 75
     plugin = nrt_framework("MostAllocated", "native").plugins["NodeResourceTopology"]
-    mask = plugin.filter(pod_info(two_containers()), CycleState(), two_nodes(SINGLE))
-    assert mask is not None and [bool(v) for v in mask] == [True, False]
+    snap = filter_nodes(SINGLE)
+    p = pod_info(containers(("2", "4Gi"), ("4", "8Gi")))
+    got = plugin.score(p, CycleState(), snap, np.arange(snap.n, dtype=np.intp))
+    assert not isinstance(got, int) and int(got[0]) == 75
+    # at pod scope the pod's 6 cpus exceed every zone: 0
+    snap = filter_nodes(names.TOPOLOGY_POLICY_SINGLE_NUMA_POD)
+    got = plugin.score(p, CycleState(), snap, np.arange(snap.n, dtype=np.intp))
+    assert not isinstance(got, int) and int(got[0]) == 0
 
 
-def test_reserve_charges_the_chosen_zone_only() -> None:
-    # Katalyst's reserve table: after an exclusive 2-cpu pod is reserved on a node of two
-    # 4-cpu zones, the same pod no longer fits, because Katalyst charges the reserved pod
-    # to every zone. pykatalyst charges the zone it chose (see docs/scheduler.md): a
-    # second exclusive pod still gets the other zone, a third finds none
-    f = nrt_framework("MostAllocated", "dynamic")
-    snap = NodeSnapshot(capacity=2)
+def reserve_node(policy: str = SINGLE, zones: tuple[str, str] = ("4", "8Gi")) -> NodeSnapshot:
+    snap = NodeSnapshot(capacity=1)
     snap.upsert_node(node("n", cpu="16", memory="64Gi"))
-    snap.upsert_cnr(cnr("n", zones=numa_zones([[(0, "4", "8Gi"), (1, "4", "8Gi")]]), policy=SINGLE))
+    snap.upsert_cnr(cnr("n", zones=numa_zones([[(0, *zones), (1, *zones)]]), policy=policy))
+    return snap
+
+
+def reserve_on(f: Framework, raw: dict[str, Any], snap: NodeSnapshot) -> None:
+    p = pod_info(raw)
+    result = f.schedule(p, snap)
+    assert result.node == "n" and f.reserve(p, result, snap) is None
+    snap.assume(p, "n", result.numa)
+
+
+def test_reserve_keeps_the_pod_off_every_zone_until_unreserve() -> None:
+    # Katalyst's reserve table: an exclusive 2-cpu pod fits a node of two 4-cpu zones;
+    # once reserved, the same pod fits nowhere on the node; unreserved, it fits again
+    f = nrt_framework("MostAllocated", "dynamic")
+    plugin = f.plugins["NodeResourceTopology"]
+    snap = reserve_node()
+    raw = kpod("2", "4Gi", EXCLUSIVE, DEDICATED, name="p0")
+    assert bool(plugin.filter(pod_info(raw), CycleState(), snap)[0])  # type: ignore[index]
+    reserve_on(f, raw, snap)
+    again = pod_info(kpod("2", "4Gi", EXCLUSIVE, DEDICATED, name="p1"))
+    assert not bool(plugin.filter(again, CycleState(), snap)[0])  # type: ignore[index]
+    snap.forget_pod("uid-p0")
+    assert bool(plugin.filter(again, CycleState(), snap)[0])  # type: ignore[index]
+
+
+def test_the_cnr_replaces_the_reservation_of_every_zone() -> None:
+    # a 1-cpu NUMA-bound pod reserved on a node of two 2-cpu zones holds a cpu of each
+    # until the agent reports it: a 2-cpu pod waits, then takes the zone left free
+    f = nrt_framework("MostAllocated", "dynamic")
+    plugin = f.plugins["NodeResourceTopology"]
+    snap = reserve_node(zones=("2", "4Gi"))
+    reserve_on(f, kpod("1", "1Gi", BINDING, DEDICATED, name="small"), snap)
+    big = pod_info(kpod("2", "2Gi", BINDING, DEDICATED, name="big"))
+    assert not bool(plugin.filter(big, CycleState(), snap)[0])  # type: ignore[index]
+    zones = numa_zones(
+        [[(0, "2", "4Gi"), (1, "2", "4Gi")]], {0: [("default/small/uid-small", "1", "1Gi")]}
+    )
+    snap.upsert_cnr(cnr("n", zones=zones, policy=SINGLE))
+    assert bool(plugin.filter(big, CycleState(), snap)[0])  # type: ignore[index]
+
+
+def test_chosen_zone_reservations_spread_a_burst() -> None:
+    # reservedZones: Chosen charges only the zones picked: a second exclusive pod gets the
+    # other zone at once, a third finds none; unreserving the first frees its zone
+    f = nrt_framework("MostAllocated", "dynamic", reserved="Chosen")
+    snap = reserve_node()
     placed = []
     for i in range(3):
         p = pod_info(kpod("2", "4Gi", EXCLUSIVE, DEDICATED, name=f"p{i}"))
@@ -255,7 +357,87 @@ def test_reserve_charges_the_chosen_zone_only() -> None:
         assert f.reserve(p, result, snap) is None
         snap.assume(p, result.node, result.numa)
         placed.append(result.numa.numa_ids if result.numa else ())
-    assert sorted(placed[:2]) == [(0,), (1,)] and placed[2] is None
-    snap.forget_pod("uid-p0")  # unreserved: its zone is free again
+    assert sorted(placed[:2]) == [(0,), (1,)] and placed[2] is None  # type: ignore[type-var]
+    snap.forget_pod("uid-p0")
     again = f.schedule(pod_info(kpod("2", "4Gi", EXCLUSIVE, DEDICATED)), snap)
     assert again.node == "n"
+
+
+ZONE_POD = st.tuples(
+    st.integers(1, 4),  # cpus
+    st.sampled_from(["binding", "exclusive"]),
+    st.integers(1, 2),  # containers
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ZONE_POD, min_size=2, max_size=8), st.sampled_from([SINGLE, NUMERIC]))
+def test_a_reserved_pod_keeps_exclusive_pods_off_its_node(
+    pods: list[tuple[int, str, int]], policy: str
+) -> None:
+    # whatever was reserved before, an exclusive pod never passes the filter on a node
+    # where a NUMA-bound pod is reserved and not yet in the CNR
+    f = nrt_framework("MostAllocated", "dynamic")
+    plugin = f.plugins["NodeResourceTopology"]
+    snap = reserve_node(policy)
+    reserved = 0
+    for i, (cpus, kind, n) in enumerate(pods):
+        enh = EXCLUSIVE if kind == "exclusive" else BINDING
+        req = (str(cpus), f"{cpus}Gi")
+        p = pod_info(containers(*[req] * n, qos=DEDICATED, enhancement=enh, name=f"p{i}"))
+        mask = plugin.filter(p, CycleState(), snap)
+        assert mask is not None
+        if kind == "exclusive" and reserved:
+            assert not bool(mask[0])
+        if bool(mask[0]):
+            result = f.schedule(p, snap)
+            assert result.node == "n" and f.reserve(p, result, snap) is None
+            snap.assume(p, "n", result.numa)
+            reserved += 1
+
+
+def greedy_reference(zones: list[tuple[int, int]], ctrs: list[tuple[int, int]]) -> bool:
+    """Katalyst's container-scope placement, one node, written plainly: each container in
+    turn on the lowest-numbered zone with its cpu and memory free, which it then takes."""
+    free = [list(z) for z in zones]
+    for cpu, mem in ctrs:
+        for z in free:
+            if z[0] >= cpu and z[1] >= mem:
+                z[0] -= cpu
+                z[1] -= mem
+                break
+        else:
+            return False
+    return True
+
+
+ZONES = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(ZONES, min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4)), min_size=2, max_size=4),
+)
+def test_container_scope_filter_is_the_greedy_placement(
+    nodes: list[list[tuple[int, int]]], ctrs: list[tuple[int, int]]
+) -> None:
+    # free cpus (cores) and memory (GiB) per zone, per node; a native pod of Guaranteed
+    # containers: the filter passes exactly the nodes where the greedy placement succeeds
+    plugin = nrt_framework("MostAllocated", "native").plugins["NodeResourceTopology"]
+    snap = NodeSnapshot(capacity=len(nodes))
+    for i, zones in enumerate(nodes):
+        name = f"n{i}"
+        snap.upsert_node(node(name, cpu="64", memory="64Gi"))
+        layout = [[(z, "6", "6Gi") for z in range(len(zones))]]
+        used = {
+            z: [(f"ns/used{z}/uid-{i}-{z}", str(6 - c), f"{6 - m}Gi")]
+            for z, (c, m) in enumerate(zones)
+            if (c, m) != (6, 6)
+        }
+        snap.upsert_cnr(cnr(name, zones=numa_zones(layout, used), policy=SINGLE))
+    raw = containers(*[(str(c), f"{m}Gi") for c, m in ctrs])
+    mask = plugin.filter(pod_info(raw), CycleState(), snap)
+    assert mask is not None
+    want = [greedy_reference(zones, ctrs) for zones in nodes]
+    assert [bool(v) for v in mask] == want

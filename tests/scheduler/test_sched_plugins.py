@@ -504,3 +504,20 @@ def test_existing_pods_anti_affinity_keeps_others_out() -> None:
         "node(s) didn't satisfy existing pods anti-affinity rules",
     )
     assert feasible(fw, info(pod("quiet")), snap) == ["a1", "a2", "b1", "bare"]
+
+
+def test_a_node_listing_no_pods_allocatable_takes_no_pod() -> None:
+    # kube-scheduler reads a missing `pods` allocatable as 0 allowed pods, and its fit
+    # refuses every pod there with "Too many pods"; the QoS-aware fit does the same for
+    # shared and reclaimed pods (Katalyst's would pass them, for the kubelet to refuse)
+    bare = node("n0")
+    del bare["status"]["allocatable"]["pods"]
+    snap = snapshot([bare, node("n1")], cnrs=[cnr("n0"), cnr("n1")])
+    reclaimed = info(pod("r", {names.RECLAIMED_MILLICPU: "1k"}, qos="reclaimed_cores"))
+    for fw, p in (
+        (framework(), info(pod("p", {"cpu": "1"}))),
+        (framework(QOS_PROFILE), info(pod("s", {"cpu": "1"}))),
+        (framework(QOS_PROFILE), reclaimed),
+    ):
+        assert feasible(fw, p, snap) == ["n1"]
+        assert message(fw, p, snap).endswith("1 Too many pods.")

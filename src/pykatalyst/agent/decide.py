@@ -55,18 +55,22 @@ def classify(specs: Mapping[str, PodSpec]) -> dict[str, PodSpec]:
 
 
 def dedicated_request(s: PodSpec) -> DedicatedRequest:
+    """As Katalyst's cpu and memory plugins size a dedicated pod: by its main container's
+    request (its sidecars run on the main container's cpus; init containers get none)."""
     assert s.qos is not None
     e = s.qos.enhancements
+    main = s.main_container
+    cores = main.request_cores if main is not None else s.request_cores
     return DedicatedRequest(
         uid=s.uid,
         key=s.key,
-        cpus=max(1, math.ceil(s.request_cores - 1e-9)),
+        cpus=max(1, math.ceil(cores - 1e-9)),
         exclusive=e.numa_exclusive,
         numa_number=e.numa_number,
         numa_ids=e.numa_ids,
         align_by_socket=e.align_by_socket,
         distribute_evenly=e.distribute_evenly_across_numa,
-        memory=s.memory_request,
+        memory=main.memory_request if main is not None else s.memory_request,
     )
 
 
@@ -234,7 +238,7 @@ def snb_groups(
 ) -> tuple[dict[str, list[PodSpec]], dict[int, dict[str, list[PodSpec]]]]:
     """Shared pods by pool: the unbound pools (an isolated pod alone in its isolation
     pool), and per NUMA node the NUMA-bound ones."""
-    shared: dict[str, list[PodSpec]] = {names.POOL_SHARE: []}
+    shared: dict[str, list[PodSpec]] = {}
     snb: dict[int, dict[str, list[PodSpec]]] = {}
     for s in valid.values():
         if s.level != names.QOS_SHARED_CORES:

@@ -112,7 +112,9 @@ def allocations(
     for uid, a in lay.dedicated.items():
         s = valid[uid]
         consumer = f"{s.namespace}/{s.name}/{uid}"
-        per_numa_mem = s.memory_request // max(len(a.numas), 1)
+        main = s.main_container
+        held = main.memory_request if main is not None else s.memory_request
+        per_numa_mem = held // max(len(a.numas), 1)
         for n in a.numas:
             mem = per_numa_mem
             if a.exclusive and topo.memory_per_numa:

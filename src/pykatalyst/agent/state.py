@@ -36,6 +36,7 @@ class ContainerSpec:
     request_cores: float
     container_id: str | None  # from pod status, without the runtime:// prefix
     limit_cores: float = 0.0  # 0: no cpu limit
+    memory_request: int = 0  # bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,18 @@ class PodSpec(DigestView):
         object.__setattr__(self, "level", qos.level if qos is not None else DEFAULT_LEVEL)
         object.__setattr__(self, "request_cores", self.digest.request(CPU) / 1000.0)
         object.__setattr__(self, "memory_request", self.digest.request(MEMORY))
+
+    @property
+    def main_container(self) -> ContainerSpec | None:
+        """The container named by `kubernetes.io/main-container-name`, else the first;
+        the others are its sidecars (Katalyst's rule)."""
+        if not self.containers:
+            return None
+        wanted = self.digest.annotations.get(names.MAIN_CONTAINER_ANNOTATION)
+        for c in self.containers:
+            if c.name == wanted:
+                return c
+        return self.containers[0]
 
     @property
     def pool(self) -> str:
@@ -111,12 +124,14 @@ def _containers(pod: Pod) -> tuple[ContainerSpec, ...]:
     for c in pod.containers():
         q = c.requests().get(names.RESOURCE_CPU)
         lim = c.limits().get(names.RESOURCE_CPU)
+        mem = c.requests().get(names.RESOURCE_MEMORY)
         out.append(
             ContainerSpec(
                 c.name,
                 q.milli_value() / 1000.0 if q is not None else 0.0,
                 ids.get(c.name),
                 lim.milli_value() / 1000.0 if lim is not None else 0.0,
+                mem.value() if mem is not None else 0,
             )
         )
     return tuple(out)

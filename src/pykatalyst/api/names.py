@@ -13,6 +13,8 @@ from typing import Final
 ANNOTATION_PREFIX: Final = "katalyst.kubewharf.io/"
 
 QOS_LEVEL_ANNOTATION: Final = "katalyst.kubewharf.io/qos_level"
+# names a pod's main container (the others are its sidecars); the first container otherwise
+MAIN_CONTAINER_ANNOTATION: Final = "kubernetes.io/main-container-name"
 
 QOS_DEDICATED_CORES: Final = "dedicated_cores"
 QOS_SHARED_CORES: Final = "shared_cores"
@@ -57,6 +59,9 @@ ENH_NUMA_IDS: Final = "numa_ids"
 
 CPU_BURST_POLICIES: Final = ("default", "closed", "static", "dynamic")
 CPU_BURST_POLICY_CLOSED: Final = "closed"
+CPU_BURST_POLICY_DEFAULT: Final = "default"
+CPU_BURST_POLICY_STATIC: Final = "static"
+DEFAULT_CPU_BURST_PERCENT: Final = 100  # Katalyst's, without a dynamic config
 NETWORK_NAMESPACE_TYPES: Final = (
     "host_ns",
     "host_ns_preferred",

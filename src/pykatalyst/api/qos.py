@@ -514,6 +514,19 @@ def _ignored_enhancements(level: str, enh: Enhancements, out: _Collector) -> Enh
             f"{names.ENH_NUMA_EXCLUSIVE} has no effect: Katalyst honours it for {why}",
         )
         changes[names.ENH_NUMA_EXCLUSIVE] = False
+    if (
+        level == names.QOS_RECLAIMED_CORES
+        and enh.cpu_burst_policy is not None
+        and enh.cpu_burst_policy != names.CPU_BURST_POLICY_CLOSED
+    ):
+        out.warn(
+            annotation_field(cpu, names.ENH_CPU_BURST_POLICY),
+            enh.cpu_burst_policy,
+            names.CPU_BURST_POLICY_CLOSED,
+            f"cpu burst is always closed for {names.QOS_RECLAIMED_CORES}: Katalyst reads "
+            f"{enh.cpu_burst_policy!r} as closed",
+        )
+        changes[names.ENH_CPU_BURST_POLICY] = names.CPU_BURST_POLICY_CLOSED
     if enh.cpuset_pool is not None and level not in _CPUSET_POOL_LEVELS:
         out.warn(
             annotation_field(cpu, names.ENH_CPUSET_POOL),
@@ -545,17 +558,6 @@ def _level_rules(level: str, enh: Enhancements, pod: Mapping[str, Any], out: _Co
             f"{names.QOS_RECLAIMED_CORES} pods",
             f"{names.ENH_SUPPRESSION_TOLERANCE_RATE} is only allowed for "
             f"{names.QOS_RECLAIMED_CORES}",
-        )
-    if (
-        level == names.QOS_RECLAIMED_CORES
-        and enh.cpu_burst_policy is not None
-        and enh.cpu_burst_policy != names.CPU_BURST_POLICY_CLOSED
-    ):
-        out.warn(
-            annotation_field(cpu, names.ENH_CPU_BURST_POLICY),
-            enh.cpu_burst_policy,
-            names.CPU_BURST_POLICY_CLOSED,
-            f"cpu burst is always closed for {names.QOS_RECLAIMED_CORES}",
         )
     if (enh.numa_number is not None or enh.numa_ids is not None) and not enh.numa_binding:
         annotation = (

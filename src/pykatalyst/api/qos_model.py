@@ -151,6 +151,15 @@ _ENHANCEMENT_FIELDS: Final = (
 
 
 @dataclass(frozen=True, slots=True)
+class CPUBurst:
+    """The cpu burst Katalyst's cpu plugin gives a pod: the policy and the percent of
+    its cpu quota it may burst by."""
+
+    policy: str
+    percent: int
+
+
+@dataclass(frozen=True, slots=True)
 class PodQoS:
     """A pod's Katalyst QoS level, its enhancements and its Kubernetes QoS class."""
 
@@ -183,6 +192,30 @@ class PodQoS:
     def numa_exclusive(self) -> bool:
         return self.enhancements.numa_exclusive
 
+    def cpu_burst(
+        self,
+        default_percent: int = names.DEFAULT_CPU_BURST_PERCENT,
+        dedicated_default: bool | None = None,
+        shared_default: bool | None = None,
+        sole_shared: bool = False,
+    ) -> CPUBurst:
+        """Katalyst's cpu burst for this pod (its cpu plugin's rules). A declared policy
+        stands (a reclaimed pod's is already read as closed); otherwise a dedicated pod
+        takes the dynamic config's `enableDedicatedCoresDefaultCPUBurst` (`dedicated_default`:
+        true static, false closed, unset default), a shared pod `enableSharedCoresDefaultCPUBurst`
+        (static only for the node's sole shared pod, else closed). The percent is the
+        declared one, else the dynamic config's `defaultCPUBurstPercent` — also when the
+        cpu_enhancement annotation is malformed, as Katalyst then finds no percent."""
+        e = self.enhancements
+        policy = e.cpu_burst_policy or names.CPU_BURST_POLICY_DEFAULT
+        if policy == names.CPU_BURST_POLICY_DEFAULT:
+            if self.is_dedicated and dedicated_default is not None:
+                policy = _on_off(dedicated_default)
+            elif self.is_shared and shared_default is not None:
+                policy = _on_off(shared_default and sole_shared)
+        percent = e.cpu_burst_percent if e.cpu_burst_percent is not None else default_percent
+        return CPUBurst(policy, percent)
+
     @property
     def cpuset_pool(self) -> str:
         """The cpu pool the pod runs in under the dynamic cpu policy."""
@@ -200,3 +233,7 @@ class PodQoS:
         if self.enhancements.oom_priority is not None:
             return self.enhancements.oom_priority
         return OOM_PRIORITY_RANGES[self.level][0]
+
+
+def _on_off(enabled: bool) -> str:
+    return names.CPU_BURST_POLICY_STATIC if enabled else names.CPU_BURST_POLICY_CLOSED

@@ -4,6 +4,7 @@ listed in docs/explain.md."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pykatalyst.api import names
@@ -81,6 +82,9 @@ def qos_json(qos: PodQoS, problems: list[QoSProblem]) -> JSON:
         "valid": not errors,
         "level": qos.level,
         "enhancements": qos.enhancements.as_dict(),
+        # what Katalyst's cpu plugin would burst by (without a dynamic config); pykatalyst
+        # writes no cpu burst, as Katalyst's default --enable-cpu-burst=false
+        "cpu_burst": dataclasses.asdict(qos.cpu_burst()),
         "k8s_qos_class": qos.k8s_qos_class,
         "errors": errors,
         "warnings": [_problem_json(p) for p in problems if p.severity != "error"],

@@ -275,6 +275,9 @@ class NodeResourceTopologyArgs(_Strict):
     scoringStrategy: NUMAScoringStrategy = Field(default_factory=NUMAScoringStrategy)
     alignedResources: list[str] = Field(default_factory=lambda: list(DEFAULT_RESOURCES))
     resourcePluginPolicy: Literal["dynamic", "native"] = "dynamic"
+    # pykatalyst's own: which zones Reserve charges a pod to until the CNR lists it —
+    # "All" (Katalyst's: every zone of the node) or "Chosen" (the zones it picked)
+    reservedZones: Literal["All", "Chosen"] = "All"
 
     @field_validator("alignedResources")
     @classmethod

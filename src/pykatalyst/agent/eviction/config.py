@@ -121,6 +121,11 @@ class NumaMemoryPressureConfig(_Section):
     victim_minimum_utilization: float = Field(
         0.001, ge=0, le=1, description="victims use at least this share of the NUMA"
     )
+    early_warning: bool = Field(
+        False,
+        description="also report below-low pressure short of the thresholds (soft) and "
+        "raise the NumaMemoryPressure CNR condition (Katalyst: neither)",
+    )
     grace_period_s: Seconds = 0.0
     cool_down_s: Seconds = 0.0
     deletion_grace_s: int | None = Field(None, ge=0)

@@ -354,7 +354,9 @@ class NumaMemoryPressurePlugin:
     more once the counter is past 2 while free is below the middle of min and low; free
     above low takes one off and clamps the counter to the reclaimed threshold. Above the
     reclaimed threshold (6) reclaimed pods go, at the any threshold (12) any pod may.
-    Victims must use at least `victim_minimum_utilization` of the NUMA.
+    Victims must use at least `victim_minimum_utilization` of the NUMA. As Katalyst's,
+    only these are met (hard) and no condition is raised; with `early_warning` a counter
+    short of the thresholds is soft and the NumaMemoryPressure CNR condition is raised.
     """
 
     name = names.EVICTION_PLUGIN_NUMA_MEMORY
@@ -379,7 +381,7 @@ class NumaMemoryPressurePlugin:
                 met, levels, why = Met.HARD, ANY_LEVEL, "counter at the any-pod threshold"
             elif count > cfg.reclaimed_times_threshold:
                 met, levels, why = Met.HARD, RECLAIMED_ONLY, "counter above the reclaimed threshold"
-            elif count > 0:
+            elif count > 0 and cfg.early_warning:
                 met, levels, why = Met.SOFT, RECLAIMED_ONLY, "free below the low watermark"
             else:
                 met, levels, why = Met.NOT, RECLAIMED_ONLY, ""
@@ -401,7 +403,7 @@ class NumaMemoryPressurePlugin:
                     f"{cfg.reclaimed_times_threshold}, any >= {cfg.any_times_threshold})",
                     resource=names.RESOURCE_MEMORY,
                     grace_period_s=cfg.grace_period_s,
-                    condition=NUMA_MEMORY_CONDITION,
+                    condition=NUMA_MEMORY_CONDITION if cfg.early_warning else None,
                     victim_levels=levels,
                     candidates=users,
                     numa=numa,

@@ -5,8 +5,11 @@ Which pods it judges: under the `dynamic` policy, dedicated_cores pods with numa
 (shared pods are elastic and never hold a zone), on SingleNUMANodeContainerLevel and
 Numeric nodes; under `native`, Guaranteed pods with a whole number of cpus, on
 SingleNUMANode* nodes (Katalyst's handlers). Other nodes, and nodes whose CNR reports no
-zones, pass. The node score is Katalyst's: the request against each zone's free amount,
-the lowest non-zero zone score.
+zones, pass. What a pod asks of the zones is Katalyst's reading, container by container
+(`zone_demand`): the main container under `dynamic`; each app container on a zone of its
+own at container scope, the effective request at pod scope, under `native`. The node
+score is Katalyst's: each container's request against each zone's free amount, the
+lowest non-zero zone score, averaged over the containers.
 
 * single NUMA (SingleNUMANode* policies, and Numeric for non-exclusive pods): some zone
   has the request free;
@@ -14,7 +17,9 @@ the lowest non-zero zone score.
   `numa_number` zones if given, else at least the fewest zones whose allocatable holds the
   request; a set no larger than a socket's zones must stay on one socket;
 * exclusive (numa_exclusive): every zone of the set is completely free and the pod takes
-  them whole.
+  them whole;
+* reserve: until the CNR lists the pod, its effective request is charged to every zone of
+  the node (Katalyst's), or with `reservedZones: Chosen` to the zones chosen for it.
 
 Zone sets are bitmasks over a node's zone positions, so each candidate set is checked on
 every node with a handful of integer array operations.
@@ -48,6 +53,7 @@ from pykatalyst.scheduler.plugins.resources import (
     least_allocated,
     most_allocated,
 )
+from pykatalyst.scheduler.plugins.zone_demand import Request, ZoneDemand, zone_demand
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.snapshot import (
     POLICY_NUMERIC,
@@ -89,6 +95,10 @@ class _Zones:
     used_m: I64
     present: BOOL
     whole: BOOL
+    # native policy, several app containers: each placed on a zone of its own on the
+    # container-level nodes (`container_level`, per node)
+    containers: tuple[Request, ...] = ()
+    container_level: BOOL | None = None
 
 
 def _set_sizes(zs: _Zones, z: int) -> list[int]:
@@ -148,14 +158,14 @@ class NodeResourceTopology(Plugin):
         self.strategy = args.scoringStrategy.type
         self.weights = {r.name: r.weight for r in args.scoringStrategy.resources}
         self.aligned = tuple(args.alignedResources)
+        self.reserved_zones = args.reservedZones
 
     # --- which pods -----------------------------------------------------------------------
 
     def applies(self, pod: PodInfo) -> bool:
         if self.policy == "dynamic":
             return pod.is_dedicated_numa
-        cpu = pod.request("cpu")
-        return pod.k8s_qos_class == "Guaranteed" and cpu > 0 and cpu % 1000 == 0
+        return pod.k8s_qos_class == "Guaranteed" and zone_demand(pod.raw).whole_cpus
 
     def judged(self, policy: npt.NDArray[np.int8]) -> BOOL:
         """The nodes whose topology policy (`policy`, per node) this plugin's policy
@@ -168,10 +178,19 @@ class NodeResourceTopology(Plugin):
             result = (policy == POLICY_SINGLE_NUMA) | (policy == POLICY_NUMERIC)
         return result
 
-    def _request(self, pod: PodInfo) -> tuple[int, int]:
-        cpu = pod.request("cpu") if "cpu" in self.aligned else 0
-        mem = pod.request("memory") if "memory" in self.aligned else 0
-        return cpu, mem
+    def _request(self, demand: ZoneDemand) -> Request:
+        """What must fit in one zone set: under `dynamic` the main container's request
+        (its cpus in whole cores, as the agent hands them out), under `native` the pod's
+        effective request."""
+        if self.policy == "dynamic":
+            cpu, mem = demand.main_request
+            cpu = -(-cpu // 1000) * 1000
+        else:
+            cpu, mem = demand.effective
+        return self._aligned(cpu, mem)
+
+    def _aligned(self, cpu: int, mem: int) -> Request:
+        return (cpu if "cpu" in self.aligned else 0, mem if "memory" in self.aligned else 0)
 
     # --- evaluation -----------------------------------------------------------------------
 
@@ -211,6 +230,9 @@ class NodeResourceTopology(Plugin):
             # fewer zones win: nodes placed at this size are not offered larger sets
             undecided &= ~found
         fits = best >= 0
+        if zs.container_level is not None:
+            placed = self._place_containers(zs, snap, cols)[0]
+            fits = np.where(zs.container_level, placed, fits)
         return _Eval(
             ok=~zs.managed | fits,
             managed=zs.managed,
@@ -226,7 +248,13 @@ class NodeResourceTopology(Plugin):
         used_c = snap.numa_cpu_used[:, cols]
         used_m = snap.numa_mem_used[:, cols]
         present = np.arange(snap.numa_z)[:, None] < count[None, :]
-        req_cpu, req_mem = self._request(pod)
+        demand = zone_demand(pod.raw)
+        req_cpu, req_mem = self._request(demand)
+        containers: tuple[Request, ...] = ()
+        level: BOOL | None = None
+        if self.policy == "native" and len(demand.apps) > 1:
+            containers = tuple(self._aligned(c, m) for c, m in demand.apps)
+            level = snap.policy[cols] == POLICY_SINGLE_NUMA
         return _Zones(
             managed=self.judged(snap.policy[cols]) & (count > 0),
             req_cpu=req_cpu,
@@ -241,7 +269,33 @@ class NodeResourceTopology(Plugin):
             used_m=used_m,
             present=present,
             whole=present & (used_c == 0) & (used_m == 0),
+            containers=containers,
+            container_level=level,
         )
+
+    def _place_containers(
+        self, zs: _Zones, snap: NodeSnapshot, cols: slice | IDX
+    ) -> tuple[BOOL, I64, I64]:
+        """Katalyst's container-scope placement: each container in turn on the
+        lowest-numbered zone with its request free, which it then takes. Per node whether
+        every container was placed, and per zone and node the cpu and memory they took."""
+        free_c, free_m = zs.alloc_c - zs.used_c, zs.alloc_m - zs.used_m
+        ids = np.where(zs.present, snap.numa_id[:, cols].astype(np.int64), _NONE)
+        took_c, took_m = np.zeros_like(free_c), np.zeros_like(free_m)
+        placed = zs.managed.copy()
+        cols_n = np.arange(len(placed))
+        for cpu, mem in zs.containers:
+            # a resource the container does not ask for is not checked (Katalyst's rule)
+            fits = zs.present & ((free_c >= cpu) | (cpu == 0)) & ((free_m >= mem) | (mem == 0))
+            pick = np.where(fits, ids, _NONE).argmin(axis=0)
+            found = fits.any(axis=0)
+            placed &= found
+            c, m = np.where(found, cpu, 0), np.where(found, mem, 0)
+            free_c[pick, cols_n] -= c
+            free_m[pick, cols_n] -= m
+            took_c[pick, cols_n] += c
+            took_m[pick, cols_n] += m
+        return placed, took_c, took_m
 
     def _one_zone(self, zs: _Zones, ranked: bool) -> tuple[I64, I64, BOOL]:
         """One zone: every zone of every node in one set of (zones x nodes) operations;
@@ -370,16 +424,38 @@ class NodeResourceTopology(Plugin):
         return self.node_scores(pod, snap, idx)
 
     def node_scores(self, pod: PodInfo, snap: NodeSnapshot, idx: IDX) -> I64:
-        """Katalyst's node score, on the nodes `idx`: each zone scored on the pod's request
-        against the zone's free amount (nothing free in a partly used zone for an
-        exclusive pod), the lowest non-zero zone score; for an exclusive pod under
+        """Katalyst's node score, on the nodes `idx`: each container (init containers
+        included) scored on its own and the scores averaged (truncated); at pod scope
+        (`native` on SingleNUMANodePodLevel nodes) the pod's effective request. A request
+        is scored against each zone's free amount (nothing free in a partly used zone for
+        an exclusive pod), the lowest non-zero zone score; for an exclusive pod under
         NumericContainerLevel, each set of the fewest zones that could hold it, summed.
         Nodes this plugin does not judge (no zones, another policy) score 0."""
         count = snap.numa_count[idx]
         policy = snap.policy[idx]
         judged = self.judged(policy) & (count > 0)
+        demand = zone_demand(pod.raw)
+        wanted = [self._scored_request(r) for r in demand.inits + demand.apps]
+        # a container asking for nothing is left out (Katalyst divides by zero there)
+        reqs = [r for r in wanted if r != (None, None)]
+        best = np.zeros(len(idx), np.int64)
+        for req in reqs:
+            best += self._request_scores(pod, snap, idx, req)
+        if reqs:
+            best //= len(reqs)
+        if self.policy == "native":
+            pod_level = policy == POLICY_SINGLE_NUMA_POD
+            if pod_level.any():
+                whole = self._request_scores(pod, snap, idx, self._scored_request(demand.effective))
+                best = np.where(pod_level, whole, best)
+        return np.where(judged, best, 0)
+
+    def _request_scores(
+        self, pod: PodInfo, snap: NodeSnapshot, idx: IDX, req: tuple[int | None, int | None]
+    ) -> I64:
+        """One request's score on the nodes `idx` (see `node_scores`)."""
+        count = snap.numa_count[idx]
         exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
-        req = self._scored_request(pod)
         alloc = (snap.numa_cpu_alloc[:, idx], snap.numa_mem_alloc[:, idx])
         free = []
         for a, used in zip(
@@ -391,19 +467,19 @@ class NodeResourceTopology(Plugin):
         if self.strategy == "BalancedAllocation":
             zone = np.where(present, zone, 0)  # the others score a missing zone 0 anyway
         best = _lowest_nonzero(zone)
-        numeric = policy == POLICY_NUMERIC
+        numeric = snap.policy[idx] == POLICY_NUMERIC
         if exclusive and numeric.any():
             sets = self._fewest_zone_sets(req, alloc, free, present, count, best)
             best = np.where(numeric, sets, best)
-        return np.where(judged, best, 0)
+        return best
 
-    def _scored_request(self, pod: PodInfo) -> tuple[int | None, int | None]:
+    def _scored_request(self, req: Request) -> tuple[int | None, int | None]:
         """cpu (in whole cores, rounded up, as Katalyst reads a quantity) and memory the
-        score weighs; None for a resource the pod does not ask for or that is not aligned
-        (the native policy weighs every resource the pod asks for)."""
+        score weighs; None for a resource not asked for or not aligned (the native policy
+        weighs every resource asked for)."""
         aligned = ("cpu", "memory") if self.policy == "native" else self.aligned
-        cpu = pod.request("cpu") if "cpu" in aligned else 0
-        mem = pod.request("memory") if "memory" in aligned else 0
+        cpu = req[0] if "cpu" in aligned else 0
+        mem = req[1] if "memory" in aligned else 0
         return (-(-cpu // 1000) if cpu else None), (mem if mem else None)
 
     def _katalyst_zone_score(
@@ -479,25 +555,53 @@ class NodeResourceTopology(Plugin):
         if not self.applies(pod):
             return None
         slot = snap.index[node]
-        ev = self.evaluate(pod, snap, np.array([slot], np.intp), ranked=True)
-        choice = int(ev.choice[0])
+        cols = np.array([slot], np.intp)
+        ev = self.evaluate(pod, snap, cols, ranked=True)
         if not ev.managed[0]:
             return None
-        if choice < 0:
+        if not ev.ok[0]:
             # the zones were taken since the filter (the extender binds after kube's cycle)
             return REASON
-        combo = ev.combos[choice]
+        if self.reserved_zones == "All":
+            state[NUMA_RESERVATION] = self._every_zone(pod, snap, slot, ev.exclusive)
+            return None
+        zs = self._zones(pod, snap, cols)
+        if zs.container_level is not None and bool(zs.container_level[0]):
+            _, took_c, took_m = self._place_containers(zs, snap, cols)
+            rows = [p for p in range(int(snap.numa_count[slot])) if took_c[p, 0] or took_m[p, 0]]
+            ids = tuple(int(snap.numa_id[p, slot]) for p in rows)
+            cpu = tuple(int(took_c[p, 0]) for p in rows)
+            mem = tuple(int(took_m[p, 0]) for p in rows)
+            state[NUMA_RESERVATION] = NUMAReservation(ids, cpu, mem, False)
+            return None
+        combo = ev.combos[int(ev.choice[0])]
         ids = tuple(int(snap.numa_id[p, slot]) for p in combo)
         if ev.exclusive:
             cpu = tuple(int(snap.numa_cpu_alloc[p, slot]) for p in combo)
             mem = tuple(int(snap.numa_mem_alloc[p, slot]) for p in combo)
         else:
-            req_c, req_m = pod.request("cpu"), pod.request("memory")
+            req_c, req_m = self._request(zone_demand(pod.raw))
             k = len(combo)
             cpu = tuple(req_c // k + (1 if i < req_c % k else 0) for i in range(k))
             mem = tuple(req_m // k + (1 if i < req_m % k else 0) for i in range(k))
         state[NUMA_RESERVATION] = NUMAReservation(ids, cpu, mem, ev.exclusive)
         return None
+
+    def _every_zone(
+        self, pod: PodInfo, snap: NodeSnapshot, slot: int, exclusive: bool
+    ) -> NUMAReservation:
+        """Katalyst's reservation: the pod's effective request charged to every zone of
+        the node until the CNR lists the pod; an exclusive pod's aligned requests raised
+        to a whole zone (the first zone's), so no zone looks free."""
+        z = int(snap.numa_count[slot])
+        cpu, mem = zone_demand(pod.raw).effective
+        if exclusive:
+            if "cpu" in self.aligned:
+                cpu = max(cpu, int(snap.numa_cpu_alloc[0, slot]))
+            if "memory" in self.aligned:
+                mem = max(mem, int(snap.numa_mem_alloc[0, slot]))
+        ids = tuple(int(snap.numa_id[p, slot]) for p in range(z))
+        return NUMAReservation(ids, (cpu,) * z, (mem,) * z, exclusive)
 
     def unreserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> None:
         state.pop(NUMA_RESERVATION, None)
