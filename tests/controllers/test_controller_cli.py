@@ -189,7 +189,7 @@ def test_evicting_before_tainting_is_refused() -> None:
 
 
 def test_once_against_the_embedded_cluster_runs_one_reconcile() -> None:
-    result = CliRunner().invoke(app, ["controller", "--once"])
+    result = CliRunner().invoke(app, ["controller", "--embedded", "--once"])
     assert result.exit_code == 0, result.output
     assert "backstop: 0 nodes" in result.output
 

@@ -49,7 +49,9 @@ def test_missing_file_is_reported(tmp_path: Path) -> None:
 
 
 def test_a_short_run_against_the_embedded_cluster() -> None:
-    result = runner.invoke(app, ["scheduler", "--max-seconds", "0.2", "--interval", "0.05"])
+    result = runner.invoke(
+        app, ["scheduler", "--embedded", "--max-seconds", "0.2", "--interval", "0.05"]
+    )
     assert result.exit_code == 0, result.output
     assert "embedded in-memory cluster" in result.stderr
     assert "scheduling pods of default-scheduler" in result.stdout
@@ -65,14 +67,22 @@ def test_bundled_example_config_loads() -> None:
 def test_extender_mode_serves_until_stopped() -> None:
     result = runner.invoke(
         app,
-        ["scheduler", "--extender", "--listen", "127.0.0.1:0", "--max-seconds", "0.2"],
+        [
+            "scheduler",
+            "--embedded",
+            "--extender",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-seconds",
+            "0.2",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "extender listening on http://127.0.0.1:0" in result.stdout
 
 
 def test_bad_listen_address() -> None:
-    result = runner.invoke(app, ["scheduler", "--extender", "--listen", "nowhere"])
+    result = runner.invoke(app, ["scheduler", "--embedded", "--extender", "--listen", "nowhere"])
     assert result.exit_code == 2
     assert "expected HOST:PORT" in result.stderr
 
@@ -90,7 +100,7 @@ def test_the_standalone_scheduler_serves_health_and_stops_on_sigterm() -> None:
         port = int(s.getsockname()[1])
     cmd = [sys.executable, "-c", "from pykatalyst.cli.main import app; app()", "scheduler"]
     proc = subprocess.Popen(
-        [*cmd, "--listen", f"127.0.0.1:{port}"],
+        [*cmd, "--embedded", "--listen", f"127.0.0.1:{port}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -125,7 +135,7 @@ def test_the_extender_listens_on_loopback_unless_told_otherwise() -> None:
 def test_leader_election_on_the_embedded_cluster_takes_the_scheduler_lease() -> None:
     result = runner.invoke(
         app,
-        ["scheduler", "--leader-elect", "--identity", "r1", "--max-seconds", "0.2"],
+        ["scheduler", "--embedded", "--leader-elect", "--identity", "r1", "--max-seconds", "0.2"],
     )
     assert result.exit_code == 0, result.output
     assert "leader election: lease katalyst-system/katalyst-scheduler as r1" in result.stdout
@@ -182,6 +192,8 @@ def test_a_real_cluster_s_pods_are_bound_with_binds_in_flight(tmp_path: Path) ->
 
 
 def test_bind_workers_must_not_be_negative() -> None:
-    result = runner.invoke(app, ["scheduler", "--bind-workers", "-1", "--max-seconds", "0.1"])
+    result = runner.invoke(
+        app, ["scheduler", "--embedded", "--bind-workers", "-1", "--max-seconds", "0.1"]
+    )
     assert result.exit_code == 2
     assert "--bind-workers" in result.output

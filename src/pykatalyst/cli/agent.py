@@ -19,9 +19,10 @@ from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.yamlio import load_yaml_all
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
+    EMBEDDED_OPTION,
     IN_CLUSTER_OPTION,
     KUBECONFIG_OPTION,
-    cluster_from_options,
+    daemon_cluster,
 )
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import RealClock
@@ -64,12 +65,38 @@ def load_pods(path: Path) -> list[dict[str, Any]]:
     return pods
 
 
-def ensure_node(cluster: Cluster, node: str, topo: CPUTopology) -> None:
+def enforcing_view_problem(embedded: bool, pods: bool, dry_run: bool, host_root: bool) -> str:
+    """Why an agent must not write this machine's cgroups from the view it was given ("":
+    it may). Writing from a view that is not the kubelet's would treat every pod the
+    kubelet runs here as unknown."""
+    if dry_run or host_root:
+        return ""
+    if embedded:
+        return (
+            "--embedded without --dry-run would write this machine's cgroups from an "
+            "in-memory cluster that knows none of the pods the kubelet runs here; add "
+            "--dry-run, or run against the cluster this node belongs to"
+        )
+    if pods:
+        return (
+            "--pods without --dry-run would write this machine's cgroups for pods the "
+            "kubelet does not run; add --dry-run (or --host-root DIR for a test tree)"
+        )
+    return ""
+
+
+def ensure_node(cluster: Cluster, node: str, topo: CPUTopology, create: bool) -> None:
+    """The Node must exist; `create`: make it from this machine's topology (a declared
+    node: the embedded cluster, or pods given with --pods)."""
     try:
         cluster.get(names.NODE, node)
         return
     except NotFound:
-        pass
+        if not create:
+            raise ValueError(
+                f"node {node!r} is not in the cluster: --node names this node as its "
+                "kubelet registered it (default: $NODE_NAME, then the hostname)"
+            ) from None
     capacity = {
         names.RESOURCE_CPU: str(topo.num_cpus),
         names.RESOURCE_MEMORY: str(Quantity.from_bytes(topo.total_memory)),
@@ -167,8 +194,12 @@ def agent(
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
+    embedded: bool = EMBEDDED_OPTION,
 ) -> None:
-    """Run the node agent: pools, cpusets, headroom and reporting for NODE."""
+    """Run the node agent: pools, cpusets, headroom and reporting for NODE.
+
+    It refuses to write this machine's cgroups from a view that is not the kubelet's
+    (--embedded or --pods without --dry-run)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     node = node or socket.gethostname().lower()
     try:
@@ -181,15 +212,20 @@ def agent(
     from pykatalyst.agent.host.linux import LinuxHost
 
     clock = RealClock()
+    cluster, source = daemon_cluster("agent", kubeconfig, in_cluster, context, embedded, clock)
+    refusal = enforcing_view_problem(
+        source.embedded, pods is not None, dry_run, host_root is not None
+    )
+    if refusal:
+        raise _fail(f"error: {refusal}")
     try:
         host = LinuxHost(root=host_root) if host_root is not None else LinuxHost()
         topo = host.topology()
     except (OSError, ValueError) as exc:
         raise _fail(f"cannot read this machine: {exc}") from None
-    cluster: Cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
     notes: list[str] = [reclaim_setting(cfg)]
     try:
-        ensure_node(cluster, node, topo)
+        ensure_node(cluster, node, topo, create=source.embedded or pods is not None)
         if pods is not None:
             declared = load_pods(pods)
             created = create_pods(cluster, node, declared)

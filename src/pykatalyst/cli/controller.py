@@ -16,7 +16,13 @@ from typing import Annotated
 import typer
 
 from pykatalyst.api import duration, names
-from pykatalyst.cli.kubeopts import ContextArg, InClusterArg, KubeconfigArg, cluster_from_options
+from pykatalyst.cli.kubeopts import (
+    ContextArg,
+    EmbeddedArg,
+    InClusterArg,
+    KubeconfigArg,
+    daemon_cluster,
+)
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import Clock, RealClock
 from pykatalyst.cluster.protocol import BadRequest, Cluster
@@ -131,12 +137,6 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-EMBEDDED_NOTE = (
-    "note: no --kubeconfig/--in-cluster: running against the embedded in-memory "
-    "cluster, which starts empty"
-)
-
-
 def elect(
     cluster: Cluster,
     identity: str | None,
@@ -189,6 +189,7 @@ def controller(
     kubeconfig: KubeconfigArg = None,
     in_cluster: InClusterArg = False,
     context: ContextArg = None,
+    embedded: EmbeddedArg = False,
     controllers: Annotated[
         str,
         typer.Option(
@@ -334,12 +335,9 @@ def controller(
         leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
     cfg = BackstopConfig(taint_after_s=taint_s, evict_after_s=evict_s, dry_run=dry_run)
     clock: Clock = RealClock()
-    cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
-    embedded = kubeconfig is None and not in_cluster
-    if embedded:
-        print_message(EMBEDDED_NOTE, stderr=True)
+    cluster, source = daemon_cluster("controller", kubeconfig, in_cluster, context, embedded, clock)
     elector: LeaderElector | None = None
-    if leader_cfg is not None and not dry_run and not embedded:
+    if leader_cfg is not None and not dry_run and not source.embedded:
         lease = (lease_namespace, lease_name)
         elector = elect(cluster, identity, lease, leader_cfg, output is OutputFormat.JSON)
     elif leader_cfg is not None and dry_run:

@@ -8,12 +8,13 @@ from pathlib import Path
 import typer
 
 from pykatalyst.api import names
-from pykatalyst.cli.controller import EMBEDDED_NOTE, elect, leader_config
+from pykatalyst.cli.controller import elect, leader_config
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
+    EMBEDDED_OPTION,
     IN_CLUSTER_OPTION,
     KUBECONFIG_OPTION,
-    cluster_from_options,
+    daemon_cluster,
 )
 from pykatalyst.cli.listen import listen_address
 from pykatalyst.cli.output import print_message
@@ -153,6 +154,7 @@ def scheduler(
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
+    embedded: bool = EMBEDDED_OPTION,
 ) -> None:
     """Place pending pods with Katalyst's QoS- and NUMA-aware plugins.
 
@@ -169,24 +171,29 @@ def scheduler(
         print_message(ELECTED_EXTENDER, stderr=True)
         raise typer.Exit(code=2)
     leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
+    if extender:
+        listen = listen or DEFAULT_EXTENDER_LISTEN
+    address = listen_address(listen) if listen is not None else None
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     clock = RealClock()
-    if kubeconfig is None and not in_cluster and cfg.kubeconfig:
+    if kubeconfig is None and not in_cluster and not embedded and cfg.kubeconfig:
         kubeconfig = Path(cfg.kubeconfig)  # clientConnection.kubeconfig, as kube-scheduler
-    cluster = cluster_from_options(
-        kubeconfig, in_cluster, context, clock, qps=cfg.client_qps, burst=cfg.client_burst
+    cluster, source = daemon_cluster(
+        "scheduler",
+        kubeconfig,
+        in_cluster,
+        context,
+        embedded,
+        clock,
+        qps=cfg.client_qps,
+        burst=cfg.client_burst,
     )
     elector: LeaderElector | None = None
     if leader_elect:
         elector = elect(cluster, identity, (lease_namespace, lease_name), leader_cfg)
-    if kubeconfig is None and not in_cluster:
-        print_message(EMBEDDED_NOTE, stderr=True)
-    real = kubeconfig is not None or in_cluster
+    real = not source.embedded
     sched = Scheduler(cluster, cfg, bind_workers=bind_workers if real and not extender else 0)
     service = _extender(sched, profile) if extender else None
-    if extender:
-        listen = listen or DEFAULT_EXTENDER_LISTEN
-    address = listen_address(listen) if listen is not None else None
     names_ = ", ".join(p.scheduler_name for p in cfg.profiles)
     mode = "extender" if extender else f"scheduling pods of {names_}"
     print_message(f"katalyst scheduler: {mode}")

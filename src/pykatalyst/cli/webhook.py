@@ -10,9 +10,10 @@ import typer
 
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
+    EMBEDDED_OPTION,
     IN_CLUSTER_OPTION,
     KUBECONFIG_OPTION,
-    cluster_from_options,
+    daemon_cluster,
 )
 from pykatalyst.cli.listen import listen_address
 from pykatalyst.cli.output import print_message
@@ -115,6 +116,7 @@ def webhook(
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
+    embedded: bool = EMBEDDED_OPTION,
 ) -> None:
     """Admission webhooks with Katalyst's semantics: refuse pods with QoS declarations no node
     can run (warn of what Katalyst ignores), set the SPD reference, and apply the node
@@ -130,13 +132,7 @@ def webhook(
         return
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     clock = RealClock()
-    cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
-    if kubeconfig is None and not in_cluster:
-        print_message(
-            "note: no --kubeconfig/--in-cluster: ServiceProfileDescriptors are read from the "
-            "embedded in-memory cluster, which starts empty",
-            stderr=True,
-        )
+    cluster, _ = daemon_cluster("webhook", kubeconfig, in_cluster, context, embedded, clock)
     service = WebhookService(cluster)
 
     def listening() -> None:
