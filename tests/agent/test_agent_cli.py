@@ -234,7 +234,7 @@ def test_running_agent_serves_health_and_metrics_and_stops_on_sigterm(tmp_path: 
     args = ["--embedded", "--node", "n1", "--dry-run", "--pods", str(PODS)]
     args += ["--host-root", str(tmp_path)]
     proc = subprocess.Popen(
-        [*cmd, *args, "--port", str(port), "--bind-address", "127.0.0.1"],
+        [*cmd, *args, "--listen", f"127.0.0.1:{port}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -17,6 +17,13 @@ from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.yamlio import load_yaml_all
+from pykatalyst.cli.conventions import (
+    LISTEN,
+    NOT_SERVED,
+    listen_from_old,
+    listen_option,
+    old_option,
+)
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
     EMBEDDED_OPTION,
@@ -164,25 +171,18 @@ def agent(
         Path | None,
         typer.Option("--host-root", help="Read sysfs, /proc and cgroups under this directory."),
     ] = None,
-    port: Annotated[
-        int,
-        typer.Option(
-            "--port",
-            min=0,
-            max=65535,
-            help=f"Serve /healthz, /readyz and /metrics on this port (0: not at all; "
-            f"Katalyst's agent port is {AGENT_PORT}). Not served with --once.",
-        ),
-    ] = AGENT_PORT,
-    bind_address: Annotated[
+    listen: Annotated[
         str,
         typer.Option(
-            "--bind-address",
-            help="Address of the health and metrics server (the DaemonSet passes the pod "
-            "IP, where the kubelet's probes and Prometheus reach it; 0.0.0.0: every "
-            "interface).",
+            "--listen",
+            metavar=LISTEN,
+            help=f"Serve /healthz, /readyz and /metrics here (Katalyst's agent port is "
+            f"{AGENT_PORT}; the DaemonSet passes the pod IP, where the kubelet's probes and "
+            f"Prometheus reach it; 'none': not served). Not served with --once.",
         ),
-    ] = "127.0.0.1",
+    ] = f"127.0.0.1:{AGENT_PORT}",
+    old_port: Annotated[int | None, old_option("agent", "--port")] = None,
+    old_bind_address: Annotated[str | None, old_option("agent", "--bind-address")] = None,
     kubelet_config: Annotated[
         str | None,
         typer.Option(
@@ -249,7 +249,9 @@ def agent(
     )
     for note in notes:
         print_message(f"note: {note}", stderr=True)
-    endpoint = Endpoint("metrics", bind_address, port) if port else None
+    listen = listen_from_old(listen, old_bind_address, old_port) or NOT_SERVED
+    address = listen_option(listen)
+    endpoint = Endpoint("metrics", address[0], address[1]) if address is not None else None
     try:
         code = run_agent(
             runner,
@@ -261,7 +263,7 @@ def agent(
             registry=registry,
         )
     except ServeError as exc:
-        raise _fail(f"--port {port}: {exc}") from None
+        raise _fail(f"--listen {listen}: {exc}") from None
     if code:
         raise typer.Exit(code)
 

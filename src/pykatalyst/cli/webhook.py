@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from pykatalyst.cli.conventions import DURATION, old_option, optional_duration
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
     EMBEDDED_OPTION,
@@ -110,9 +112,13 @@ def webhook(
         help="With --self-signed: also write client.crt/client.key for NAME, signed by the "
         "CA, for kube-apiserver to present (pair with --client-ca-file DIR/ca.crt).",
     ),
-    max_seconds: float | None = typer.Option(
-        None, "--max-seconds", help="Stop after this many seconds (default: run until stopped)."
+    stop_after: str | None = typer.Option(
+        None,
+        "--stop-after",
+        metavar=DURATION,
+        help="Stop after this long (default: run until stopped).",
     ),
+    old_max_seconds: Annotated[str | None, old_option("webhook", "--max-seconds")] = None,
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
@@ -122,6 +128,7 @@ def webhook(
     can run (warn of what Katalyst ignores), set the SPD reference, and apply the node
     overcommit ratios to nodes/status."""
     address = listen_address(listen)
+    stop_s = optional_duration(old_max_seconds or stop_after, "--stop-after")
     hosts = list(dict.fromkeys([*cert_hosts, address[0], "localhost", "127.0.0.1"]))
     for flag, given in (("--certs-only", certs_only), ("--client-cert", client_cert is not None)):
         if given and self_signed is None:
@@ -140,9 +147,7 @@ def webhook(
         print_message(f"webhook listening on https://{address[0]}:{address[1]} ({routes})")
 
     try:
-        run_webhook(
-            service, tls, clock, listen=address, on_ready=listening, max_seconds=max_seconds
-        )
+        run_webhook(service, tls, clock, listen=address, on_ready=listening, max_seconds=stop_s)
     except ServeError as exc:
         print_message(f"error: --listen {listen}: {exc}", stderr=True)
         raise typer.Exit(code=2) from None
