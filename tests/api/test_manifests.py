@@ -98,7 +98,12 @@ def test_every_katalyst_example_pod_is_accepted() -> None:
     for doc in iter_documents([KATALYST_EXAMPLES]):
         template = pod_template(doc)
         if template is None:
-            assert doc.kind in ("ConfigMap", "KatalystCustomConfig", "EvictionConfiguration")
+            assert doc.kind in (
+                "ConfigMap",
+                "KatalystCustomConfig",
+                "EvictionConfiguration",
+                "ResourceRecommend",
+            )
             continue
         levels.append(parse_pod_qos(template.pod).level)
     assert set(levels) == {
