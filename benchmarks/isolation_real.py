@@ -45,7 +45,7 @@ schedstat: time ready to run while a cpu ran something else), where the node's c
 wire and what each egress class sent; then one `<kind>_p99_over_solo` line per kind with
 per-round ratios, and as the last line `service_p99_over_solo: <ratio> busy: <share>` for
 the cpu antagonist under the agent. The load average is printed before and after the
-runs. See docs/agent.md ("Isolation with real software") for what it shows and what it
+runs. See benchmarks/results/agent.md ("Isolation with real software") for what it shows and what it
 cannot.
 
 The benchmark runs in a mount namespace of its own (it re-executes itself under

@@ -138,7 +138,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         certs = Path(tmp)
         katalyst = str(Path(sys.executable).parent / "katalyst")
-        cmd = [katalyst, "webhook", "--self-signed", str(certs), "--listen", f"127.0.0.1:{port}"]
+        cmd = [katalyst, "webhook", "--embedded", "--self-signed", str(certs)]
+        cmd += ["--listen", f"127.0.0.1:{port}"]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             url = f"https://127.0.0.1:{port}"

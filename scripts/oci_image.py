@@ -27,10 +27,15 @@ import gzip
 import hashlib
 import io
 import json
+import platform
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
+
+# The image holds the build machine's binaries (Debian's .debs, CPython wheels, busybox), so
+# it is of the build machine's architecture, in OCI's (Go's) names.
+ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
 def _info(name: str, *, kind: bytes = tarfile.REGTYPE, mode: int = 0o644) -> tarfile.TarInfo:
@@ -129,7 +134,7 @@ def layout_files(
     gz = gzip.compress(raw, compresslevel=6, mtime=0)
     layer_digest, _ = blob(gz)
     config = {
-        "architecture": "amd64",
+        "architecture": ARCH,
         "os": "linux",
         "config": image_config,
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
@@ -164,7 +169,7 @@ def layout_files(
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
                 "digest": manifest_digest,
                 "size": len(manifest_raw),
-                "platform": {"architecture": "amd64", "os": "linux"},
+                "platform": {"architecture": ARCH, "os": "linux"},
                 "annotations": {
                     "io.containerd.image.name": name,
                     "org.opencontainers.image.ref.name": tag,

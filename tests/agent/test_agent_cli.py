@@ -37,6 +37,7 @@ def test_dry_run_once_prints_the_plan_for_declared_pods(tmp_path: Path) -> None:
         app,
         [
             "agent",
+            "--embedded",
             "--node",
             "n1",
             "--dry-run",
@@ -71,7 +72,17 @@ def test_invalid_config_is_refused_at_start(tmp_path: Path) -> None:
     cfg.write_text("advisor:\n  max_ramp_up_step: -3\n")
     result = CliRunner().invoke(
         app,
-        ["agent", "--node", "n1", "--once", "--config", str(cfg), "--host-root", str(tmp_path)],
+        [
+            "agent",
+            "--embedded",
+            "--node",
+            "n1",
+            "--once",
+            "--config",
+            str(cfg),
+            "--host-root",
+            str(tmp_path),
+        ],
     )
     assert result.exit_code == 2
     assert "advisor.max_ramp_up_step" in result.output
@@ -80,7 +91,17 @@ def test_invalid_config_is_refused_at_start(tmp_path: Path) -> None:
 def test_summary_output_names_the_pools(tmp_path: Path) -> None:
     make_kubelet_tree(tmp_path, version=2, driver="systemd")
     result = CliRunner().invoke(
-        app, ["agent", "--node", "n1", "--dry-run", "--once", "--host-root", str(tmp_path)]
+        app,
+        [
+            "agent",
+            "--embedded",
+            "--node",
+            "n1",
+            "--dry-run",
+            "--once",
+            "--host-root",
+            str(tmp_path),
+        ],
     )
     assert result.exit_code == 0, result.output
     # no shared pod on the node: Katalyst's reserve and reclaim pools only
@@ -95,13 +116,13 @@ def _run_once(tmp_path: Path, *extra: str) -> tuple[int, str]:
 
 
 def test_eviction_section_of_the_config_file_reaches_the_eviction_stage(tmp_path: Path) -> None:
-    code, out = _run_once(tmp_path / "on")
+    code, out = _run_once(tmp_path / "on", "--embedded")
     assert code == 0, out
     kinds = [a["kind"] for a in _json(out)["eviction_actions"]]  # type: ignore[attr-defined]
     assert "eviction-plan" in kinds
     cfg = tmp_path / "agent.yaml"
     cfg.write_text("eviction:\n  enabled: false\n")
-    code, out = _run_once(tmp_path / "off", "--config", str(cfg))
+    code, out = _run_once(tmp_path / "off", "--embedded", "--config", str(cfg))
     assert code == 0, out
     assert _json(out)["eviction_actions"] == []
 
@@ -109,7 +130,7 @@ def test_eviction_section_of_the_config_file_reaches_the_eviction_stage(tmp_path
 def test_invalid_eviction_config_is_refused_at_start_naming_the_field(tmp_path: Path) -> None:
     cfg = tmp_path / "agent.yaml"
     cfg.write_text("eviction:\n  reclaimed_resource:\n    eviction_threshold: {cpu: 2}\n")
-    code, out = _run_once(tmp_path / "root", "--config", str(cfg))
+    code, out = _run_once(tmp_path / "root", "--embedded", "--config", str(cfg))
     assert code == 2
     assert "eviction.reclaimed_resource.eviction_threshold" in out
     assert "'cpu'" in out
@@ -127,7 +148,8 @@ def test_in_cluster_outside_a_pod_is_refused(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--context", "prod"], "--context needs --kubeconfig"),
+        (["--in-cluster", "--context", "prod"], "--context needs a kubeconfig"),
+        (["--embedded", "--kubeconfig", "k"], "--embedded excludes --kubeconfig"),
         (["--kubeconfig", "KUBECONFIG", "--in-cluster"], "exclude each other"),
         (["--kubeconfig", "missing.yaml"], "no such file"),
     ],
@@ -142,6 +164,50 @@ def test_cluster_options_are_checked_before_the_agent_runs(
     code, out = _run_once(tmp_path / "root", *args)
     assert code == 2
     assert message in out
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--embedded"], "--embedded without --dry-run"),
+        (["--embedded", "--pods", str(PODS)], "--embedded without --dry-run"),
+    ],
+)
+def test_an_agent_that_would_enforce_on_this_host_from_an_embedded_view_refuses(
+    args: list[str], reason: str
+) -> None:
+    # no --host-root and no --dry-run: it would write this machine's own cgroups
+    result = CliRunner().invoke(app, ["agent", "--node", "n1", "--once", *args])
+    assert result.exit_code == 2
+    first, *rest = result.output.splitlines()
+    assert first.startswith("katalyst agent: cluster: the embedded in-memory cluster")
+    assert any(reason in line and "knows none of the pods" in line for line in rest)
+
+
+def test_without_a_cluster_the_agent_says_how_to_name_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, out = _run_once(tmp_path / "root")
+    assert code == 2
+    assert "no cluster found" in out and "--embedded" in out
+
+
+def test_a_node_the_kubelet_did_not_register_is_refused_not_created() -> None:
+    from pykatalyst.cli.agent import ensure_node
+    from pykatalyst.cluster.clock import VirtualClock
+    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.topology.machine import CPUTopology
+
+    cluster = MemoryCluster(clock=VirtualClock())
+    topo = CPUTopology.synthetic(sockets=1, cores_per_socket=2, threads_per_core=1)
+    with pytest.raises(ValueError, match="'n9' is not in the cluster"):
+        ensure_node(cluster, "n9", topo, create=False)
+    assert cluster.list(names.NODE).items == []
+    ensure_node(cluster, "n9", topo, create=True)
+    assert [n["metadata"]["name"] for n in cluster.list(names.NODE).items] == ["n9"]
 
 
 def _free_port() -> int:
@@ -166,9 +232,10 @@ def test_running_agent_serves_health_and_metrics_and_stops_on_sigterm(tmp_path: 
     make_kubelet_tree(tmp_path, version=2)
     port = _free_port()
     cmd = [sys.executable, "-c", "from pykatalyst.cli.main import app; app()", "agent"]
-    args = ["--node", "n1", "--dry-run", "--pods", str(PODS), "--host-root", str(tmp_path)]
+    args = ["--embedded", "--node", "n1", "--dry-run", "--pods", str(PODS)]
+    args += ["--host-root", str(tmp_path)]
     proc = subprocess.Popen(
-        [*cmd, *args, "--port", str(port), "--bind-address", "127.0.0.1"],
+        [*cmd, *args, "--listen", f"127.0.0.1:{port}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

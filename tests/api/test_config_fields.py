@@ -106,7 +106,7 @@ def test_unimplemented_and_unknown_fields_are_told_apart() -> None:
     }
     uses = {u.path: u for u in config_fields.field_uses(obj)}
     paused = uses["spec.paused"]
-    assert not paused.takes_effect and "no controller matches" in paused.note
+    assert paused.takes_effect and paused.effect.startswith("controller (kcc)")
     rootfs = uses["spec.config.evictionConfig.rootfsPressureEvictionConfig.gracePeriod"]
     assert rootfs.known and not rootfs.takes_effect
     typo = uses["spec.config.evictionConfg"]

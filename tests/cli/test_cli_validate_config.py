@@ -58,15 +58,22 @@ def test_each_field_says_whether_it_takes_effect(tmp_path: Path) -> None:
     assert cool["takesEffect"] is True and cool["value"] == "300s"
     rss = fields["spec.config.evictionConfig.memoryPressureEvictionConfig.enableRSSOveruseEviction"]
     assert rss["takesEffect"] is False and "does not implement" in rss["note"]
-    assert fields["spec.nodeLabelSelector"]["takesEffect"] is False
-    # A field no Katalyst schema has is a warning (the API server would drop it), not an error.
+    selector = fields["spec.nodeLabelSelector"]
+    assert selector["takesEffect"] is True and selector["sets"].startswith("controller (kcc)")
+    # A field no Katalyst schema has is a warning (the API server would drop it), not an
+    # error; so is one of Katalyst's that pykatalyst does not act on.
     typo = fields["spec.config.reclaimedResourceConfg"]
     assert typo["inKatalystSchema"] is False
     assert code == 0
-    assert [p["field"] for p in report["problems"]] == ["spec.config.reclaimedResourceConfg"]
+    warned = {p["field"]: p for p in report["problems"]}
+    assert set(warned) == {
+        "spec.config.reclaimedResourceConfg",
+        "spec.config.evictionConfig.memoryPressureEvictionConfig.enableRSSOveruseEviction",
+    }
+    assert all(p["severity"] == "warning" for p in warned.values())
     noc = _fields(report, names.NODE_OVERCOMMIT_CONFIG.kind)
-    assert not any(f["takesEffect"] for f in noc.values())
-    assert "spec.resourceOvercommitRatio.cpu" in noc
+    assert all(f["takesEffect"] for f in noc.values())
+    assert noc["spec.resourceOvercommitRatio.cpu"]["sets"].startswith("controller (overcommit)")
 
 
 def test_an_invalid_value_fails_naming_the_field_and_what_is_accepted(tmp_path: Path) -> None:

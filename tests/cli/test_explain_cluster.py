@@ -451,11 +451,16 @@ def test_file_options_do_not_mix_with_a_subcommand(world: World) -> None:
 def test_without_a_cluster_option_or_kubeconfig_it_says_what_to_give(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     result = runner.invoke(app, ["explain", "node", NODE])
     assert result.exit_code == 2
-    assert "--kubeconfig PATH or --in-cluster" in result.output
+    assert "no cluster found" in result.output and "give --kubeconfig PATH" in result.output
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    result = runner.invoke(app, ["explain", "node", NODE])
+    assert result.exit_code == 2
+    assert f"$KUBECONFIG={tmp_path / 'none'}: no such file" in result.output
 
 
 def test_over_http_through_a_kubeconfig_it_reads_the_same(world: World, tmp_path: Path) -> None:

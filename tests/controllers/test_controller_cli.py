@@ -189,7 +189,7 @@ def test_evicting_before_tainting_is_refused() -> None:
 
 
 def test_once_against_the_embedded_cluster_runs_one_reconcile() -> None:
-    result = CliRunner().invoke(app, ["controller", "--once"])
+    result = CliRunner().invoke(app, ["controller", "--embedded", "--once"])
     assert result.exit_code == 0, result.output
     assert "backstop: 0 nodes" in result.output
 
@@ -333,7 +333,7 @@ def test_two_running_replicas_hand_over_when_the_leader_is_stopped(
                 "controller",
                 "--kubeconfig",
                 str(kubeconfig),
-                "--period",
+                "--interval",
                 "1s",
                 # The backstop alone: each controller's first reconcile opens its watches,
                 # and this test's lease (2s renew deadline) is shorter than all of them.
@@ -341,8 +341,8 @@ def test_two_running_replicas_hand_over_when_the_leader_is_stopped(
                 "backstop",
                 "--identity",
                 identity,
-                "--metrics-port",
-                str(ports[identity]),
+                "--listen",
+                f"127.0.0.1:{ports[identity]}",
                 *fast,
             ],
             stdout=subprocess.PIPE,

@@ -62,7 +62,7 @@ def test_the_command_refuses_a_bad_controllers_value_and_changes_nothing() -> No
 
 def test_once_runs_only_the_chosen_controllers() -> None:
     result = CliRunner().invoke(
-        app, ["controller", "--once", "--controllers", "overcommit,kcc,lifecycle"]
+        app, ["controller", "--embedded", "--once", "--controllers", "overcommit,kcc,lifecycle"]
     )
     assert result.exit_code == 0, result.output
     assert "overcommit: 0 nodes" in result.output and "lifecycle: 0 nodes" in result.output

@@ -208,11 +208,8 @@ def test_every_container_runs_a_katalyst_command_the_cli_accepts(container: JSON
 
 
 def _served_port(command: str, params: dict[str, Any]) -> int | None:
-    """The port a command serves /healthz, /readyz and /metrics on, as its options say."""
-    if command == "agent":
-        return int(params["port"]) or None
-    if command == "controller":
-        return params.get("metrics_port")
+    """The port a command serves /healthz, /readyz and /metrics on, as its options say
+    (every daemon: --listen HOST:PORT)."""
     listen = params.get("listen")
     return int(str(listen).rsplit(":", 1)[1]) if listen else None
 
@@ -227,8 +224,7 @@ def test_every_daemon_is_probed_on_the_health_endpoints_it_serves(container: JSO
     port = _served_port(command, params)
     assert port is not None, f"{command} serves no health endpoints with these args"
     # The kubelet probes the pod IP: a loopback-only server would never answer it.
-    flag = {"agent": "bind_address", "controller": "metrics_address"}.get(command, "listen")
-    address = str(params.get(flag, ""))
+    address = str(params.get("listen", "")).rpartition(":")[0]
     assert not address.startswith(("127.", "localhost", "[::1]")), address
     if "$(POD_IP)" in address:
         env = {e["name"]: e for e in container.get("env", [])}
@@ -1087,11 +1083,16 @@ def test_controller_replicas_elect_a_leader_and_the_scheduler_never_runs_twice()
     assert workload["spec"]["replicas"] >= 2
     assert params["leader_elect"] is True
     assert "POD_NAME" in str(params["identity"]).upper()  # one identity per replica
-    assert params["metrics_port"] is not None
+    assert params["listen"] is not None
     for w in _of_kind("Deployment"):
         if w["metadata"]["name"].startswith(names.SCHEDULER_COMPONENT):
             assert w["spec"]["replicas"] == 1
             assert w["spec"]["strategy"]["type"] == "Recreate"
+            # a second replica during a rollout would only follow: it elects by default
+            (container,) = w["spec"]["template"]["spec"]["containers"]
+            _, sched = _parsed(container)
+            if not sched.get("extender"):
+                assert sched["leader_elect"] is True
 
 
 # --- the agent's command line, end to end ---------------------------------------------------

@@ -85,7 +85,7 @@ def test_silent_agent_taints_then_evicts_within_the_pdb_and_clears_when_back(
         "8s",
         "--evict-after",
         "16s",
-        "--period",
+        "--interval",
         "2s",
     )
     wait_until("the backstop's CNR taint", lambda: _backstop_tainted(kubectl, node), 60)

@@ -95,14 +95,12 @@ def test_the_kcc_controller_tells_and_counts_a_refused_admin_qos_config(
         # no Node carries this label: the test's CNC writes touch nobody's nodes
         "--node-selector",
         f"pykatalyst.e2e/skipped={tag}",
-        "--period",
+        "--interval",
         "2s",
         "--lease-name",
         lease,
-        "--metrics-address",
-        "127.0.0.1",
-        "--metrics-port",
-        str(port),
+        "--listen",
+        f"127.0.0.1:{port}",
     )
     try:
         kubectl.apply(

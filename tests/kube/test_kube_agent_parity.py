@@ -44,7 +44,7 @@ def _stable(value: Any) -> Any:
 def test_agent_plans_alike_in_process_and_over_http(tmp_path: Path) -> None:
     args = ["agent", "--node", "node-1", "--once", "--dry-run", "-o", "json"]
     args += ["--pods", str(PODS)]
-    in_process = _plan(args)
+    in_process = _plan([*args, "--embedded"])
     store = MemoryCluster(clock=RealClock())
     with ApiServer(store, bookmark_seconds=0) as server:
         kubeconfig = tmp_path / "kubeconfig"

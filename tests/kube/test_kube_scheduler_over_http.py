@@ -44,7 +44,7 @@ def test_scheduler_binds_a_pod_over_http(tmp_path: Path) -> None:
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(server.url)))
         args = ["scheduler", "--config", str(CONFIG), "--kubeconfig", str(kubeconfig)]
-        result = CliRunner().invoke(app, [*args, "--max-seconds", "2.5"])
+        result = CliRunner().invoke(app, [*args, "--stop-after", "2.5s"])
     assert result.exit_code == 0, result.output
     name, namespace = pod["metadata"]["name"], pod["metadata"].get("namespace", "default")
     assert store.get(POD, name, namespace)["spec"]["nodeName"] == "n1"

@@ -49,7 +49,9 @@ def test_missing_file_is_reported(tmp_path: Path) -> None:
 
 
 def test_a_short_run_against_the_embedded_cluster() -> None:
-    result = runner.invoke(app, ["scheduler", "--max-seconds", "0.2", "--interval", "0.05"])
+    result = runner.invoke(
+        app, ["scheduler", "--embedded", "--stop-after", "200ms", "--interval", "50ms"]
+    )
     assert result.exit_code == 0, result.output
     assert "embedded in-memory cluster" in result.stderr
     assert "scheduling pods of default-scheduler" in result.stdout
@@ -65,14 +67,22 @@ def test_bundled_example_config_loads() -> None:
 def test_extender_mode_serves_until_stopped() -> None:
     result = runner.invoke(
         app,
-        ["scheduler", "--extender", "--listen", "127.0.0.1:0", "--max-seconds", "0.2"],
+        [
+            "scheduler",
+            "--embedded",
+            "--extender",
+            "--listen",
+            "127.0.0.1:0",
+            "--stop-after",
+            "200ms",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "extender listening on http://127.0.0.1:0" in result.stdout
 
 
 def test_bad_listen_address() -> None:
-    result = runner.invoke(app, ["scheduler", "--extender", "--listen", "nowhere"])
+    result = runner.invoke(app, ["scheduler", "--embedded", "--extender", "--listen", "nowhere"])
     assert result.exit_code == 2
     assert "expected HOST:PORT" in result.stderr
 
@@ -90,7 +100,7 @@ def test_the_standalone_scheduler_serves_health_and_stops_on_sigterm() -> None:
         port = int(s.getsockname()[1])
     cmd = [sys.executable, "-c", "from pykatalyst.cli.main import app; app()", "scheduler"]
     proc = subprocess.Popen(
-        [*cmd, "--listen", f"127.0.0.1:{port}"],
+        [*cmd, "--embedded", "--listen", f"127.0.0.1:{port}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -125,7 +135,7 @@ def test_the_extender_listens_on_loopback_unless_told_otherwise() -> None:
 def test_leader_election_on_the_embedded_cluster_takes_the_scheduler_lease() -> None:
     result = runner.invoke(
         app,
-        ["scheduler", "--leader-elect", "--identity", "r1", "--max-seconds", "0.2"],
+        ["scheduler", "--embedded", "--leader-elect", "--identity", "r1", "--stop-after", "200ms"],
     )
     assert result.exit_code == 0, result.output
     assert "leader election: lease katalyst-system/katalyst-scheduler as r1" in result.stdout
@@ -170,7 +180,7 @@ def test_a_real_cluster_s_pods_are_bound_with_binds_in_flight(tmp_path: Path) ->
                 for i in range(12, 24):
                     store.create(names.POD, pod(f"p{i}", {"cpu": "1"}), "default")
             args = ["scheduler", "--config", str(config), "--bind-workers", workers]
-            result = runner.invoke(app, [*args, "--max-seconds", "3", "--interval", "0.05"])
+            result = runner.invoke(app, [*args, "--stop-after", "3s", "--interval", "50ms"])
             assert result.exit_code == 0, result.output
             bound = [line for line in result.stdout.splitlines() if line.startswith("bound ")]
             first = 0 if workers == "0" else 12
@@ -182,6 +192,73 @@ def test_a_real_cluster_s_pods_are_bound_with_binds_in_flight(tmp_path: Path) ->
 
 
 def test_bind_workers_must_not_be_negative() -> None:
-    result = runner.invoke(app, ["scheduler", "--bind-workers", "-1", "--max-seconds", "0.1"])
+    result = runner.invoke(
+        app, ["scheduler", "--embedded", "--bind-workers", "-1", "--stop-after", "100ms"]
+    )
     assert result.exit_code == 2
     assert "--bind-workers" in result.output
+
+
+def _config(tmp_path: Path, leader_election: str) -> Path:
+    f = tmp_path / "sched.yaml"
+    f.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        f"leaderElection: {leader_election}\n"
+    )
+    return f
+
+
+def test_the_configuration_s_leader_election_is_honoured(tmp_path: Path) -> None:
+    run = ["scheduler", "--embedded", "--once", "--identity", "r1", "--config"]
+    named = _config(
+        tmp_path,
+        "{leaderElect: true, resourceName: mine, resourceNamespace: katalyst-system, "
+        "leaseDuration: 20s}",
+    )
+    result = runner.invoke(app, [*run, str(named)])
+    assert result.exit_code == 0, result.output
+    assert "leader election: lease katalyst-system/mine as r1" in result.stdout
+    # a flag given on the command line wins over the file, field by field
+    flagged = runner.invoke(app, [*run, str(named), "--lease-name", "theirs"])
+    assert "leader election: lease katalyst-system/theirs as r1" in flagged.stdout
+    off = runner.invoke(app, [*run, str(_config(tmp_path, "{leaderElect: false}"))])
+    assert off.exit_code == 0, off.output
+    assert "leader election" not in off.output
+    forced = runner.invoke(
+        app, [*run, str(_config(tmp_path, "{leaderElect: false}")), "--leader-elect"]
+    )
+    assert "leader election: lease katalyst-system/katalyst-scheduler as r1" in forced.stdout
+
+
+def test_leader_election_fields_it_cannot_honour_are_refused(tmp_path: Path) -> None:
+    bad = _config(tmp_path, "{resourceLock: endpointsleases}")
+    result = runner.invoke(app, ["scheduler", "--embedded", "--once", "--config", str(bad)])
+    assert result.exit_code == 1
+    assert "leaderElection.resourceLock" in result.output and "leases" in result.output
+    timings = _config(tmp_path, "{leaseDuration: 5s, renewDeadline: 10s}")
+    result = runner.invoke(app, ["scheduler", "--embedded", "--once", "--config", str(timings)])
+    assert result.exit_code == 2
+    assert "--lease-duration" in result.output
+
+
+def test_once_schedules_what_is_pending_and_exits(tmp_path: Path) -> None:
+    from pykatalyst.api import names
+    from pykatalyst.cluster.clock import VirtualClock
+    from pykatalyst.cluster.http import kubeconfig_for
+    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.runtime.apiserver import ApiServer
+    from tests.scheduler.sched_helpers import node, pod
+
+    store = MemoryCluster(clock=VirtualClock(1_700_000_000.0))
+    store.create(names.NODE, node("n0", cpu="8", memory="8Gi"))
+    for i in range(3):
+        store.create(names.POD, pod(f"p{i}", {"cpu": "1"}), "default")
+    with ApiServer(store, bookmark_seconds=0) as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(kubeconfig_for(server.url)))
+        result = runner.invoke(app, ["scheduler", "--kubeconfig", str(kubeconfig), "--once"])
+    assert result.exit_code == 0, result.output
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("bound ")) == [
+        f"bound default/p{i} -> n0" for i in range(3)
+    ]
+    assert runner.invoke(app, ["scheduler", "--embedded", "--extender", "--once"]).exit_code == 2

@@ -13,7 +13,7 @@ from pykatalyst.cli.main import app
 
 
 def test_serving_needs_a_pair() -> None:
-    result = CliRunner().invoke(app, ["webhook", "--max-seconds", "0"])
+    result = CliRunner().invoke(app, ["webhook", "--stop-after", "0s"])
     assert result.exit_code == 2
     assert "--tls-cert-file" in result.output
 

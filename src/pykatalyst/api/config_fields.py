@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from pykatalyst.api import crdgen, crds, names
+from pykatalyst.api import crdgen, crds, names, support
 from pykatalyst.api.problems import NO_VALUE, field_problems
 
 AQC = names.ADMIN_QOS_CONFIGURATION.kind
@@ -31,6 +31,7 @@ _MEM = "spec.config.evictionConfig.memoryPressureEvictionConfig."
 _CPU = "spec.config.evictionConfig.cpuPressureEvictionConfig."
 _REV = "spec.config.evictionConfig.reclaimedResourcesEvictionConfig."
 _PROV = "spec.config.advisorConfig.cpuAdvisorConfig.cpuProvisionConfig."
+_KCC = "controller (kcc): the nodes whose CustomNodeConfig targets it"
 
 # Katalyst field path -> the agent setting it sets (agent/config.py, agent/eviction/config.py).
 TAKES_EFFECT: dict[str, dict[str, str]] = {
@@ -80,6 +81,18 @@ TAKES_EFFECT: dict[str, dict[str, str]] = {
         _CPU + "loadMetricRingSize": "eviction.load.ring_size",
         _CPU + "loadEvictionCoolDownTime": "eviction.load.cool_down_s",
         _CPU + "gracePeriod": "eviction.load.deletion_grace_s",
+        # which nodes get the config: the kcc controller resolves them into CNC targets
+        **dict.fromkeys(
+            (
+                "spec.nodeLabelSelector",
+                "spec.priority",
+                "spec.ephemeralSelector.nodeNames",
+                "spec.ephemeralSelector.lastDuration",
+                "spec.paused",
+                "spec.updateStrategy.rollingUpdate.canary",
+            ),
+            _KCC,
+        ),
     },
     names.CUSTOM_NODE_CONFIG.kind: {
         "status.katalystCustomConfigList[].configType.group": "the agent's config target",
@@ -90,31 +103,13 @@ TAKES_EFFECT: dict[str, dict[str, str]] = {
     },
 }
 
-# Why a whole kind, or a group of fields, has no effect.
-NOT_ACTED_ON: dict[str, str] = {
+# Why a field of a kind that is acted on has no effect (kinds nothing acts on are explained
+# by their entry in `support.FEATURES`).
+FIELD_NOTES: dict[str, str] = {
     AQC: "pykatalyst does not implement this field; it is stored and ignored",
-    names.KATALYST_CUSTOM_CONFIG.kind: (
-        "no pykatalyst controller reads KatalystCustomConfigs; the agent follows the "
-        "AdminQoSConfiguration it is pointed at or its CustomNodeConfig's target"
-    ),
-    names.CUSTOM_NODE_CONFIG.kind: "written by Katalyst's controller; the agent reads only its "
+    names.CUSTOM_NODE_CONFIG.kind: "written by the controller; the agent reads only its "
     "status' config targets",
-    names.NODE_OVERCOMMIT_CONFIG.kind: (
-        "pykatalyst has no overcommit controller; the ratios are stored and not applied"
-    ),
-    names.KATALYST_VERTICAL_POD_AUTOSCALER.kind: "pykatalyst has no vertical autoscaler",
-    names.SERVICE_PROFILE_DESCRIPTOR.kind: "pykatalyst does not read service profiles",
 }
-# AQC selection and rollout fields: in Katalyst its controller matches them to nodes.
-_SELECTION = "no controller matches configs to nodes: the agent reads the object it is pointed at"
-_SELECTION_FIELDS = (
-    "spec.nodeLabelSelector",
-    "spec.priority",
-    "spec.ephemeralSelector.*",
-    "spec.paused",
-    "spec.updateStrategy.*",
-    "spec.revisionHistoryLimit",
-)
 
 MODELS: dict[str, type[BaseModel]] = {
     AQC: crds.AdminQoSConfiguration,
@@ -204,7 +199,10 @@ def _leaves(value: Any, schema: dict[str, Any] | None, path: str) -> list[tuple[
 
 
 def _effect(kind: str, path: str) -> str:
-    table = TAKES_EFFECT.get(kind, {})
+    if kind not in TAKES_EFFECT:
+        feature = support.for_kind(kind)
+        return feature.by if feature is not None and feature.acted_on else ""
+    table = TAKES_EFFECT[kind]
     if path in table:  # list paths ("a[].b") are no glob: "[" would open a class
         return table[path]
     for pattern, effect in table.items():
@@ -216,9 +214,10 @@ def _effect(kind: str, path: str) -> str:
 def _note(kind: str, path: str, known: bool) -> str:
     if not known:
         return "not a field of Katalyst's schema: the API server drops it"
-    if kind == AQC and any(fnmatch.fnmatchcase(path, p) for p in _SELECTION_FIELDS):
-        return _SELECTION
-    return NOT_ACTED_ON.get(kind, "pykatalyst does not implement this field")
+    feature = support.for_kind(kind)
+    if feature is not None and not feature.acted_on:
+        return feature.why_not()
+    return FIELD_NOTES.get(kind, "pykatalyst does not implement this field")
 
 
 def field_uses(obj: dict[str, Any]) -> list[FieldUse]:

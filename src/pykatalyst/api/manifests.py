@@ -85,9 +85,13 @@ def find_manifest_files(paths: Iterable[Path | str]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            out.extend(
-                sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+            found = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES
             )
+            if not found:
+                accepted = ", ".join(f"*{s}" for s in sorted(MANIFEST_SUFFIXES))
+                raise ManifestError(path, f"a folder with no manifests ({accepted})")
+            out.extend(found)
         elif path.is_file():
             out.append(path)
         else:

@@ -388,6 +388,9 @@ RESOURCE_RECOMMEND: Final = Kind(
 TIDE_NODE_POOL: Final = Kind(
     TIDE_GROUP, "v1alpha1", "TideNodePool", "tidenodepools", False, ("tnp",)
 )
+# A KatalystCustomConfig target kind of Katalyst's (config.katalyst.kubewharf.io) with no
+# CRD of its own in katalyst-api: only its kind name is needed here.
+EVICTION_CONFIGURATION_KIND: Final = "EvictionConfiguration"
 KATALYST_KINDS: Final = (
     CUSTOM_NODE_RESOURCE,
     CUSTOM_NODE_CONFIG,

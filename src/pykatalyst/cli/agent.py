@@ -17,11 +17,19 @@ from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.yamlio import load_yaml_all
+from pykatalyst.cli.conventions import (
+    LISTEN,
+    NOT_SERVED,
+    listen_from_old,
+    listen_option,
+    old_option,
+)
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
+    EMBEDDED_OPTION,
     IN_CLUSTER_OPTION,
     KUBECONFIG_OPTION,
-    cluster_from_options,
+    daemon_cluster,
 )
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import RealClock
@@ -64,12 +72,38 @@ def load_pods(path: Path) -> list[dict[str, Any]]:
     return pods
 
 
-def ensure_node(cluster: Cluster, node: str, topo: CPUTopology) -> None:
+def enforcing_view_problem(embedded: bool, pods: bool, dry_run: bool, host_root: bool) -> str:
+    """Why an agent must not write this machine's cgroups from the view it was given ("":
+    it may). Writing from a view that is not the kubelet's would treat every pod the
+    kubelet runs here as unknown."""
+    if dry_run or host_root:
+        return ""
+    if embedded:
+        return (
+            "--embedded without --dry-run would write this machine's cgroups from an "
+            "in-memory cluster that knows none of the pods the kubelet runs here; add "
+            "--dry-run, or run against the cluster this node belongs to"
+        )
+    if pods:
+        return (
+            "--pods without --dry-run would write this machine's cgroups for pods the "
+            "kubelet does not run; add --dry-run (or --host-root DIR for a test tree)"
+        )
+    return ""
+
+
+def ensure_node(cluster: Cluster, node: str, topo: CPUTopology, create: bool) -> None:
+    """The Node must exist; `create`: make it from this machine's topology (a declared
+    node: the embedded cluster, or pods given with --pods)."""
     try:
         cluster.get(names.NODE, node)
         return
     except NotFound:
-        pass
+        if not create:
+            raise ValueError(
+                f"node {node!r} is not in the cluster: --node names this node as its "
+                "kubelet registered it (default: $NODE_NAME, then the hostname)"
+            ) from None
     capacity = {
         names.RESOURCE_CPU: str(topo.num_cpus),
         names.RESOURCE_MEMORY: str(Quantity.from_bytes(topo.total_memory)),
@@ -137,25 +171,18 @@ def agent(
         Path | None,
         typer.Option("--host-root", help="Read sysfs, /proc and cgroups under this directory."),
     ] = None,
-    port: Annotated[
-        int,
-        typer.Option(
-            "--port",
-            min=0,
-            max=65535,
-            help=f"Serve /healthz, /readyz and /metrics on this port (0: not at all; "
-            f"Katalyst's agent port is {AGENT_PORT}). Not served with --once.",
-        ),
-    ] = AGENT_PORT,
-    bind_address: Annotated[
+    listen: Annotated[
         str,
         typer.Option(
-            "--bind-address",
-            help="Address of the health and metrics server (the DaemonSet passes the pod "
-            "IP, where the kubelet's probes and Prometheus reach it; 0.0.0.0: every "
-            "interface).",
+            "--listen",
+            metavar=LISTEN,
+            help=f"Serve /healthz, /readyz and /metrics here (Katalyst's agent port is "
+            f"{AGENT_PORT}; the DaemonSet passes the pod IP, where the kubelet's probes and "
+            f"Prometheus reach it; 'none': not served). Not served with --once.",
         ),
-    ] = "127.0.0.1",
+    ] = f"127.0.0.1:{AGENT_PORT}",
+    old_port: Annotated[int | None, old_option("agent", "--port")] = None,
+    old_bind_address: Annotated[str | None, old_option("agent", "--bind-address")] = None,
     kubelet_config: Annotated[
         str | None,
         typer.Option(
@@ -167,8 +194,12 @@ def agent(
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
+    embedded: bool = EMBEDDED_OPTION,
 ) -> None:
-    """Run the node agent: pools, cpusets, headroom and reporting for NODE."""
+    """Run the node agent: pools, cpusets, headroom and reporting for NODE.
+
+    It refuses to write this machine's cgroups from a view that is not the kubelet's
+    (--embedded or --pods without --dry-run)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     node = node or socket.gethostname().lower()
     try:
@@ -181,15 +212,20 @@ def agent(
     from pykatalyst.agent.host.linux import LinuxHost
 
     clock = RealClock()
+    cluster, source = daemon_cluster("agent", kubeconfig, in_cluster, context, embedded, clock)
+    refusal = enforcing_view_problem(
+        source.embedded, pods is not None, dry_run, host_root is not None
+    )
+    if refusal:
+        raise _fail(f"error: {refusal}")
     try:
         host = LinuxHost(root=host_root) if host_root is not None else LinuxHost()
         topo = host.topology()
     except (OSError, ValueError) as exc:
         raise _fail(f"cannot read this machine: {exc}") from None
-    cluster: Cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
     notes: list[str] = [reclaim_setting(cfg)]
     try:
-        ensure_node(cluster, node, topo)
+        ensure_node(cluster, node, topo, create=source.embedded or pods is not None)
         if pods is not None:
             declared = load_pods(pods)
             created = create_pods(cluster, node, declared)
@@ -221,7 +257,9 @@ def agent(
     )
     for note in notes:
         print_message(f"note: {note}", stderr=True)
-    endpoint = Endpoint("metrics", bind_address, port) if port else None
+    listen = listen_from_old(listen, old_bind_address, old_port) or NOT_SERVED
+    address = listen_option(listen)
+    endpoint = Endpoint("metrics", address[0], address[1]) if address is not None else None
     try:
         code = run_agent(
             runner,
@@ -233,7 +271,7 @@ def agent(
             registry=registry,
         )
     except ServeError as exc:
-        raise _fail(f"--port {port}: {exc}") from None
+        raise _fail(f"--listen {listen}: {exc}") from None
     if code:
         raise typer.Exit(code)
 

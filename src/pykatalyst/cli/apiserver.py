@@ -15,6 +15,7 @@ import yaml
 
 from pykatalyst.api.names import CRD
 from pykatalyst.api.yamlio import load_yaml_all
+from pykatalyst.cli.conventions import DURATION, LISTEN, old_option, parse_duration
 from pykatalyst.cli.listen import parse_listen
 from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.clock import RealClock
@@ -74,7 +75,7 @@ def install_crds(cluster: MemoryCluster, path: Path) -> list[str]:
 def apiserver(
     listen: Annotated[
         str,
-        typer.Option("--listen", help="HOST:PORT to serve on (port 0: pick a free one)."),
+        typer.Option("--listen", metavar=LISTEN, help="Where to serve (port 0: pick a free one)."),
     ] = "127.0.0.1:8080",
     state: Annotated[
         Path | None,
@@ -99,12 +100,17 @@ def apiserver(
             "deploy/crds) before serving; ones already present are kept.",
         ),
     ] = None,
-    bookmark_seconds: Annotated[
-        float,
+    bookmark_interval: Annotated[
+        str,
         typer.Option(
-            "--bookmark-seconds", help="How often watches that asked for bookmarks get one."
+            "--bookmark-interval",
+            metavar=DURATION,
+            help="How often watches that asked for bookmarks get one.",
         ),
-    ] = 60.0,
+    ] = "1m",
+    old_bookmark_seconds: Annotated[
+        str | None, old_option("apiserver", "--bookmark-seconds")
+    ] = None,
     token_file: Annotated[
         Path | None,
         typer.Option(
@@ -123,6 +129,9 @@ def apiserver(
     ] = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """Serve the embedded cluster over HTTP (local development and tests)."""
+    bookmark_seconds = parse_duration(
+        old_bookmark_seconds or bookmark_interval, "--bookmark-interval"
+    )
     try:
         token = load_token(token_file) if token_file is not None else None
         host, port = parse_listen(listen)

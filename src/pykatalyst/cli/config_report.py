@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pykatalyst.api import config_fields
+from pykatalyst.api import config_fields, support
 from pykatalyst.api.manifests import Document
 from pykatalyst.cli.output import print_table
 
@@ -34,10 +34,19 @@ def inspect(doc: Document) -> tuple[dict[str, Any], list[Problem]]:
         Problem("error", p.field, _shown(p.value), p.accepted, "invalid value")
         for p in config_fields.config_problems(doc.obj)
     ]
+    feature = support.for_kind(doc.kind)
+    if feature is not None and not feature.acted_on:
+        problems.append(kind_problem(doc.kind, feature))
     problems += [
-        Problem("warning", u.path, _shown(u.value), "a field of Katalyst's schema", u.note)
+        Problem(
+            "warning",
+            u.path,
+            _shown(u.value),
+            "a field pykatalyst acts on" if u.known else "a field of Katalyst's schema",
+            u.note,
+        )
         for u in uses
-        if not u.known
+        if not u.takes_effect and (not u.known or feature is None or feature.acted_on)
     ]
     entry = {
         "file": str(doc.path),
@@ -48,6 +57,11 @@ def inspect(doc: Document) -> tuple[dict[str, Any], list[Problem]]:
         "fields": [u.to_json() for u in uses],
     }
     return entry, problems
+
+
+def kind_problem(kind: str, feature: support.Feature) -> Problem:
+    """A warning about an object whose kind nothing in pykatalyst acts on yet."""
+    return Problem("warning", "kind", kind, "a kind pykatalyst acts on", feature.why_not())
 
 
 def _shown(value: Any) -> str | None:

@@ -15,8 +15,22 @@ from typing import Annotated
 
 import typer
 
-from pykatalyst.api import duration, names
-from pykatalyst.cli.kubeopts import ContextArg, InClusterArg, KubeconfigArg, cluster_from_options
+from pykatalyst.api import names
+from pykatalyst.cli.conventions import (
+    DURATION,
+    LISTEN,
+    listen_from_old,
+    listen_option,
+    old_option,
+    parse_duration,
+)
+from pykatalyst.cli.kubeopts import (
+    ContextArg,
+    EmbeddedArg,
+    InClusterArg,
+    KubeconfigArg,
+    daemon_cluster,
+)
 from pykatalyst.cli.output import OutputFormat, print_json, print_message
 from pykatalyst.cluster.clock import Clock, RealClock
 from pykatalyst.cluster.protocol import BadRequest, Cluster
@@ -44,15 +58,6 @@ _LEASE_FLAGS = {
     "renew_deadline_s": "--renew-deadline",
     "retry_period_s": "--retry-period",
 }
-
-
-def parse_duration(text: str, option: str) -> float:
-    """Seconds of a Go-style duration ("30s", "10m", "1h30m", "1.5h") or a bare number of
-    seconds; a bad one ends the command naming the option."""
-    try:
-        return duration.parse_duration(text)
-    except duration.DurationError as exc:
-        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 class _Printer:
@@ -138,12 +143,6 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-EMBEDDED_NOTE = (
-    "note: no --kubeconfig/--in-cluster: running against the embedded in-memory "
-    "cluster, which starts empty"
-)
-
-
 def elect(
     cluster: Cluster,
     identity: str | None,
@@ -180,9 +179,9 @@ def _timings(taint_after: str, evict_after: str, period: str) -> tuple[float, fl
     their flag."""
     taint_s = parse_duration(taint_after, "--taint-after")
     evict_s = parse_duration(evict_after, "--evict-after")
-    period_s = parse_duration(period, "--period")
+    period_s = parse_duration(period, "--interval")
     if period_s <= 0:
-        raise typer.BadParameter(f"{period!r}: must be longer than 0", param_hint="--period")
+        raise typer.BadParameter(f"{period!r}: must be longer than 0", param_hint="--interval")
     if evict_s < taint_s:
         raise typer.BadParameter(
             f"{evict_after!r} is shorter than --taint-after {taint_after!r}: a node must stop "
@@ -220,6 +219,7 @@ def controller(
     kubeconfig: KubeconfigArg = None,
     in_cluster: InClusterArg = False,
     context: ContextArg = None,
+    embedded: EmbeddedArg = False,
     controllers: Annotated[
         str,
         typer.Option(
@@ -315,8 +315,8 @@ def controller(
             help="Agent silence after which the node's reclaimed pods are evicted.",
         ),
     ] = "20m",
-    period: Annotated[
-        str, typer.Option("--period", metavar="DURATION", help="Time between reconciles.")
+    interval: Annotated[
+        str, typer.Option("--interval", metavar=DURATION, help="Time between reconciles.")
     ] = "30s",
     resize_deferred_timeout: Annotated[
         str,
@@ -327,6 +327,7 @@ def controller(
             "under BestEffortInplace.",
         ),
     ] = "5m",
+    old_period: Annotated[str | None, old_option("controller", "--period")] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -335,21 +336,19 @@ def controller(
         ),
     ] = False,
     once: Annotated[bool, typer.Option("--once", help="Reconcile once and exit.")] = False,
-    metrics_port: Annotated[
-        int | None,
+    listen: Annotated[
+        str | None,
         typer.Option(
-            "--metrics-port", metavar="PORT", help="Serve Prometheus metrics on this port."
+            "--listen",
+            metavar=LISTEN,
+            help="Serve /healthz, /readyz and /metrics here (the manifest passes the pod "
+            "IP; default: not served).",
         ),
     ] = None,
-    metrics_address: Annotated[
-        str,
-        typer.Option(
-            "--metrics-address",
-            metavar="ADDRESS",
-            help="Address the metrics server binds (the manifest passes the pod IP; "
-            "0.0.0.0: every interface).",
-        ),
-    ] = "127.0.0.1",
+    old_metrics_port: Annotated[int | None, old_option("controller", "--metrics-port")] = None,
+    old_metrics_address: Annotated[
+        str | None, old_option("controller", "--metrics-address")
+    ] = None,
     records: Annotated[
         Path | None,
         typer.Option(
@@ -455,7 +454,9 @@ def controller(
             parse_label_selector(node_selector)
         except BadRequest as exc:
             raise typer.BadParameter(str(exc), param_hint="--node-selector") from None
-    taint_s, evict_s, period_s = _timings(taint_after, evict_after, period)
+    taint_s, evict_s, period_s = _timings(taint_after, evict_after, old_period or interval)
+    listen = listen_from_old(listen, old_metrics_address, old_metrics_port)
+    address = listen_option(listen)
     leader_cfg: LeaderConfig | None = None
     if leader_elect:
         leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
@@ -464,12 +465,9 @@ def controller(
         deferred_timeout_s=parse_duration(resize_deferred_timeout, "--resize-deferred-timeout")
     )
     clock: Clock = RealClock()
-    cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
-    embedded = kubeconfig is None and not in_cluster
-    if embedded:
-        print_message(EMBEDDED_NOTE, stderr=True)
+    cluster, source = daemon_cluster("controller", kubeconfig, in_cluster, context, embedded, clock)
     elector: LeaderElector | None = None
-    if leader_cfg is not None and not dry_run and not embedded:
+    if leader_cfg is not None and not dry_run and not source.embedded:
         lease = (lease_namespace, lease_name)
         elector = elect(cluster, identity, lease, leader_cfg, output is OutputFormat.JSON)
     elif leader_cfg is not None and dry_run:
@@ -498,7 +496,7 @@ def controller(
         history=history,
         predictor=predictor,
     )
-    metrics = None if metrics_port is None else Endpoint("metrics", metrics_address, metrics_port)
+    metrics = None if address is None else Endpoint("metrics", address[0], address[1])
     backstop = (
         f"; backstop: taint after {taint_s:g}s, evict after {evict_s:g}s of agent silence"
         if "backstop" in enabled
@@ -516,10 +514,7 @@ def controller(
     try:
         code = runner.run(once=once, show=_Printer(output, cfg), notify=notify, metrics=metrics)
     except ServeError as exc:
-        print_message(
-            f"error: --metrics-address {metrics_address} --metrics-port {metrics_port}: {exc}",
-            stderr=True,
-        )
+        print_message(f"error: --listen {listen}: {exc}", stderr=True)
         raise typer.Exit(2) from None
     raise typer.Exit(code)
 

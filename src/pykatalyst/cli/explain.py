@@ -16,7 +16,6 @@ when no subcommand is given, so the file form keeps working as it always did.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,7 +28,7 @@ from pykatalyst.cli.explain_cluster import EVENT_LIMIT, ExplainError, explain_no
 from pykatalyst.cli.explain_events import records_from_event_items
 from pykatalyst.cli.explain_pod import explain_pod, split_key
 from pykatalyst.cli.explain_render import print_node, print_pod
-from pykatalyst.cli.kubeopts import ContextArg, InClusterArg, cluster_from_options
+from pykatalyst.cli.kubeopts import ContextArg, InClusterArg, KubeconfigArg, cluster_from_options
 from pykatalyst.cli.output import OutputFormat, print_json, print_message, print_table
 from pykatalyst.cluster.clock import Clock, RealClock
 from pykatalyst.cluster.protocol import ApiError, Cluster
@@ -60,12 +59,6 @@ POD_HELP = (
     "scheduler's last FailedScheduling reasons (0/N nodes are available: ...). Exits 1 "
     "when the pod is missing."
 )
-_KUBECONFIG_HELP = (
-    "Read the cluster of this kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)."
-)
-ExplainKubeconfigArg = Annotated[
-    Path | None, typer.Option("--kubeconfig", metavar="PATH", help=_KUBECONFIG_HELP)
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,28 +183,11 @@ def explain_files(
     )
 
 
-def default_kubeconfig() -> Path | None:
-    """kubectl's: the first file of $KUBECONFIG, else ~/.kube/config, when it exists."""
-    env = os.environ.get("KUBECONFIG", "")
-    candidates = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
-    candidates.append(Path("~/.kube/config").expanduser())
-    return next((p for p in candidates if p.is_file()), None)
-
-
 def _source(
     ctx: typer.Context, kubeconfig: Path | None, in_cluster: bool, context: str | None
 ) -> ExplainSource:
     if isinstance(ctx.obj, ExplainSource):
         return ctx.obj
-    if kubeconfig is None and not in_cluster:
-        kubeconfig = default_kubeconfig()
-        if kubeconfig is None:
-            print_message(
-                "error: no cluster to read: give --kubeconfig PATH or --in-cluster "
-                "(no $KUBECONFIG and no ~/.kube/config)",
-                stderr=True,
-            )
-            raise typer.Exit(code=2)
     clock = RealClock()
     return ExplainSource(cluster_from_options(kubeconfig, in_cluster, context, clock), clock)
 
@@ -227,7 +203,7 @@ LimitArg = Annotated[
 def explain_node_command(
     ctx: typer.Context,
     name: str = typer.Argument(..., metavar="NODE", help="The node's name."),
-    kubeconfig: ExplainKubeconfigArg = None,
+    kubeconfig: KubeconfigArg = None,
     in_cluster: InClusterArg = False,
     context: ContextArg = None,
     output: OutputArg = OutputFormat.TABLE,
@@ -249,7 +225,7 @@ def explain_node_command(
 def explain_pod_command(
     ctx: typer.Context,
     key: str = typer.Argument(..., metavar="NAMESPACE/NAME", help="The pod."),
-    kubeconfig: ExplainKubeconfigArg = None,
+    kubeconfig: KubeconfigArg = None,
     in_cluster: InClusterArg = False,
     context: ContextArg = None,
     output: OutputArg = OutputFormat.TABLE,

@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from pykatalyst.api import names
-from pykatalyst.cli.controller import EMBEDDED_NOTE, elect, leader_config
+from pykatalyst.api.duration import format_duration
+from pykatalyst.cli.controller import elect, leader_config
+from pykatalyst.cli.conventions import DURATION, old_option, optional_duration, parse_duration
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
+    EMBEDDED_OPTION,
     IN_CLUSTER_OPTION,
     KUBECONFIG_OPTION,
-    cluster_from_options,
+    daemon_cluster,
 )
 from pykatalyst.cli.listen import listen_address
 from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.runtime.auth import load_token, server_ssl_context
 from pykatalyst.runtime.host import ServeError
-from pykatalyst.runtime.leader import LeaderElector
-from pykatalyst.runtime.scheduler import ServeSecurity, run_scheduler
+from pykatalyst.runtime.leader import LeaderConfig, LeaderElector
+from pykatalyst.runtime.scheduler import ONCE_NOT_LEADING, ServeSecurity, run_scheduler
 from pykatalyst.scheduler.config import (
     SchedulerConfig,
     SchedulerConfigError,
@@ -60,6 +64,7 @@ def _report(outcome: ScheduleOutcome) -> None:
 
 
 def scheduler(
+    ctx: typer.Context,
     config: Path | None = typer.Option(  # noqa: B008 - typer reads options from defaults
         None,
         "--config",
@@ -82,7 +87,9 @@ def scheduler(
     profile: str | None = typer.Option(
         None, "--profile", help="The profile (schedulerName) the extender uses."
     ),
-    interval: float = typer.Option(0.1, "--interval", help="Seconds between scheduling loops."),
+    interval: str = typer.Option(
+        "100ms", "--interval", metavar=DURATION, help="Time between scheduling passes."
+    ),
     bind_workers: int = typer.Option(
         DEFAULT_BIND_WORKERS,
         "--bind-workers",
@@ -91,8 +98,18 @@ def scheduler(
         "kube-scheduler binds asynchronously (0: bind within each cycle). The embedded "
         "cluster always binds within the cycle.",
     ),
-    max_seconds: float | None = typer.Option(
-        None, "--max-seconds", help="Stop after this many seconds (default: run until stopped)."
+    stop_after: str | None = typer.Option(
+        None,
+        "--stop-after",
+        metavar=DURATION,
+        help="Stop after this long (default: run until stopped).",
+    ),
+    old_max_seconds: Annotated[str | None, old_option("scheduler", "--max-seconds")] = None,
+    once: bool = typer.Option(
+        False,
+        "--once",
+        help="Schedule the pods pending now, in one pass, and exit (3 when another replica "
+        "holds the Lease).",
     ),
     tls_cert_file: Path | None = typer.Option(  # noqa: B008
         None, "--tls-cert-file", metavar="FILE", help="Serve HTTPS with this certificate."
@@ -121,31 +138,37 @@ def scheduler(
         help="The largest ExtenderArgs body accepted (400 Node objects are about 1.1 MiB).",
     ),
     leader_elect: bool = typer.Option(
-        False,
+        True,
         "--leader-elect/--no-leader-elect",
         help="Schedule only while holding the scheduler Lease (needed with several "
-        "replicas); followers keep their caches synced and bind nothing.",
+        "replicas); followers keep their caches synced and bind nothing. Default: the "
+        "configuration's leaderElection.leaderElect (true when absent, as kube-scheduler); "
+        "the lease flags below likewise override its leaderElection fields.",
     ),
     lease_namespace: str = typer.Option(
-        names.SYSTEM_NAMESPACE, "--lease-namespace", help="Namespace of the scheduler Lease."
+        names.SYSTEM_NAMESPACE,
+        "--lease-namespace",
+        help="Namespace of the scheduler Lease (leaderElection.resourceNamespace).",
     ),
     lease_name: str = typer.Option(
-        names.SCHEDULER_LEASE_NAME, "--lease-name", help="Name of the scheduler Lease."
+        names.SCHEDULER_LEASE_NAME,
+        "--lease-name",
+        help="Name of the scheduler Lease (leaderElection.resourceName).",
     ),
     lease_duration: str = typer.Option(
         "15s",
         "--lease-duration",
-        metavar="DURATION",
+        metavar=DURATION,
         help="How long followers wait after the last renewal before taking over.",
     ),
     renew_deadline: str = typer.Option(
         "10s",
         "--renew-deadline",
-        metavar="DURATION",
+        metavar=DURATION,
         help="The leader stops scheduling when it could not renew for this long.",
     ),
     retry_period: str = typer.Option(
-        "2s", "--retry-period", metavar="DURATION", help="Time between lease renewals."
+        "2s", "--retry-period", metavar=DURATION, help="Time between lease renewals."
     ),
     identity: str | None = typer.Option(
         None, "--identity", help="This replica's name in the Lease (default: hostname_random)."
@@ -153,6 +176,7 @@ def scheduler(
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
+    embedded: bool = EMBEDDED_OPTION,
 ) -> None:
     """Place pending pods with Katalyst's QoS- and NUMA-aware plugins.
 
@@ -165,28 +189,35 @@ def scheduler(
     if print_config:
         print_message(cfg.to_yaml().rstrip("\n"))
         return
-    if leader_elect and extender:
-        print_message(ELECTED_EXTENDER, stderr=True)
+    election = _election(ctx, cfg, extender)
+    if extender and once:
+        print_message(ONCE_EXTENDER, stderr=True)
         raise typer.Exit(code=2)
-    leader_cfg = leader_config(lease_duration, renew_deadline, retry_period)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    clock = RealClock()
-    if kubeconfig is None and not in_cluster and cfg.kubeconfig:
-        kubeconfig = Path(cfg.kubeconfig)  # clientConnection.kubeconfig, as kube-scheduler
-    cluster = cluster_from_options(
-        kubeconfig, in_cluster, context, clock, qps=cfg.client_qps, burst=cfg.client_burst
-    )
-    elector: LeaderElector | None = None
-    if leader_elect:
-        elector = elect(cluster, identity, (lease_namespace, lease_name), leader_cfg)
-    if kubeconfig is None and not in_cluster:
-        print_message(EMBEDDED_NOTE, stderr=True)
-    real = kubeconfig is not None or in_cluster
-    sched = Scheduler(cluster, cfg, bind_workers=bind_workers if real and not extender else 0)
-    service = _extender(sched, profile) if extender else None
+    interval_s = parse_duration(interval, "--interval")
+    stop_s = optional_duration(old_max_seconds or stop_after, "--stop-after")
     if extender:
         listen = listen or DEFAULT_EXTENDER_LISTEN
     address = listen_address(listen) if listen is not None else None
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    clock = RealClock()
+    if kubeconfig is None and not in_cluster and not embedded and cfg.kubeconfig:
+        kubeconfig = Path(cfg.kubeconfig)  # clientConnection.kubeconfig, as kube-scheduler
+    cluster, source = daemon_cluster(
+        "scheduler",
+        kubeconfig,
+        in_cluster,
+        context,
+        embedded,
+        clock,
+        qps=cfg.client_qps,
+        burst=cfg.client_burst,
+    )
+    elector: LeaderElector | None = None
+    if election is not None:
+        elector = elect(cluster, identity, election[0], election[1])
+    real = not source.embedded
+    sched = Scheduler(cluster, cfg, bind_workers=bind_workers if real and not extender else 0)
+    service = _extender(sched, profile) if extender else None
     names_ = ", ".join(p.scheduler_name for p in cfg.profiles)
     mode = "extender" if extender else f"scheduling pods of {names_}"
     print_message(f"katalyst scheduler: {mode}")
@@ -199,13 +230,14 @@ def scheduler(
         code = run_scheduler(
             sched,
             clock,
-            interval_s=interval,
+            interval_s=interval_s,
             schedule=not extender,
             report=_report,
             extender=service,
             listen=address,
             on_ready=listening,
-            max_seconds=max_seconds,
+            max_seconds=stop_s,
+            once=once,
             security=security,
             elector=elector,
         )
@@ -214,6 +246,12 @@ def scheduler(
         raise typer.Exit(code=2) from None
     finally:
         _close(sched)
+    if code == ONCE_NOT_LEADING:
+        print_message("--once: another replica holds the scheduler lease: nothing scheduled")
+        raise typer.Exit(code=code)
+    if code != 0 and once:
+        print_message("--once: could not take the scheduler lease: nothing scheduled", stderr=True)
+        raise typer.Exit(code=code)
     if code != 0:
         print_message(
             "lost the scheduler lease: exiting so that a fresh start follows", stderr=True
@@ -221,6 +259,43 @@ def scheduler(
         raise typer.Exit(code=code)
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _election(
+    ctx: typer.Context, cfg: SchedulerConfig, extender: bool
+) -> tuple[tuple[str, str], LeaderConfig] | None:
+    """The Lease and timings to elect with, or None: the configuration's leaderElection,
+    each field overridden by its flag when given (as kube-scheduler applies its flags). The
+    extender does not elect (kube-scheduler's own election picks who calls it)."""
+    le = cfg.leader_election
+    p = ctx.params
+    if extender:
+        if _given(ctx, "leader_elect") and p["leader_elect"]:
+            print_message(ELECTED_EXTENDER, stderr=True)
+            raise typer.Exit(code=2)
+        return None
+    if not (p["leader_elect"] if _given(ctx, "leader_elect") else le.leaderElect):
+        return None
+    namespace = p["lease_namespace"] if _given(ctx, "lease_namespace") else le.resourceNamespace
+    name = p["lease_name"] if _given(ctx, "lease_name") else le.resourceName
+    timings = [
+        p[key] if _given(ctx, key) else format_duration(seconds)
+        for key, seconds in (
+            ("lease_duration", le.leaseDuration),
+            ("renew_deadline", le.renewDeadline),
+            ("retry_period", le.retryPeriod),
+        )
+    ]
+    return (namespace, name), leader_config(*timings)
+
+
+ONCE_EXTENDER = (
+    "error: --once: the extender answers kube-scheduler's calls as they come; there is no "
+    "pass to run once (--stop-after ends a run)"
+)
 ELECTED_EXTENDER = (
     "error: --leader-elect: the extender answers kube-scheduler, whose own leader "
     "election picks the replica that asks; run the extender without it"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.progress import (
@@ -16,6 +17,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from pykatalyst.cli.conventions import old_option
 from pykatalyst.cli.output import console, print_message
 from pykatalyst.extras import MissingExtra, require
 from pykatalyst.sim.checks import scenario_warnings
@@ -95,11 +97,16 @@ def _summary(data: dict[str, object], out: Path, quiet: bool) -> None:
 
 def sim(
     scenario: Path = typer.Argument(..., help="Scenario file (YAML); see docs/simulator.md."),  # noqa: B008
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the report."),  # noqa: B008
+    out: Path | None = typer.Option(None, "--out", "-d", help="Folder for the report."),  # noqa: B008
+    old_out: Annotated[Path | None, old_option("sim", "-o")] = None,
     seed: int | None = typer.Option(None, "--seed", help="Override the scenario's seed."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
 ) -> None:
     """Simulate a scenario under each of its policies and write a report comparing them."""
+    folder = old_out or out
+    if folder is None:
+        print_message("error: --out DIR: the folder for the report is required", stderr=True)
+        raise typer.Exit(code=2)
     try:
         sc = load_scenario(scenario)
     except ScenarioError as exc:
@@ -108,13 +115,14 @@ def sim(
     if seed is not None and not 0 <= seed < 2**32:
         print_message(f"--seed: {seed} is outside 0..4294967295", stderr=True)
         raise typer.Exit(code=2)
-    _run(sc, out, seed, quiet)
+    _run(sc, folder, seed, quiet)
 
 
 def demo(
     out: Path = typer.Option(  # noqa: B008
-        Path("report"), "--out", "-o", help="Folder for the report."
+        Path("report"), "--out", "-d", help="Folder for the report."
     ),
+    old_out: Annotated[Path | None, old_option("demo", "-o")] = None,
     seed: int | None = typer.Option(None, "--seed", help="Override the demo's seed."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
 ) -> None:
@@ -131,7 +139,7 @@ def demo(
             f"Simulating '{sc.name}': {sum(g.count for g in sc.nodes)} nodes, "
             f"{sc.duration / 3600:g} h, policies {', '.join(p.name for p in sc.policies)}"
         )
-    _run(sc, out, seed, quiet)
+    _run(sc, old_out or out, seed, quiet)
 
 
 def register(app: typer.Typer) -> None:

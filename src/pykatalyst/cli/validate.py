@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from pykatalyst.api import names, support
 from pykatalyst.api.manifests import (
     Document,
     ManifestError,
@@ -18,6 +19,7 @@ from pykatalyst.api.manifests import (
 )
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, container_resources, inspect_pod_qos
+from pykatalyst.api.qos_model import annotation_field
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.cli import config_report
 from pykatalyst.cli.output import OutputFormat, print_json, print_message, print_table
@@ -131,7 +133,74 @@ def _field(prefix: str, path: str) -> str:
     return f"{prefix}.{path}" if prefix and path else prefix or path
 
 
+_ENHANCEMENT_ANNOTATION = {
+    **dict.fromkeys(
+        (names.ENH_RSS_OVERUSE_THRESHOLD, names.ENH_NUMA_BINDING, names.ENH_NUMA_EXCLUSIVE),
+        names.MEMORY_ENHANCEMENT_ANNOTATION,
+    ),
+    **dict.fromkeys(
+        (names.ENH_NAMESPACE_TYPE, names.ENH_TOPOLOGY_AFFINITY_RESTRICTED),
+        names.NETWORK_ENHANCEMENT_ANNOTATION,
+    ),
+}
+
+
+def _not_acted_on(template: PodTemplate, qos: PodQoS) -> list[Finding]:
+    """Warnings for the pod's enhancements and resources that nothing acts on yet."""
+    doc = template.document
+    out: list[Finding] = []
+    for key, value in qos.enhancements.as_dict().items():
+        feature = support.for_enhancement(key)
+        if feature is None or feature.acted_on:
+            continue
+        annotation = _ENHANCEMENT_ANNOTATION.get(key, names.CPU_ENHANCEMENT_ANNOTATION)
+        path = _field(template.field_prefix, annotation_field(annotation, key))
+        out.append(
+            Finding("warning", str(doc.path), doc.label, path, str(value), "", feature.why_not())
+        )
+    view = Pod(template.pod)
+    for resource in sorted({*view.requests(), *view.limits()}):
+        feature = support.for_resource(resource)
+        if feature is not None and not feature.acted_on:
+            path = _field(template.field_prefix, "spec.containers[].resources")
+            out.append(
+                Finding("warning", str(doc.path), doc.label, path, resource, "", feature.why_not())
+            )
+    return out
+
+
+def _check_kind(doc: Document, report: Report) -> bool:
+    """A kind that nothing acts on yet: warned about and skipped (True)."""
+    feature = support.for_kind(doc.kind)
+    if feature is None or feature.acted_on or config_report.handles(doc):
+        return False
+    problem = config_report.kind_problem(doc.kind, feature)
+    report.findings.append(
+        Finding(
+            problem.severity,
+            str(doc.path),
+            doc.label,
+            problem.field,
+            problem.value,
+            problem.accepted,
+            problem.message,
+        )
+    )
+    report.skipped.append(
+        {
+            "file": str(doc.path),
+            "document": doc.index,
+            "kind": doc.kind,
+            "name": doc.name,
+            "reason": feature.why_not(),
+        }
+    )
+    return True
+
+
 def _check_document(doc: Document, report: Report) -> None:
+    if _check_kind(doc, report):
+        return
     if config_report.handles(doc):
         entry, found = config_report.inspect(doc)
         report.configs.append(entry)
@@ -181,6 +250,7 @@ def _check_document(doc: Document, report: Report) -> None:
         )
     if any(p.severity == "error" for p in problems):
         return
+    report.findings += _not_acted_on(template, qos)
     report.pods.append(_template_entry(template, qos))
 
 
@@ -291,11 +361,17 @@ def validate(
     output: OutputFormat = typer.Option(  # noqa: B008
         OutputFormat.TABLE, "--output", "-o", help="table or json."
     ),
-    strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors."),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="Treat warnings (among them: what pykatalyst does not act on) as errors.",
+    ),
 ) -> None:
     """Show how Katalyst reads each pod template: QoS level, enhancements, QoS class, resources.
 
-    Exits 1 when any manifest is invalid (or, with --strict, raises a warning).
+    Warns about what pykatalyst does not act on yet (kinds, config fields, pod
+    enhancements; see the README's table). Exits 1 when any manifest is invalid (or, with
+    --strict, raises a warning); a folder with no manifests is an error.
     """
     report = build_report(files)
     if output is OutputFormat.JSON:

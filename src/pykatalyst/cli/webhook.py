@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from pykatalyst.cli.conventions import DURATION, old_option, optional_duration
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
+    EMBEDDED_OPTION,
     IN_CLUSTER_OPTION,
     KUBECONFIG_OPTION,
-    cluster_from_options,
+    daemon_cluster,
 )
 from pykatalyst.cli.listen import listen_address
 from pykatalyst.cli.output import print_message
@@ -109,17 +112,23 @@ def webhook(
         help="With --self-signed: also write client.crt/client.key for NAME, signed by the "
         "CA, for kube-apiserver to present (pair with --client-ca-file DIR/ca.crt).",
     ),
-    max_seconds: float | None = typer.Option(
-        None, "--max-seconds", help="Stop after this many seconds (default: run until stopped)."
+    stop_after: str | None = typer.Option(
+        None,
+        "--stop-after",
+        metavar=DURATION,
+        help="Stop after this long (default: run until stopped).",
     ),
+    old_max_seconds: Annotated[str | None, old_option("webhook", "--max-seconds")] = None,
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
+    embedded: bool = EMBEDDED_OPTION,
 ) -> None:
     """Admission webhooks with Katalyst's semantics: refuse pods with QoS declarations no node
     can run (warn of what Katalyst ignores), set the SPD reference, and apply the node
     overcommit ratios to nodes/status."""
     address = listen_address(listen)
+    stop_s = optional_duration(old_max_seconds or stop_after, "--stop-after")
     hosts = list(dict.fromkeys([*cert_hosts, address[0], "localhost", "127.0.0.1"]))
     for flag, given in (("--certs-only", certs_only), ("--client-cert", client_cert is not None)):
         if given and self_signed is None:
@@ -130,13 +139,7 @@ def webhook(
         return
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     clock = RealClock()
-    cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
-    if kubeconfig is None and not in_cluster:
-        print_message(
-            "note: no --kubeconfig/--in-cluster: ServiceProfileDescriptors are read from the "
-            "embedded in-memory cluster, which starts empty",
-            stderr=True,
-        )
+    cluster, _ = daemon_cluster("webhook", kubeconfig, in_cluster, context, embedded, clock)
     service = WebhookService(cluster)
 
     def listening() -> None:
@@ -144,9 +147,7 @@ def webhook(
         print_message(f"webhook listening on https://{address[0]}:{address[1]} ({routes})")
 
     try:
-        run_webhook(
-            service, tls, clock, listen=address, on_ready=listening, max_seconds=max_seconds
-        )
+        run_webhook(service, tls, clock, listen=address, on_ready=listening, max_seconds=stop_s)
     except ServeError as exc:
         print_message(f"error: --listen {listen}: {exc}", stderr=True)
         raise typer.Exit(code=2) from None

@@ -102,6 +102,10 @@ def scheduler_host(
     return host
 
 
+# `--once` found another replica leading: the controller's code for the same case
+ONCE_NOT_LEADING = 3
+
+
 def run_scheduler(
     sched: Scheduler,
     clock: Clock,
@@ -115,9 +119,11 @@ def run_scheduler(
     max_seconds: float | None = None,
     security: ServeSecurity = ServeSecurity(),
     elector: LeaderElector | None = None,
+    once: bool = False,
 ) -> int:
     """Serve and schedule until SIGTERM/SIGINT or `max_seconds` (exit code 0), or until
-    this replica loses the lease (1)."""
+    this replica loses the lease (1). `once`: one scheduling pass over the pods pending
+    at the start, then 0 (ONCE_NOT_LEADING when another replica holds the lease)."""
     host = scheduler_host(
         sched,
         clock,
@@ -140,6 +146,13 @@ def run_scheduler(
 
     def on_step(step: HostStep) -> int | None:
         st = step.leader
+        if once and SCHEDULE in step.ran:
+            return 0
+        if once and st is not None and st.action == "error":
+            log.error("leader election: %s", st.message)
+            return 1
+        if once and elector is not None and not step.leading:
+            return ONCE_NOT_LEADING
         if st is not None and st.became_leader:
             log.info("leader election: leading (%s)", st.message)
         elif st is not None and st.lost_leadership:

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pykatalyst.api import names
+from pykatalyst.api.duration import Duration, format_duration
 from pykatalyst.api.problems import field_problems
 from pykatalyst.api.yamlio import load_yaml, load_yaml_all
 from pykatalyst.scheduler import registry as reg
@@ -111,6 +112,32 @@ class ClientConnection(_Strict):
     burst: int = 0
 
 
+class LeaderElection(_Strict):
+    """componentbaseconfig's LeaderElectionConfiguration, with kube-scheduler's defaults
+    except the Lease's name and namespace, which are Katalyst's scheduler's. Honoured: the
+    scheduler elects on this Lease with these timings unless its command line says
+    otherwise. Only `leases` locks exist in current Kubernetes."""
+
+    leaderElect: bool = True
+    leaseDuration: Duration = 15.0
+    renewDeadline: Duration = 10.0
+    retryPeriod: Duration = 2.0
+    resourceLock: Literal["leases"] = "leases"
+    resourceName: str = Field(default=names.SCHEDULER_LEASE_NAME, min_length=1)
+    resourceNamespace: str = Field(default=names.SYSTEM_NAMESPACE, min_length=1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "leaderElect": self.leaderElect,
+            "leaseDuration": format_duration(self.leaseDuration),
+            "renewDeadline": format_duration(self.renewDeadline),
+            "retryPeriod": format_duration(self.retryPeriod),
+            "resourceLock": self.resourceLock,
+            "resourceName": self.resourceName,
+            "resourceNamespace": self.resourceNamespace,
+        }
+
+
 # kube-scheduler's clientConnection defaults (SetDefaults_KubeSchedulerConfiguration)
 DEFAULT_CLIENT_QPS: Final = 50.0
 DEFAULT_CLIENT_BURST: Final = 100
@@ -120,7 +147,7 @@ class KubeSchedulerConfigurationModel(_Strict):
     apiVersion: str
     kind: str
     parallelism: int = 16
-    leaderElection: dict[str, Any] = Field(default_factory=dict)
+    leaderElection: LeaderElection = Field(default_factory=LeaderElection)
     clientConnection: ClientConnection = Field(default_factory=ClientConnection)
     enableProfiling: bool = True
     enableContentionProfiling: bool = True
@@ -443,7 +470,7 @@ class SchedulerConfig:
     pod_initial_backoff_seconds: float
     pod_max_backoff_seconds: float
     parallelism: int
-    leader_election: Mapping[str, Any] = field(default_factory=dict)
+    leader_election: LeaderElection = field(default_factory=LeaderElection)
     extenders: tuple[Mapping[str, Any], ...] = ()
     # clientConnection: requests per second to the API server (0: no limit), the burst
     # above it, and the kubeconfig to use when the command line names none
@@ -465,6 +492,7 @@ class SchedulerConfig:
             "percentageOfNodesToScore": self.percentage_of_nodes_to_score,
             "podInitialBackoffSeconds": self.pod_initial_backoff_seconds,
             "podMaxBackoffSeconds": self.pod_max_backoff_seconds,
+            "leaderElection": self.leader_election.to_json(),
             "clientConnection": {
                 "kubeconfig": self.kubeconfig,
                 "qps": self.client_qps if self.client_qps > 0 else -1,
@@ -577,7 +605,7 @@ def resolve(raw: Mapping[str, Any], source: str = "") -> SchedulerConfig:
         pod_initial_backoff_seconds=float(model.podInitialBackoffSeconds),
         pod_max_backoff_seconds=float(model.podMaxBackoffSeconds),
         parallelism=model.parallelism,
-        leader_election=dict(model.leaderElection),
+        leader_election=model.leaderElection,
         extenders=tuple(e.model_dump() for e in model.extenders),
         client_qps=(0.0 if conn.qps < 0 else conn.qps if conn.qps > 0 else DEFAULT_CLIENT_QPS),
         client_burst=conn.burst or DEFAULT_CLIENT_BURST,
