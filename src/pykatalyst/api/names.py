@@ -437,8 +437,6 @@ STATEFUL_SET: Final = Kind("apps", "v1", "StatefulSet", "statefulsets", True, ("
 REPLICA_SET: Final = Kind("apps", "v1", "ReplicaSet", "replicasets", True, ("rs",))
 CORE_KINDS: Final = (POD, NODE, EVENT, NAMESPACE, CONFIG_MAP, LEASE, CRD)
 # Workload and autoscaling kinds (apps/v1, autoscaling/v2) the IHPA controller reads and writes.
-DEPLOYMENT: Final = Kind("apps", "v1", "Deployment", "deployments", True, ("deploy",))
-STATEFUL_SET: Final = Kind("apps", "v1", "StatefulSet", "statefulsets", True, ("sts",))
 HORIZONTAL_POD_AUTOSCALER: Final = Kind(
     "autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True, ("hpa",)
 )

@@ -36,12 +36,12 @@ from pykatalyst.cluster.clock import Clock, RealClock
 from pykatalyst.cluster.protocol import BadRequest, Cluster
 from pykatalyst.cluster.selectors import parse_label_selector
 from pykatalyst.controllers.backstop import BackstopConfig
-from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig
-from pykatalyst.controllers.spd import SPDConfig, parse_baseline_percent
-from pykatalyst.controllers.resize import ResizeConfig
 from pykatalyst.controllers.cronbounds import CronMode
 from pykatalyst.controllers.history import HistorySource, PrometheusHistory
 from pykatalyst.controllers.ihpa import IHPAConfig
+from pykatalyst.controllers.resize import ResizeConfig
+from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig
+from pykatalyst.controllers.spd import SPDConfig, parse_baseline_percent
 from pykatalyst.predict.client import predictor_for
 from pykatalyst.runtime.controller import (
     CONTROLLERS,

@@ -20,9 +20,9 @@ from pykatalyst.cli.explain_cluster import (
     recent,
 )
 from pykatalyst.cli.explain_events import FAILED_SCHEDULING, OUR_COMPONENTS, component_of
+from pykatalyst.cli.explain_gpu import gpu_json
 from pykatalyst.cli.explain_recommend import resource_recommends_json
 from pykatalyst.cli.explain_vertical import vertical_json
-from pykatalyst.cli.explain_gpu import gpu_json
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.topology.cpuset import CPUSet
 

@@ -34,12 +34,12 @@ from pykatalyst.controllers.ihpa import HorizontalScaling, IHPAConfig
 from pykatalyst.controllers.kcc import KCCController
 from pykatalyst.controllers.lifecycle import DEFAULT_ORPHAN_GRACE_S, LifecycleController
 from pykatalyst.controllers.overcommit import OvercommitController
+from pykatalyst.controllers.resize import ResizeConfig
 from pykatalyst.controllers.resource_recommend import (
     ResourceRecommendConfig,
     ResourceRecommendController,
 )
 from pykatalyst.controllers.spd import SPDConfig, SPDController
-from pykatalyst.controllers.resize import ResizeConfig
 from pykatalyst.controllers.vertical import VPAController
 from pykatalyst.predict.client import Predictor
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
