@@ -5,6 +5,7 @@ taken when it is complete), and over gRPC with a kubelet's Registration service.
 from __future__ import annotations
 
 import random
+import re
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -259,6 +260,21 @@ def test_allocations_stay_right_when_the_kubelets_calls_interleave() -> None:
 
 
 # --- gRPC ---------------------------------------------------------------------------------
+
+API_PROTO = Path("/root/go/pkg/mod/k8s.io/kubelet@v0.34.4/pkg/apis/deviceplugin/v1beta1/api.proto")
+
+
+def test_field_numbers_are_those_of_the_kubelets_device_plugin_api() -> None:
+    if not API_PROTO.exists():
+        pytest.skip(f"{API_PROTO} is not on this machine (the Go module cache of k8s-build)")
+    text = API_PROTO.read_text()
+    field = r"^\s*(?:repeated\s+)?(?:map<[^>]+>|[\w.]+)\s+(\w+)\s*=\s*(\d+);"
+    for message, fields in proto.MESSAGES.items():
+        body = re.search(rf"message {message} {{(.*?)\n}}", text, re.S)
+        assert body is not None, message
+        declared = {m.group(1): int(m.group(2)) for m in re.finditer(field, body[1], re.M)}
+        assert declared == {name: number for name, number, *_ in fields}, message
+
 
 grpc = pytest.importorskip("grpc", reason="grpcio is not installed (pykatalyst[node])")
 
