@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 _VERBS: Final = ("create", "delete", "get", "list", "patch", "update", "watch")
 SUBRESOURCES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
-    ("", "pods"): ("status", "binding", "eviction"),
+    ("", "pods"): ("status", "binding", "eviction", "resize"),
 }
 BINDING: Final = Kind("", "v1", "Binding", "bindings", True)
 
@@ -64,7 +64,11 @@ def _resource_entries(cluster: MemoryCluster, group: str, version: str) -> list[
         if not subresources and cluster.has_status_subresource(kind):
             subresources = ["status"]
         for sub in subresources:
-            sub_kind = {"binding": ("Binding", ["create"]), "eviction": ("Eviction", ["create"])}
+            sub_kind = {
+                "binding": ("Binding", ["create"]),
+                "eviction": ("Eviction", ["create"]),
+                "resize": (kind.kind, ["get", "patch"]),  # a resize is a patch here
+            }
             name, verbs = sub_kind.get(sub, (kind.kind, ["get", "patch", "update"]))
             sub_entry: JSON = {
                 "name": f"{kind.plural}/{sub}",

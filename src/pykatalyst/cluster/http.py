@@ -232,6 +232,8 @@ class ApiServerApp:
             meta["namespace"] = t.namespace
         if t.subresource == "status":
             return json_response(await self._store(self.cluster.update_status, t.kind, body))
+        if t.subresource is not None:
+            raise MethodNotAllowed(f"PUT is not supported on {t.subresource}: patch it")
         return json_response(await self._store(self.cluster.update, t.kind, body))
 
     async def _patch(self, t: Target, name: str, request: web.Request) -> web.Response:
