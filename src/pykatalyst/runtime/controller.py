@@ -234,7 +234,7 @@ class ControllerRunner:
         if name == names.CONTROLLER_SPD:
             return SPDController(self.cluster, self.spd_config, skips=self.skips)
         if name == names.CONTROLLER_RESOURCE_RECOMMEND:
-            return ResourceRecommendController(self.cluster, self.rr_config)
+            return ResourceRecommendController(self.cluster, self.rr_config, registry=self.registry)
         return LifecycleController(
             self.cluster, node_selector=self.node_selector, orphan_grace_s=self.orphan_grace_s
         )
