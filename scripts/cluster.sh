@@ -332,9 +332,12 @@ EOF
 start_kubelet() {
     local bin
     bin=$(bin_dir)
+    # --containerd: the kubelet's cAdvisor asks containerd (at this cluster's socket, not the
+    # default one) which container a cgroup belongs to; without it /metrics/cadvisor has pod
+    # cgroups only, no per-container series (no `container` label) for Prometheus to read.
     start kubelet "$bin/kubelet" --config="$STATE/kubelet-config.yaml" \
         --kubeconfig="$KC/kubelet.kubeconfig" --root-dir="$STATE/kubelet" \
-        --hostname-override="$NODE" --v=1
+        --hostname-override="$NODE" --containerd="$SOCK" --v=1
     wait_for "the kubelet" 90 curl -sf http://127.0.0.1:10248/healthz
 }
 

@@ -528,3 +528,27 @@ def parse(text: str) -> float:
     from pykatalyst.api.timefmt import parse_rfc3339
 
     return parse_rfc3339(text)
+
+
+def test_runs_are_counted_by_result() -> None:
+    from prometheus_client import CollectorRegistry
+
+    c = cluster()
+    c.create(names.DEPLOYMENT, deployment(), "default")
+    c.create(RR, rr(), "default")
+    bad = rr()
+    bad["metadata"]["name"] = "bad"
+    bad["spec"]["targetRef"]["name"] = ""
+    c.create(RR, bad, "default")
+    registry = CollectorRegistry()
+    ResourceRecommendController(c, source=FakeSource({"stress": series(3)}), registry=registry).run(
+        NOW
+    )
+
+    def count(result: str) -> float:
+        value = registry.get_sample_value(
+            "katalyst_resource_recommend_runs_total", {"result": result}
+        )
+        return value or 0.0
+
+    assert (count("invalid"), count("not_ready"), count("recommended")) == (1.0, 1.0, 0.0)

@@ -206,9 +206,12 @@ def test_the_release_namespace_holds_everything_and_the_controllers_lease() -> N
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     }
+    # but the controller's access to Katalyst's ConfigMap kube-system/oom-record
+    elsewhere = {"katalyst-controller-oom-record": "kube-system"}
     for o in objs:
         if o["kind"] not in cluster_scoped:
-            assert o["metadata"]["namespace"] == "colo", (o["kind"], o["metadata"]["name"])
+            home = elsewhere.get(o["metadata"]["name"], "colo")
+            assert o["metadata"]["namespace"] == home, (o["kind"], o["metadata"]["name"])
         for s in o.get("subjects", []):
             assert s["namespace"] == "colo"
     # the agent's node restriction names the agent's account in the release namespace
@@ -217,6 +220,19 @@ def test_the_release_namespace_holds_everything_and_the_controllers_lease() -> N
     controller = _by(objs, "Deployment")["katalyst-controller"]
     args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--lease-namespace=colo" in args
+
+
+def test_the_prometheus_value_reaches_the_controller_and_a_bad_one_is_refused() -> None:
+    def args(*values: str) -> list[str]:
+        objs = _render(*values)
+        controller = _by(objs, "Deployment")["katalyst-controller"]
+        return list(controller["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    assert not any("prometheus" in a for a in args())
+    got = args("recommendation.prometheus.url=http://prom.monitoring:9090")
+    assert "--resourcerecommend-prometheus-address=http://prom.monitoring:9090" in got
+    assert "--resourcerecommend-prometheus-timeout=3m" in got
+    assert "recommendation" in _refused("recommendation.prometheus.url=prom:9090")
 
 
 def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:

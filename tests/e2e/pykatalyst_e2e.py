@@ -205,11 +205,20 @@ def pod_cgroup_knob(pod: dict[str, Any], controller: str, knob: str) -> str:
 
 
 def reclaimed_millicpu(kubectl: Kubectl, node: str) -> int:
+    return _reclaimed(kubectl, node, names.RECLAIMED_MILLICPU)
+
+
+def reclaimed_memory(kubectl: Kubectl, node: str) -> int:
+    return _reclaimed(kubectl, node, names.RECLAIMED_MEMORY)
+
+
+def _reclaimed(kubectl: Kubectl, node: str, resource: str) -> int:
+    """The CNR's published figure; ValueError until it has one."""
     cnr = kubectl.json("get", "kcnr", node)
     alloc = cnr.get("status", {}).get("resources", {}).get("allocatable", {})
-    value = alloc.get(names.RECLAIMED_MILLICPU)
+    value = alloc.get(resource)
     if value is None:
-        raise ValueError("the CNR has no reclaimed_millicpu yet")
+        raise ValueError(f"the CNR has no {resource.rsplit('/', 1)[-1]} yet")
     return Quantity.parse(str(value)).value()
 
 

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
 from pykatalyst.api import names
@@ -310,6 +311,16 @@ class RRResult:
         return {"done": list(self.done), "failed": list(self.failed)}
 
 
+def _result(status: Mapping[str, Any]) -> str:
+    conds = {c["type"]: c for c in status.get("conditions") or []}
+    provided = conds.get(rs.PROVIDED)
+    if provided is None:
+        return "invalid"
+    if provided["status"] == "True":
+        return "recommended"
+    return "source_unavailable" if provided.get("reason") == SOURCE_UNAVAILABLE else "not_ready"
+
+
 class ResourceRecommendController:
     """`reconcile(now)` gathers (informers, the oom-record ConfigMap, Prometheus for the
     RRs that are due) and decides each status; `apply(plan)` patches the status
@@ -323,8 +334,18 @@ class ResourceRecommendController:
         config: ResourceRecommendConfig | None = None,
         *,
         source: UsageSource | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.cluster = cluster
+        self.runs = Counter(
+            "katalyst_resource_recommend_runs",
+            "ResourceRecommend runs by result: recommended, not_ready, invalid (a Validated or "
+            "Initialized condition False), source_unavailable (Prometheus could not be read).",
+            ["result"],
+            registry=registry if registry is not None else CollectorRegistry(),
+        )
+        for result in ("recommended", "not_ready", "invalid", "source_unavailable"):
+            self.runs.labels(result)
         self.config = config if config is not None else ResourceRecommendConfig()
         if source is None:
             url = self.config.prometheus_url
@@ -402,6 +423,7 @@ class ResourceRecommendController:
         return self._done(RRUpdate(ns, name, status, ok, summary, terms), now)
 
     def _done(self, update: RRUpdate, now: float) -> RRUpdate:
+        self.runs.labels(_result(update.status)).inc()
         key = f"{update.namespace}/{update.name}"
         if update.ok:
             self.memory.failures.pop(key, None)
