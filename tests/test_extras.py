@@ -25,7 +25,10 @@ def test_the_base_install_leaves_the_kube_client_and_matplotlib_to_extras() -> N
     assert any(d.startswith("matplotlib") for d in extras["sim"])
     assert any(d.startswith("grpcio") for d in extras["node"])
     assert any(d.startswith("protobuf") for d in extras["node"])
-    assert "pykatalyst[kube,sim,node]" in extras["dev"]
+    assert any(d.startswith("croniter") for d in extras["autoscale"])
+    assert any(d.startswith("statsmodels") for d in extras["autoscale"])
+    assert "pykatalyst[kube,sim,node,autoscale]" in extras["dev"]
+    assert "statsmodels" not in base and "croniter" not in base
     assert "grpcio" not in base and "protobuf" not in base
 
 
@@ -91,3 +94,21 @@ def test_the_daemons_do_not_load_the_in_memory_api_server() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_without_the_autoscale_extra_crons_and_the_predictor_say_which_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import numpy as np
+
+    from pykatalyst.controllers.cronbounds import Bound, CronMode, TimeBound, cron_replicas
+    from pykatalyst.predict.forecast import forecast
+
+    monkeypatch.setitem(sys.modules, "croniter", None)
+    monkeypatch.setitem(sys.modules, "statsmodels.tsa.seasonal", None)
+    monkeypatch.setitem(sys.modules, "statsmodels.tsa.stattools", None)
+    tb = [TimeBound(None, None, (Bound("* * * * *", min_replicas=5),))]
+    lo, _, errors = cron_replicas(1, 9, tb, 0.0, CronMode.WINDOW)
+    assert lo == 1 and "pykatalyst[autoscale]" in errors[0]
+    with pytest.raises(MissingExtra, match=r"pykatalyst\[autoscale\]"):
+        forecast(np.sin(np.arange(3 * 1440) * 2 * np.pi / 1440), 60.0, 10)

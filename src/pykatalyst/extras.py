@@ -1,7 +1,8 @@
 """Optional dependencies, installed as extras: `pykatalyst[kube]` (the Kubernetes client, for
 every command run against a real cluster), `pykatalyst[sim]` (matplotlib, for the
 simulator's charts), `pykatalyst[node]` (grpcio and protobuf, for the kubelet's pod-resources
-API) and `pykatalyst[dev]` (all of them, and the test tools). A node agent's image needs
+API), `pykatalyst[autoscale]` (croniter and statsmodels, for IHPA crons and the built-in
+predictor) and `pykatalyst[dev]` (all of them, and the test tools). A node agent's image needs
 `[kube]`, and `[node]` beside a kubelet with the static cpu manager."""
 
 from __future__ import annotations

@@ -369,3 +369,12 @@ def test_custom_metric_target_follows_katalysts_rule(
     assert rps_target == value_m  # only cpu*/memory* get the template rule
     for s in specs[1:]:
         assert s["type"] == "External" and s["external"]["metric"]["name"] == "spd_agg_metrics"
+
+
+def test_a_hand_edit_of_the_hpa_is_put_back() -> None:
+    c = cluster_with((DEPLOY, deployment()), (IHPA, ihpa(strategy="Auto")))
+    ctl = IHPAController(c)
+    ctl.run(NOW)
+    c.patch(HPA, "ihpa-web-ihpa", {"spec": {"maxReplicas": 99}}, "default")
+    ctl.run(NOW + 30)
+    assert c.get(HPA, "ihpa-web-ihpa", "default")["spec"]["maxReplicas"] == 10

@@ -22,15 +22,24 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from pykatalyst.extras import MissingExtra, require
 
 MINUTE_S = 60.0
 _ONE_VALUE_RANGE = re.compile(r"(?<![\w/-])(\d+)-\1(?![\w/-])")
 # How far back a single-minute cron's last firing is looked for (a weekly cron fires
 # within 7 days; a yearly one is looked for over a year, at the cost of one croniter step).
 LOOKBACK = timedelta(days=366)
+
+
+def _croniter() -> Any:
+    """croniter's class (the `autoscale` extra); CronError naming the extra without it."""
+    try:
+        return require("croniter", "autoscale", "IHPA timeBounds crons").croniter
+    except MissingExtra as exc:
+        raise CronError(str(exc)) from None
 
 
 class CronMode(enum.StrEnum):
@@ -64,20 +73,21 @@ class Schedule:
     zone: tzinfo
 
     def matches(self, minute: datetime) -> bool:
-        return bool(croniter.match(self.expr, minute.astimezone(self.zone)))
+        return bool(_croniter().match(self.expr, minute.astimezone(self.zone)))
 
     def last_at_or_before(self, minute: datetime) -> datetime | None:
         local = minute.astimezone(self.zone)
-        if croniter.match(self.expr, local):
+        cron = _croniter()
+        if cron.match(self.expr, local):
             return minute
-        prev = croniter(self.expr, local).get_prev(datetime)
+        prev = cron(self.expr, local).get_prev(datetime)
         assert isinstance(prev, datetime)
         if prev < local - LOOKBACK:
             return None
         return prev.astimezone(UTC)
 
     def next_after(self, minute: datetime) -> datetime:
-        nxt = croniter(self.expr, minute.astimezone(self.zone)).get_next(datetime)
+        nxt = _croniter()(self.expr, minute.astimezone(self.zone)).get_next(datetime)
         assert isinstance(nxt, datetime)
         return nxt.astimezone(UTC)
 
@@ -103,7 +113,7 @@ def parse_cron(text: str) -> Schedule:
     # croniter reads a one-value range `1-1` as the whole field; robfig/cron (Katalyst's
     # parser) reads it as that one value.
     expr = _ONE_VALUE_RANGE.sub(r"\1", expr)
-    if not croniter.is_valid(expr):
+    if not _croniter().is_valid(expr):
         raise CronError(f"{text!r}: not a valid cron expression")
     return Schedule(expr, zone)
 

@@ -155,6 +155,16 @@ def _workload_actions(ns: str, ref: ihpaspec.TargetRef, target: Mapping[str, Any
     return [Action("patch", kind, ns, ref.name, patch, "enable the workload's SPD")]
 
 
+def _hand_edited(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    """The fields the API server does not default differ: someone edited the HPA."""
+    return (
+        have.get("scaleTargetRef") != want["scaleTargetRef"]
+        or have.get("maxReplicas") != want["maxReplicas"]
+        or have.get("minReplicas", 1) != want.get("minReplicas", 1)
+        or len(have.get("metrics") or []) != len(want["metrics"])
+    )
+
+
 def _hpa_action(desired: JSON, have: Mapping[str, Any] | None) -> Action | None:
     meta = desired["metadata"]
     ns, name = str(meta["namespace"]), str(meta["name"])
@@ -167,8 +177,10 @@ def _hpa_action(desired: JSON, have: Mapping[str, Any] | None) -> Action | None:
     same_owner = any(
         isinstance(o, Mapping) and o.get("uid") == meta["ownerReferences"][0]["uid"] for o in owners
     )
-    if _section(have_meta, "annotations").get(names.IHPA_SPEC_HASH_ANNOTATION) == want and (
-        same_owner
+    if (
+        _section(have_meta, "annotations").get(names.IHPA_SPEC_HASH_ANNOTATION) == want
+        and same_owner
+        and not _hand_edited(_section(have, "spec"), desired["spec"])
     ):
         return None
     obj = json.loads(json.dumps(dict(have)))

@@ -11,6 +11,7 @@ import urllib.request
 from typing import Any, Protocol
 
 from pykatalyst.api import names
+from pykatalyst.extras import MissingExtra
 from pykatalyst.predict.contract import (
     ContractError,
     PredictReply,
@@ -40,7 +41,7 @@ class InProcessPredictor:
         try:
             reply, _ = answer(parse_request(request))
             return parse_reply(reply)
-        except ContractError as exc:
+        except (ContractError, MissingExtra) as exc:
             raise PredictorError(str(exc)) from None
 
 

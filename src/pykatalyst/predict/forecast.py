@@ -31,11 +31,12 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from statsmodels.tsa.seasonal import STL
-from statsmodels.tsa.stattools import acf
+
+from pykatalyst.extras import require
 
 DAY_S = 86400.0
 WEEK_S = 7 * DAY_S
@@ -111,6 +112,11 @@ def _bucket(y: Array, per: int) -> Array:
     return out
 
 
+def _statsmodels(module: str) -> Any:
+    """A statsmodels module (the `autoscale` extra); MissingExtra naming it without it."""
+    return require(f"statsmodels.{module}", "autoscale", "the built-in predictor")
+
+
 def _period_strength(z: Array, lag: int) -> float:
     """Autocorrelation at `lag` of the series minus its moving average over `lag`."""
     kernel = np.ones(lag) / lag
@@ -118,7 +124,7 @@ def _period_strength(z: Array, lag: int) -> float:
     detrended = z - trend
     if np.std(detrended) < 1e-12:
         return 0.0
-    r = acf(detrended, nlags=lag, fft=True)
+    r = _statsmodels("tsa.stattools").acf(detrended, nlags=lag, fft=True)
     at, half = float(r[lag]), float(r[lag // 2])
     return at if at > half else 0.0
 
@@ -157,7 +163,8 @@ def _seasonal_model(z: Array, horizon: int) -> tuple[Array, Array, Array]:
     adjusted series, the seasonal component)."""
     p = BUCKETS_PER_PERIOD
     jump = max(1, p // 10)
-    fit = STL(z, period=p, seasonal_jump=1, trend_jump=jump, low_pass_jump=jump).fit()
+    stl = _statsmodels("tsa.seasonal").STL
+    fit = stl(z, period=p, seasonal_jump=1, trend_jump=jump, low_pass_jump=jump).fit()
     seasonal = np.asarray(fit.seasonal, dtype=np.float64)
     adjusted = z - seasonal
     last = seasonal[-p:]
