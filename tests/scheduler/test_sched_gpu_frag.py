@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pykatalyst.api.gpu import WHOLE
 from pykatalyst.scheduler.framework import Framework
-from pykatalyst.scheduler.gpufrag import TaskMix, card_deltas, node_fragmentation
+from pykatalyst.scheduler.gpufrag import TaskMix, card_deltas, node_deltas, node_fragmentation
 from pykatalyst.scheduler.podinfo import pod_info
 from pykatalyst.scheduler.snapshot import NodeSnapshot
 from tests.scheduler.gpu_helpers import gpu_config, gpu_requests, gpu_zones
@@ -165,3 +165,34 @@ def test_fgd_keeps_a_card_whole_for_the_whole_card_pods_that_come_often() -> Non
         result = fw.schedule(info, snap)
         assert fw.reserve(info, result, snap) is None
         assert result.gpu is not None and result.gpu.ids == (card,), policy
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    nodes=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from([0, 300, 500, 1000]), min_size=4, max_size=4),
+            st.sampled_from([0, 4000, 64000]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    ask=st.sampled_from([(1, 300), (1, 700), (1, WHOLE), (2, WHOLE), (0, 0)]),
+)
+def test_nodes_in_the_same_state_are_judged_once_and_alike(
+    nodes: list[tuple[list[int], int]], ask: tuple[int, int]
+) -> None:
+    """node_deltas evaluates each distinct node state once: every node still gets what
+    judging it alone gives."""
+    mix = mix_of(WITH_CPU_TASKS)
+    free = np.array([n[0] for n in nodes], np.int64).T
+    cap = np.full_like(free, 1000)
+    host = np.array([[n[1] for n in nodes]], np.int64)
+    cards, share = ask
+    got = node_deltas(free, cap, host, mix, np.array([2000]), cards, share)
+    for j in range(len(nodes)):
+        col = slice(j, j + 1)
+        alone = node_deltas(
+            free[:, col], cap[:, col], host[:, col], mix, np.array([2000]), cards, share
+        )
+        assert got[j] == pytest.approx(alone[0]) or (np.isinf(got[j]) and np.isinf(alone[0]))

@@ -127,6 +127,17 @@ def _host_fits(host_free: I64, mix: TaskMix) -> BOOL:
     return np.asarray((host_free[None] >= need).all(axis=1), np.bool_)
 
 
+def _shapes(mix: TaskMix) -> tuple[I64, I64, F64]:
+    """The distinct (cards, share) shapes of the mix and, per shape and class, the
+    class's weight where the class has that shape: what the card arithmetic depends on is
+    the shape alone, so it runs once per shape rather than once per class."""
+    code = mix.cards * (1 << 40) + (mix.share - WHOLE)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    member = np.zeros((len(first), mix.size), np.float64)
+    member[np.asarray(inverse).reshape(-1), np.arange(mix.size)] = mix.weight
+    return mix.cards[first], mix.share[first], member
+
+
 def node_fragmentation(free: I64, cap: I64, host_free: I64, mix: TaskMix) -> F64:
     """Per node (column): the expected fragmentation, in milli-units, under `mix`.
     `free` and `cap` are (cards, nodes), unusable cards with cap 0; `host_free` is
@@ -134,12 +145,14 @@ def node_fragmentation(free: I64, cap: I64, host_free: I64, mix: TaskMix) -> F64
     f = np.where(cap > 0, np.maximum(free, 0), 0)
     if not mix.size:
         return np.zeros(f.shape[1], np.float64)
+    cards, share, member = _shapes(mix)
     total = f.sum(axis=0)
-    ok = _card_ok(f, cap, mix.share, mix.cards)
+    ok = _card_ok(f, cap, share, cards)  # (shapes, cards, nodes)
     inside = (f[None] * ~ok).sum(axis=1)
-    fits = _host_fits(host_free, mix) & (ok.sum(axis=1) >= mix.cards[:, None])
-    frag = np.where(fits, inside, total[None])
-    return np.asarray(mix.weight @ frag, np.float64)
+    held = member @ _host_fits(host_free, mix)  # (shapes, nodes): weight of classes that fit
+    cards_ok = ok.sum(axis=1) >= cards[:, None]
+    frag = mix.weight.sum() * total + (held * cards_ok * (inside - total[None])).sum(axis=0)
+    return np.asarray(frag, np.float64)
 
 
 def card_deltas(free: I64, cap: I64, host_free: I64, mix: TaskMix, host: I64, share: int) -> F64:
@@ -151,22 +164,23 @@ def card_deltas(free: I64, cap: I64, host_free: I64, mix: TaskMix, host: I64, sh
     can = (cap > 0) & (f >= take)
     if not mix.size:
         return np.where(can, 0.0, np.inf)
+    cards, shares, member = _shapes(mix)
+    wsum = mix.weight.sum()
     total = f.sum(axis=0)
-    ok = _card_ok(f, cap, mix.share, mix.cards)  # (C, K, n)
+    ok = _card_ok(f, cap, shares, cards)  # (G, K, n)
     cnt = ok.sum(axis=1)
     inside = (f[None] * ~ok).sum(axis=1)
-    fits = _host_fits(host_free, mix) & (cnt >= mix.cards[:, None])
-    before = np.where(fits, inside, total[None])  # (C, n)
+    held = member @ _host_fits(host_free, mix)  # (G, n)
+    before = wsum * total + (held * (cnt >= cards[:, None]) * (inside - total[None])).sum(axis=0)
     f2 = np.where(can, f - take, f)
-    ok2 = _card_ok(f2, cap, mix.share, mix.cards)
+    ok2 = _card_ok(f2, cap, shares, cards)
     cnt2 = cnt[:, None, :] + ok2.astype(np.int64) - ok
     inside2 = inside[:, None, :] + f2[None] * ~ok2 - f[None] * ~ok
-    host_fits = _host_fits(host_free - host[:, None], mix)  # (C, n)
-    fits2 = host_fits[:, None, :] & (cnt2 >= mix.cards[:, None, None])
-    total2 = (total[None, :] - (f - f2))[None]
-    after = np.where(fits2, inside2, total2)
-    delta = np.tensordot(mix.weight, after - before[:, None, :], axes=1)
-    return np.where(can, delta, np.inf)
+    held2 = member @ _host_fits(host_free - host[:, None], mix)  # (G, n)
+    total2 = total[None, :] - (f - f2)  # (K, n)
+    gain = held2[:, None, :] * (cnt2 >= cards[:, None, None]) * (inside2 - total2[None])
+    after = wsum * total2 + gain.sum(axis=0)
+    return np.where(can, after - before[None, :], np.inf)
 
 
 def host_delta(free: I64, cap: I64, host_free: I64, mix: TaskMix, host: I64) -> F64:
@@ -190,6 +204,7 @@ def whole_delta(
     return after - before, chosen.astype(np.int64)
 
 
+_LOW = (1 << 31) - 1
 _MULTIPLIERS: np.ndarray[tuple[int], np.dtype[np.uint64]] = np.random.default_rng(
     0x6A09E667
 ).integers(1, 2**63, 2 * 64 + 8, dtype=np.uint64) | np.uint64(1)
@@ -203,17 +218,17 @@ def node_deltas(
     cards. Nodes in the same state (the same card amounts in any order, the same host
     resources free) are evaluated once: early on most nodes are idle and alike, late
     most are full and alike."""
-    f = np.where(cap > 0, np.maximum(free, 0), -1)
-    order = np.argsort(-f, axis=0, kind="stable")
-    fs = np.take_along_axis(f, order, axis=0)
-    cs = np.take_along_axis(cap, order, axis=0)
-    key = np.vstack([fs, cs, host_free]).astype(np.uint64)
+    f = np.where(cap > 0, np.maximum(free, 0), 0)
+    # sort each node's cards by (free, size) in one pass: both fit in 31 bits here
+    packed = np.sort((np.minimum(f, _LOW) << 31) | np.clip(cap, 0, _LOW), axis=0)
+    fs, cs = packed >> 31, packed & _LOW
+    key = np.vstack([packed, host_free]).astype(np.uint64)
     # one 64-bit hash per column (odd multipliers, wrapping): a 1-D unique is fast
     mult = _MULTIPLIERS[: key.shape[0], None]
     with np.errstate(over="ignore"):
         digest = (key * mult).sum(axis=0, dtype=np.uint64)
     _, first, inverse = np.unique(digest, return_index=True, return_inverse=True)
-    uf = np.asarray(np.maximum(fs[:, first], 0), np.int64)
+    uf = np.asarray(fs[:, first], np.int64)
     ucap = np.asarray(cs[:, first], np.int64)
     uhost = np.asarray(host_free[:, first], np.int64)
     if not cards:
