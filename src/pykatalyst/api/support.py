@@ -145,7 +145,7 @@ FEATURES: tuple[Feature, ...] = (
         Status.WORKS,
         "logs and metrics",
         "schedule explanations",
-        "`katalyst explain node|pod`, an Event and a record per action",
+        "`katalyst explain node` and `pod`, an Event and a record per action",
         by="explain",
     ),
     Feature(
@@ -331,11 +331,12 @@ FEATURES: tuple[Feature, ...] = (
     ),
     Feature(
         "network",
-        "NIC selection and network QoS",
+        "NIC selection (`namespace_type`, `topology_affinity_restricted`)",
         Status.NOT_YET,
         "yes (network plugin)",
-        "yes",
-        "the enhancement is read and checked, and no NIC is chosen",
+        "no",
+        "the enhancement is read and checked, and no NIC is chosen (egress QoS by level is "
+        "the agent's)",
         enhancements=(names.ENH_NAMESPACE_TYPE, names.ENH_TOPOLOGY_AFFINITY_RESTRICTED),
     ),
 )
@@ -382,6 +383,8 @@ def markdown_table() -> str:
         "|---|---|---|---|",
     ]
     for f in FEATURES:
+        if "|" in f.title + f.katalyst + f.koordinator + f.note:
+            raise ValueError(f"{f.key}: '|' would split a table cell")
         ours = f"**{f.status.value}**: {f.note}"
         rows.append(f"| {f.title} | {f.katalyst} | {f.koordinator} | {ours} |")
     return "\n".join(rows) + "\n"
