@@ -56,6 +56,11 @@ DEPRECATED: tuple[Deprecated, ...] = (
 
 # Daemons without --once or --dry-run, and why.
 LOOP_EXEMPTIONS: dict[tuple[str, str], str] = {
+    ("metrics", "--once"): (
+        "it serves the external metrics API to the HPA until stopped: there is no pass to run "
+        "once (--stop-after ends a run)"
+    ),
+    ("metrics", "--dry-run"): "it only reads SPDs and answers queries: it changes nothing",
     ("scheduler", "--dry-run"): (
         "a scheduler that binds nothing leaves each pod pending, to be placed again at the "
         "next pass; --print-config shows what it would use, `katalyst explain pod` why a "

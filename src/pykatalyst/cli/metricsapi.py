@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from pykatalyst.cli.conventions import DURATION, optional_duration
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
     IN_CLUSTER_OPTION,
@@ -66,8 +67,11 @@ def metrics(
         "--insecure-no-auth",
         help="Development only: serve anyone who reaches the port, without authentication.",
     ),
-    max_seconds: float | None = typer.Option(
-        None, "--max-seconds", help="Stop after this many seconds (default: run until stopped)."
+    stop_after: str | None = typer.Option(
+        None,
+        "--stop-after",
+        metavar=DURATION,
+        help="Stop after this long, e.g. 30s (default: run until stopped).",
     ),
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
@@ -103,7 +107,13 @@ def metrics(
 
     try:
         run_metrics_api(
-            cluster, tls, clock, auth, listen=address, on_ready=listening, max_seconds=max_seconds
+            cluster,
+            tls,
+            clock,
+            auth,
+            listen=address,
+            on_ready=listening,
+            max_seconds=optional_duration(stop_after, "--stop-after"),
         )
     except ServeError as exc:
         print_message(f"error: --listen {listen}: {exc}", stderr=True)

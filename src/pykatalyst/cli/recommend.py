@@ -98,7 +98,9 @@ def recommend(
     recommender: str = typer.Option(
         "pykatalyst", "--recommender", help="pykatalyst, or katalyst (ResourceRecommend's rule)."
     ),
-    output: OutputFormat = typer.Option(OutputFormat.TABLE, "--output", "-o"),  # noqa: B008
+    output: OutputFormat = typer.Option(  # noqa: B008
+        OutputFormat.TABLE, "--output", "-o", help="table, or json for scripts."
+    ),
     at: float | None = typer.Option(
         None, "--at", help="Recommend as of this Unix time (only samples before it count)."
     ),

@@ -251,9 +251,7 @@ class ControllerRunner:
         if name == names.CONTROLLER_SPD:
             return SPDController(self.cluster, self.spd_config, skips=self.skips)
         if name == names.CONTROLLER_RESOURCE_RECOMMEND:
-            return ResourceRecommendController(
-                self.cluster, self.rr_config, registry=self.registry
-            )
+            return ResourceRecommendController(self.cluster, self.rr_config, registry=self.registry)
         if name == names.CONTROLLER_IHPA:
             return HorizontalScaling(
                 self.cluster, self.ihpa_config, history=self.history, predictor=self.predictor
