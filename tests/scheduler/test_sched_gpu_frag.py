@@ -196,3 +196,14 @@ def test_nodes_in_the_same_state_are_judged_once_and_alike(
             free[:, col], cap[:, col], host[:, col], mix, np.array([2000]), cards, share
         )
         assert got[j] == pytest.approx(alone[0]) or (np.isinf(got[j]) and np.isinf(alone[0]))
+
+
+def test_a_pod_retried_while_pending_counts_once_in_the_task_mix() -> None:
+    snap = _two_nodes()
+    fw = Framework(gpu_config(["fgd"]).profiles[0], 100, 0)
+    plugin = fw.plugins["GPUShare"]
+    big = pod_info(pod("big", gpu_requests(1, 100), uid="u-big"))
+    for _ in range(5):
+        fw.schedule(big, snap)
+    fw.schedule(pod_info(pod("small", gpu_requests(1, 10), uid="u-small")), snap)
+    assert plugin.mix.pods == 2

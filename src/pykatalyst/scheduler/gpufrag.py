@@ -94,6 +94,11 @@ class RecentMix:
         self._since = 0
         self._mix = EMPTY_MIX
 
+    @property
+    def pods(self) -> int:
+        """How many pods the mix is counted over."""
+        return len(self._recent)
+
     def add(self, cls: TaskClass) -> None:
         self._recent.append(cls)
         self._counts[cls] += 1

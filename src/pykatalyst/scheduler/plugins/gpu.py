@@ -15,7 +15,7 @@ zones and the pods it has assumed.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -123,6 +123,7 @@ class GPUShare(Plugin):
         self.host_rows = [CPU] if args.fgdHostResources == "cpu" else [CPU, MEMORY]
         self.rng = np.random.default_rng(args.seed)
         self.mix = RecentMix(args.taskMixWindow, args.taskMixCoverage / 100)
+        self._seen: OrderedDict[str, None] = OrderedDict()
 
     # --- pre-filter -----------------------------------------------------------------------
 
@@ -130,7 +131,11 @@ class GPUShare(Plugin):
         req = pod.gpu
         if req.problem:
             return req.problem
-        self.mix.add(task_class(pod))
+        if pod.uid not in self._seen:  # a pod retried while pending counts once
+            self._seen[pod.uid] = None
+            if len(self._seen) > self.mix.window:
+                self._seen.popitem(last=False)
+            self.mix.add(task_class(pod))
         if not req.cards or not snap.gpu_z or not snap.n:
             return None
         cap = snap.gpu_cap[:, : snap.n]
