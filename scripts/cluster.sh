@@ -13,6 +13,9 @@
 #                                     restart the kubelet, optionally with another cpu manager policy
 #   bash scripts/cluster.sh pause|resume kube-scheduler kube-controller-manager
 #                                     stop or restart those (the API server alone, for its tests)
+#   bash scripts/cluster.sh halt|revive NAME...
+#                                     stop any of etcd, kube-apiserver, containerd, kubelet, ...
+#                                     and start it again as it was started (the fault tests)
 #
 # Security is a real cluster's: TLS everywhere the API server listens, RBAC and Node
 # authorization, NodeRestriction, ServiceAccount tokens. Every listener binds to loopback.
@@ -386,6 +389,28 @@ resume() {
     done
 }
 
+# Faults, for the fault tests: stop a process of the cluster (its command line kept), and
+# start it again later exactly as it was started.
+halt() {
+    local name
+    for name in "$@"; do
+        running "$name" || die "halt: $name is not running (names: $(ls "$PIDS" | sed 's/\.pid$//' | tr '\n' ' '))"
+        tr '\0' '\n' < "/proc/$(cat "$PIDS/$name.pid")/cmdline" > "$PIDS/$name.cmd"
+        stop "$name"
+        log "halted $name"
+    done
+}
+
+revive() {
+    local name args
+    for name in "$@"; do
+        [ -f "$PIDS/$name.cmd" ] || die "revive: $name was not halted"
+        mapfile -t args < "$PIDS/$name.cmd"
+        start "$name" "${args[@]}"
+        rm -f "$PIDS/$name.cmd"
+    done
+}
+
 # --- bring-up ---------------------------------------------------------------------------
 
 save_sysctls() {
@@ -639,6 +664,8 @@ case ${1:-} in
     build) bin_dir ;;
     pause) shift; pause "$@" ;;
     resume) shift; resume "$@" ;;
-    *) echo "usage: $0 up|down|status|env|build|kubelet-restart [none|static]|pause NAME...|resume NAME..." >&2
+    halt) shift; halt "$@" ;;
+    revive) shift; revive "$@" ;;
+    *) echo "usage: $0 up|down|status|env|build|kubelet-restart [none|static]|pause NAME...|resume NAME...|halt NAME...|revive NAME..." >&2
        exit 2 ;;
 esac

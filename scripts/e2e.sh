@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The end-to-end suite on a real, upstream Kubernetes: bring up the one-node cluster of
 # scripts/cluster.sh (or reuse one that runs), run `pytest -m e2e`, and tear down what this
-# run started. Extra arguments go to pytest (e.g. -k colocation).
+# run started. Extra arguments go to pytest (e.g. -k colocation, or test files to run only
+# those: bash scripts/e2e.sh tests/e2e/test_e2e_faults.py).
 #
 # Against another cluster instead: KUBECONFIG=... .venv/bin/pytest -m e2e tests/e2e
 # (the node-level checks then skip, saying why).
@@ -22,6 +23,11 @@ if ! grep -q '^kube-apiserver: running' <<<"$state"; then
     bash scripts/cluster.sh up
 fi
 eval "$(bash scripts/cluster.sh env)"
+# Test files or node ids among the arguments run alone; otherwise the whole suite.
+where=(tests/e2e)
+for arg in "$@"; do
+    case $arg in tests/*|*.py|*::*) where=() ;; esac
+done
 rc=0
-.venv/bin/pytest -m e2e tests/e2e -p no:cacheprovider --durations=15 "$@" || rc=$?
+.venv/bin/pytest -m e2e "${where[@]}" -p no:cacheprovider --durations=15 "$@" || rc=$?
 exit "$rc"

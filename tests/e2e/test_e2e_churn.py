@@ -1,0 +1,121 @@
+"""Churn on the real node: waves of shared and reclaimed pods created and deleted, with the
+agent, the scheduler and the controller in the loop. Nothing leaks: no pod cgroup, no
+checkpoint entry, no pool left for a pod that is gone; the agent's memory stays bounded
+and its cpusets for a dedicated pod never move. The agent's resident memory per wave is
+printed (see docs/e2e.md)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pykatalyst.api import names
+from tests.e2e.conftest import Component, Kubectl, LocalNode, wait_until
+from tests.e2e.pykatalyst_e2e import (
+    container_cpus,
+    example,
+    fit_to_node,
+    running_pods,
+    start_components,
+)
+
+WAVES = 3
+PODS_PER_WAVE = 40  # with the node's own pods, about a third of the kubelet's 110
+RSS_GROWTH_MIB = 64  # what the agent may grow by from the first wave to the last
+
+
+def _rss_mib(agent: Component) -> float:
+    assert agent.proc is not None
+    for line in Path(f"/proc/{agent.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _pod_cgroups() -> set[str]:
+    root = Path("/sys/fs/cgroup/cpuset/kubepods")
+    return {p.name for p in root.rglob("pod*") if p.is_dir()}
+
+
+def _checkpoint_keys(path: Path) -> set[str]:
+    """The cgroups the agent's enforcer keeps desired knobs for (its checkpoint)."""
+    if not path.exists():
+        return set()
+    return set(json.loads(path.read_text()).get("desired") or {})
+
+
+def _wave(namespace: str, wave: int) -> list[dict[str, Any]]:
+    shared = fit_to_node(example("shared-normal-pod.yaml")[0], namespace)
+    reclaimed = fit_to_node(example("reclaimed-normal-pod.yaml")[0], namespace)
+    pods = []
+    for i in range(PODS_PER_WAVE):
+        base = reclaimed if i % 4 == 0 else shared
+        pod = copy.deepcopy(base)
+        pod["metadata"]["name"] = f"churn-{wave}-{i}"
+        pod["metadata"]["labels"] = {"churn": str(wave)}
+        for c in pod["spec"]["containers"]:
+            res = c["resources"]
+            for part in ("requests", "limits"):
+                for key in list(res.get(part, {})):
+                    if key == "cpu":
+                        res[part][key] = "10m"
+                    elif key in ("memory", names.RECLAIMED_MEMORY):
+                        res[part][key] = "16Mi"
+                    elif key == names.RECLAIMED_MILLICPU:
+                        res[part][key] = "20"
+        pods.append(pod)
+    return pods
+
+
+def test_waves_of_pods_leak_nothing_and_the_agent_stays_bounded(
+    kubectl: Kubectl,
+    local_node: LocalNode,
+    namespace: str,
+    components: Callable[..., Component],
+    tmp_path: Path,
+) -> None:
+    agent, _, _ = start_components(components, tmp_path, local_node.name)
+    dedicated = fit_to_node(example("dedicated-normal-pod.yaml")[0], namespace)
+    kubectl.apply(dedicated)
+    name = dedicated["metadata"]["name"]
+    live = wait_until("the dedicated pod", lambda: running_pods(kubectl, namespace, [name]), 120)
+    wait_until(
+        "its own cpu",
+        lambda: len(container_cpus(local_node, live[name])["stress"][0]) == 1,
+        60,
+        interval=1,
+    )
+    placed = container_cpus(local_node, live[name])["stress"][0]
+    checkpoint = tmp_path / "agent-enforcer.json"
+    cgroups_before = _pod_cgroups()
+    keys_before = _checkpoint_keys(checkpoint)
+    rss: list[float] = []
+    for wave in range(WAVES):
+        pods = _wave(namespace, wave)
+        kubectl.apply({"apiVersion": "v1", "kind": "List", "items": pods})
+        names_ = [p["metadata"]["name"] for p in pods]
+        wait_until(
+            f"wave {wave} Running", lambda n=names_: running_pods(kubectl, namespace, n), 420, 3
+        )
+        time.sleep(6)  # three agent periods with every pod of the wave on the node
+        rss.append(_rss_mib(agent))
+        assert container_cpus(local_node, live[name])["stress"][0] == placed
+        kubectl.run(
+            "delete", "pods", "-n", namespace, "-l", f"churn={wave}",
+            "--grace-period=0", "--force", "--wait=true", "--timeout=300s",
+        )  # fmt: skip
+        assert agent.alive(), agent.log()[-2000:]
+    wait_until("the pods' cgroups gone", lambda: _pod_cgroups() == cgroups_before, 180, 2)
+    wait_until(
+        "the agent's checkpoint back to the dedicated pod's entries",
+        lambda: _checkpoint_keys(checkpoint) == keys_before,
+        60,
+        1,
+    )
+    assert container_cpus(local_node, live[name])["stress"][0] == placed
+    print(f"\nagent RSS after each wave of {PODS_PER_WAVE} pods: {[f'{r:.0f} MiB' for r in rss]}")
+    assert rss[-1] - rss[0] <= RSS_GROWTH_MIB, f"the agent grew: {rss}"
