@@ -466,3 +466,17 @@ def test_explain_pod_shows_the_recommendation_and_why() -> None:
     assert v["why"].startswith("refused: resize Infeasible: no room")
     assert any("PodResizePending/Infeasible" in c for c in v["conditions"])
     assert v["last_event"]["reason"] == "ResizeRefused"
+
+
+def test_a_settled_kvpa_is_not_written_again() -> None:
+    w = World()
+    w.pod("web-1")
+    w.rec(w.kvpa())
+    w.step()
+    w.kubelet("web-1")
+    w.step()
+    w.step()
+    rv = w.kvpa_now()["metadata"]["resourceVersion"]
+    _, result = w.step()
+    assert not [d for d in result.done if d.startswith("status")], result.done
+    assert w.kvpa_now()["metadata"]["resourceVersion"] == rv

@@ -16,7 +16,7 @@ counted in `katalyst_vpa_resizes_total{outcome,reason}`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter
@@ -160,10 +160,13 @@ class VPAController:
         budget = self._evictions.available(now)
         outcomes: list[KVPAOutcome] = []
         memories: dict[str, ResizeMemory] = {}
+        stored = {_key(k): k.get("status") for k in self._kvpas.list()}
         for key in sorted(kvpas):
             out, kept = kv.decide_kvpa(
                 self._inputs(kvpas[key], static), self.memories, now, self.config, budget
             )
+            if out.status is not None and out.status == stored.get(key):
+                out = replace(out, status=None)  # unchanged: no write
             budget -= sum(1 for p in out.pods if p.decision.outcome == resize.EVICT)
             memories.update(kept)
             outcomes.append(out)
@@ -190,15 +193,18 @@ class VPAController:
             action = vparec.decide_recommend(inputs)
             if action is not None:
                 actions.append(action)
-        outcomes = tuple(
-            vparec.decide_rec(r, by_ns.get(str(_meta(r).get("namespace")), {}), now) for r in recs
-        )
+        outcomes = []
+        for r in recs:
+            out = vparec.decide_rec(r, by_ns.get(str(_meta(r).get("namespace")), {}), now)
+            if out.rec_status is not None and out.rec_status == r.get("status"):
+                out = replace(out, rec_status=None)  # unchanged: no write
+            outcomes.append(out)
         rec_names: dict[str, str | None] = {}
         for key, k in kvpas.items():
             want = str(_meta(rec_of[key]).get("name")) if key in rec_of else None
             if (_meta(k).get("annotations") or {}).get(names.VPA_REC_NAME_ANNOTATION) != want:
                 rec_names[key] = want
-        return vparec.VPARecPlan(now, tuple(actions), outcomes, rec_names)
+        return vparec.VPARecPlan(now, tuple(actions), tuple(outcomes), rec_names)
 
     def _spd_for(self, kvpa: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The SPD of the KVPA's workload: the one its annotation names, else the one
