@@ -90,7 +90,7 @@ start() {
     log "starting $name"
     # The daemon keeps no descriptor above 2 of ours: a lock held around this script
     # (flock /tmp/pk-e2e.lock ...) must end with it, not live on in etcd or the kubelet.
-    setsid bash -c 'for fd in /proc/self/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done 2>/dev/null; exec "$@"' \
+    setsid bash -c 'for fd in /proc/self/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done; exec "$@"' \
         _ "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
     echo $! > "$PIDS/$name.pid"
 }
