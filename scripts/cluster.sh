@@ -103,6 +103,8 @@ stop() {
         kill -TERM "$pid" 2>/dev/null || true
         for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$pid" 2>/dev/null || true
+        # gone before anything starts in its place (its ports, its files)
+        for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     fi
     rm -f "$PIDS/$name.pid"
 }
