@@ -89,7 +89,8 @@ dnsPolicy: ClusterFirstWithHostNet
 {{- end -}}
 
 {{/* The name of a cluster-scoped object (ClusterRoles, their bindings, the webhook
-     configurations): Katalyst's, with clusterScopedSuffix appended when set. */}}
+     configurations) or of one outside the release's namespace (the controller's Role in
+     kube-system): Katalyst's, with clusterScopedSuffix appended when set. */}}
 {{- define "pykatalyst.clusterName" -}}
 {{- $root := index . 0 -}}
 {{ index . 1 }}{{ with $root.Values.clusterScopedSuffix }}-{{ . }}{{ end }}
