@@ -543,6 +543,16 @@ up() {
     wait_for "node $NODE Ready" 120 "$bin/kubectl" --kubeconfig "$KC/admin.kubeconfig" wait \
         --for=condition=Ready --timeout=5s node "$NODE"
     start_prometheus "$bin/kubectl"
+    # kube-controller-manager and kube-scheduler exit when etcd answers slowly while they
+    # start (a loaded machine): start such a one again, then see it healthy.
+    local d
+    for d in kube-controller-manager kube-scheduler; do
+        running "$d" && continue
+        log "$d exited while starting (see $LOGS/$d.log): starting it again"
+        if [ "$d" = kube-controller-manager ]; then start_controller_manager; else start_scheduler; fi
+    done
+    wait_for kube-controller-manager 60 curl -skf https://127.0.0.1:10257/healthz
+    wait_for kube-scheduler 60 curl -skf https://127.0.0.1:10259/healthz
     log "up: node $NODE is Ready; eval \"\$(bash scripts/cluster.sh env)\" to use it"
 }
 
