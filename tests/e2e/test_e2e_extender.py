@@ -153,7 +153,6 @@ def test_a_numa_bound_dedicated_pod_lands_where_a_zone_fits(
     namespace: str,
     fake_nodes: FakeNodes,
     extender_pair: str,
-    request: pytest.FixtureRequest,
 ) -> None:
     policy = "SingleNUMANodeContainerLevel"
     narrow = fake_nodes.add(
@@ -174,16 +173,10 @@ def test_a_numa_bound_dedicated_pod_lands_where_a_zone_fits(
                            scheduler=extender_pair, annotations=ann)
         )  # fmt: skip
     # Both nodes have 8 cpus for kube's fit; only wide's two zones hold 3 cpus each.
-    if request.node.callspec.params["extender_pair"] == "managed":
-        # kube-scheduler alone places pods that ask for no reclaimed resource
-        placed = _placed(fake_nodes, namespace, 2, settle_s=5)
-        assert sorted(placed.values()) == ["", wide, wide], placed
-    else:
-        # The extender reserves a NUMA-bound pod on every zone of its node until the CNR
-        # lists it (Katalyst's rule); these fake nodes have no agent to list it, so the
-        # second pod waits.
-        placed = _placed(fake_nodes, namespace, 1, settle_s=5)
-        assert sorted(placed.values()) == ["", "", wide], placed
+    # The extender reserves a NUMA-bound pod on every zone of its node until the CNR lists
+    # it (Katalyst's rule); these fake nodes have no agent to list it, so the second waits.
+    placed = _placed(fake_nodes, namespace, 1, settle_s=5)
+    assert sorted(placed.values()) == ["", "", wide], placed
     assert narrow not in placed.values()
 
 
