@@ -11,12 +11,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from pykatalyst.api import names
 from pykatalyst.cli.main import app
+from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.runtime.agent import AGENT_PORT
 from tests.fixtures.fake_node import make_kubelet_tree
 
@@ -208,6 +210,57 @@ def test_a_node_the_kubelet_did_not_register_is_refused_not_created() -> None:
     assert cluster.list(names.NODE).items == []
     ensure_node(cluster, "n9", topo, create=True)
     assert [n["metadata"]["name"] for n in cluster.list(names.NODE).items] == ["n9"]
+
+
+class _AwayThenBack:
+    """A cluster whose API server answers `failures` errors, then is a MemoryCluster."""
+
+    def __init__(self, inner: Any, failures: list[ApiError]) -> None:
+        self.inner, self.failures = inner, list(failures)
+
+    def get(self, *args: Any, **kw: Any) -> Any:
+        if self.failures:
+            raise self.failures.pop(0)
+        return self.inner.get(*args, **kw)
+
+    def create(self, *args: Any, **kw: Any) -> Any:
+        return self.inner.create(*args, **kw)
+
+
+def test_an_agent_started_before_its_api_server_waits_for_it_backing_off() -> None:
+    from pykatalyst.cli.agent import ensure_node
+    from pykatalyst.cluster.clock import VirtualClock
+    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.topology.machine import CPUTopology
+
+    topo = CPUTopology.synthetic(sockets=1, cores_per_socket=2, threads_per_core=1)
+    inner = MemoryCluster(clock=VirtualClock())
+    inner.create(names.NODE, {"metadata": {"name": "n1"}})
+    away = [ApiError("no answer", "ServiceUnavailable", 503)] * 7
+    away.insert(2, ApiError("slow", "Timeout", 504))
+    slept: list[float] = []
+    said: list[str] = []
+    ensure_node(_AwayThenBack(inner, away), "n1", topo, False, slept.append, said.append)
+    assert slept == [1, 2, 4, 8, 16, 30, 30, 30]
+    assert len(said) == 8 and "asking again in 1s" in said[0]
+    # without a sleep (--once) the first failure is final
+    with pytest.raises(ApiError):
+        ensure_node(_AwayThenBack(inner, away[:1]), "n1", topo, False)
+
+
+def test_an_api_server_that_refuses_the_agent_is_not_waited_for() -> None:
+    from pykatalyst.cli.agent import ensure_node
+    from pykatalyst.cluster.clock import VirtualClock
+    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.cluster.protocol import Forbidden
+    from pykatalyst.topology.machine import CPUTopology
+
+    topo = CPUTopology.synthetic(sockets=1, cores_per_socket=2, threads_per_core=1)
+    cluster = _AwayThenBack(MemoryCluster(clock=VirtualClock()), [Forbidden("nodes is forbidden")])
+    slept: list[float] = []
+    with pytest.raises(Forbidden):
+        ensure_node(cluster, "n1", topo, False, slept.append)
+    assert slept == []
 
 
 def _free_port() -> int:

@@ -9,11 +9,15 @@ from __future__ import annotations
 import copy
 import json
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pykatalyst.api import names
+from pykatalyst.runtime.agent import AGENT_PORT
 from tests.e2e.conftest import Component, Kubectl, LocalNode, wait_until
 from tests.e2e.pykatalyst_e2e import (
     container_cpus,
@@ -22,6 +26,8 @@ from tests.e2e.pykatalyst_e2e import (
     running_pods,
     start_components,
 )
+
+pytestmark = pytest.mark.timeout(900)  # three waves of 40 pods on a loaded 2-cpu machine
 
 WAVES = 3
 PODS_PER_WAVE = 40  # with the node's own pods, about a third of the kubelet's 110
@@ -34,6 +40,25 @@ def _rss_mib(agent: Component) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmRSS")
+
+
+def _reconcile_totals() -> tuple[float, float]:
+    """The agent's reconcile histogram, all tickers together: (seconds, count)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = f"http://127.0.0.1:{AGENT_PORT}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    total = count = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name != "katalyst_agent_reconcile_duration_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_sum"):
+                total += sample.value
+            elif sample.name.endswith("_count"):
+                count += sample.value
+    return total, count
 
 
 def _pod_cgroups(uids: set[str]) -> set[str]:
@@ -115,7 +140,9 @@ def test_waves_of_pods_leak_nothing_and_the_agent_stays_bounded(
     checkpoint = tmp_path / "agent-enforcer.json"
     churned: set[str] = set()
     rss: list[float] = []
+    reconcile_ms: list[float] = []
     for wave in range(WAVES):
+        before = _reconcile_totals()
         pods = _wave(namespace, wave)
         kubectl.apply({"apiVersion": "v1", "kind": "List", "items": pods})
         names_ = [p["metadata"]["name"] for p in pods]
@@ -125,6 +152,8 @@ def test_waves_of_pods_leak_nothing_and_the_agent_stays_bounded(
         churned |= {running[n]["metadata"]["uid"] for n in names_}
         time.sleep(6)  # three agent periods with every pod of the wave on the node
         rss.append(_rss_mib(agent))
+        after = _reconcile_totals()
+        reconcile_ms.append(1000 * (after[0] - before[0]) / max(after[1] - before[1], 1))
         assert container_cpus(local_node, live[name])["stress"][0] == placed
         kubectl.run(
             "delete", "pods", "-n", namespace, "-l", f"churn={wave}",
@@ -139,4 +168,5 @@ def test_waves_of_pods_leak_nothing_and_the_agent_stays_bounded(
     )
     assert container_cpus(local_node, live[name])["stress"][0] == placed
     print(f"\nagent RSS after each wave of {PODS_PER_WAVE} pods: {[f'{r:.0f} MiB' for r in rss]}")
+    print(f"agent reconcile, mean per wave: {[f'{ms:.0f} ms' for ms in reconcile_ms]}")
     assert rss[-1] - rss[0] <= RSS_GROWTH_MIB, f"the agent grew: {rss}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -92,18 +94,42 @@ def enforcing_view_problem(embedded: bool, pods: bool, dry_run: bool, host_root:
     return ""
 
 
-def ensure_node(cluster: Cluster, node: str, topo: CPUTopology, create: bool) -> None:
+# Answers that say the API server is away or busy, not that the request is wrong: an
+# agent started before its API server (a node rebooting with its control plane) waits.
+UNAVAILABLE_CODES = frozenset({429, 500, 502, 503, 504})
+START_RETRY_MAX_S = 30.0
+
+
+def ensure_node(
+    cluster: Cluster,
+    node: str,
+    topo: CPUTopology,
+    create: bool,
+    sleep: Callable[[float], None] | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> None:
     """The Node must exist; `create`: make it from this machine's topology (a declared
-    node: the embedded cluster, or pods given with --pods)."""
-    try:
-        cluster.get(names.NODE, node)
-        return
-    except NotFound:
-        if not create:
-            raise ValueError(
-                f"node {node!r} is not in the cluster: --node names this node as its "
-                "kubelet registered it (default: $NODE_NAME, then the hostname)"
-            ) from None
+    node: the embedded cluster, or pods given with --pods). With `sleep`, an API server
+    that does not answer (or answers 429/5xx) is asked again, 1 s, 2 s, 4 s ... up to
+    30 s apart, until it does; anything else it answers is final."""
+    delay = 1.0
+    while True:
+        try:
+            cluster.get(names.NODE, node)
+            return
+        except NotFound:
+            if not create:
+                raise ValueError(
+                    f"node {node!r} is not in the cluster: --node names this node as its "
+                    "kubelet registered it (default: $NODE_NAME, then the hostname)"
+                ) from None
+            break
+        except ApiError as exc:
+            if sleep is None or exc.code not in UNAVAILABLE_CODES:
+                raise
+            say(f"waiting for the API server ({exc}); asking again in {delay:g}s")
+            sleep(delay)
+            delay = min(delay * 2, START_RETRY_MAX_S)
     capacity = {
         names.RESOURCE_CPU: str(topo.num_cpus),
         names.RESOURCE_MEMORY: str(Quantity.from_bytes(topo.total_memory)),
@@ -225,7 +251,14 @@ def agent(
         raise _fail(f"cannot read this machine: {exc}") from None
     notes: list[str] = [reclaim_setting(cfg)]
     try:
-        ensure_node(cluster, node, topo, create=source.embedded or pods is not None)
+        ensure_node(
+            cluster,
+            node,
+            topo,
+            create=source.embedded or pods is not None,
+            sleep=None if once else time.sleep,
+            say=lambda line: print_message(f"note: {line}", stderr=True),
+        )
         if pods is not None:
             declared = load_pods(pods)
             created = create_pods(cluster, node, declared)
