@@ -371,3 +371,79 @@ def test_the_agent_leaves_the_kubelet_every_cgroup_it_may_have_pinned(
             assert not unnamed & owned
     if not answered and not static:
         assert not owned
+
+
+# --- what the CNR says of the kubelet's managers (Katalyst's overcommit annotations) ----------
+
+
+def _manager_annotations(n: StaticNode) -> dict[str, str]:
+    ann = n.cluster.get(names.CUSTOM_NODE_RESOURCE, "node-1")["metadata"].get("annotations") or {}
+    keys = (
+        names.CNR_OVERCOMMIT_CPU_MANAGER_ANNOTATION,
+        names.CNR_OVERCOMMIT_MEMORY_MANAGER_ANNOTATION,
+        names.CNR_GUARANTEED_CPUS_ANNOTATION,
+    )
+    return {k.rsplit("/", 1)[1]: ann[k] for k in keys if k in ann}
+
+
+def test_the_cnr_names_the_static_cpu_manager_and_the_cpus_it_pins(tmp_path: Path) -> None:
+    n = StaticNode(tmp_path)
+    pinned = n.pod("pinned", level=None, cpu="2", qos_class="guaranteed")
+    n.pin("pinned", pinned, CPUSet.of([6, 7]))
+    n.pod("web", cpu="1500m")  # Guaranteed, but not a whole number of cpus: not pinned
+    n.pod("batch", level="reclaimed_cores", cpu=None, memory=None, reclaimed_cpu="2k")
+    n.run(2)
+    assert _manager_annotations(n) == {
+        "overcommit_cpu_manager": "static",
+        "overcommit_memory_manager": "None",
+        "guaranteed_cpus": "2",
+    }
+    # a second Guaranteed pod with whole cpus, then the first one gone
+    n.pod("db", cpu="3", qos_class="guaranteed")
+    n.run(2)
+    assert _manager_annotations(n)["guaranteed_cpus"] == "5"
+    n.cluster.delete(names.POD, "pinned", "default", grace_period_seconds=0)
+    n.run(2)
+    assert _manager_annotations(n)["guaranteed_cpus"] == "3"
+
+
+def test_under_policy_none_the_cnr_counts_no_pinned_cpus(tmp_path: Path) -> None:
+    n = StaticNode(tmp_path, policy="none")
+    n.pod("web", cpu="2", qos_class="guaranteed")
+    n.run(2)
+    assert _manager_annotations(n) == {
+        "overcommit_cpu_manager": "none",
+        "overcommit_memory_manager": "None",
+        "guaranteed_cpus": "0",
+    }
+
+
+def test_without_the_kubelet_config_the_cnr_says_nothing_of_its_managers(tmp_path: Path) -> None:
+    n = StaticNode(tmp_path, policy=None)
+    n.pod("web", cpu="2", qos_class="guaranteed")
+    n.run(2)
+    assert _manager_annotations(n) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "cpu", "memory"),
+    [
+        ("cpuManagerPolicy: static\nmemoryManagerPolicy: Static\n", "static", "Static"),
+        ("cpuManagerPolicy: static\nfeatureGates: {CPUManager: false}\n", "none", "None"),
+        ("memoryManagerPolicy: Static\nfeatureGates: {MemoryManager: false}\n", "none", "None"),
+        ("{}\n", "none", "None"),
+    ],
+)
+def test_the_managers_are_read_as_katalyst_reads_them(text: str, cpu: str, memory: str) -> None:
+    from pykatalyst.agent.publish import manager_annotations
+
+    kp = kubelet_cpu.parse_kubelet_config(text, "kubelet config")
+    got = manager_annotations(kp, [2, 4])
+    assert got[names.CNR_OVERCOMMIT_CPU_MANAGER_ANNOTATION] == cpu
+    assert got[names.CNR_OVERCOMMIT_MEMORY_MANAGER_ANNOTATION] == memory
+    assert got[names.CNR_GUARANTEED_CPUS_ANNOTATION] == ("6" if cpu == "static" else "0")
+
+
+def test_feature_gates_that_are_not_a_mapping_are_refused_naming_the_field() -> None:
+    with pytest.raises(kubelet_cpu.KubeletConfigError, match="featureGates"):
+        kubelet_cpu.parse_kubelet_config("featureGates: [CPUManager]\n", "kubelet config")

@@ -13,6 +13,7 @@ from pykatalyst.api.qos import (
     K8S_QOS_BURSTABLE,
     K8S_QOS_GUARANTEED,
     QoSError,
+    guaranteed_cpus,
     k8s_qos_class,
     parse_numa_ids,
     parse_pod_qos,
@@ -514,3 +515,50 @@ def test_cpu_burst_percent_falls_back_to_the_dynamic_default(
         ann[CPU] = cpu
     qos = parse_pod_qos(pod(ann))
     assert qos.cpu_burst(default_percent=default).percent == want
+
+
+# --- the cpus the kubelet's static policy pins (Katalyst's PodGuaranteedCPUs) ---------------
+
+_MILLI = st.integers(min_value=1, max_value=16_000)
+
+
+def _guaranteed(apps: list[int], inits: list[int]) -> dict[str, Any]:
+    def c(milli: int, i: int, kind: str) -> dict[str, Any]:
+        res = {"cpu": f"{milli}m", "memory": "64Mi"}
+        return {"name": f"{kind}{i}", "resources": {"requests": res, "limits": dict(res)}}
+
+    return {
+        "spec": {
+            "containers": [c(m, i, "app") for i, m in enumerate(apps)],
+            "initContainers": [c(m, i, "init") for i, m in enumerate(inits)],
+        }
+    }
+
+
+@given(st.lists(_MILLI, min_size=1, max_size=4), st.lists(_MILLI, max_size=3))
+def test_guaranteed_cpus_are_the_larger_of_the_largest_init_and_the_apps_whole_cpus(
+    apps: list[int], inits: list[int]
+) -> None:
+    def whole(m: int) -> int:
+        return m // 1000 if m % 1000 == 0 else 0
+
+    pod = _guaranteed(apps, inits)
+    assert k8s_qos_class(pod) == K8S_QOS_GUARANTEED
+    expected = max(max((whole(m) for m in inits), default=0), sum(whole(m) for m in apps))
+    assert guaranteed_cpus(pod) == expected
+
+
+@given(st.lists(_MILLI, min_size=1, max_size=4))
+def test_a_pod_that_is_not_guaranteed_pins_no_cpus(apps: list[int]) -> None:
+    pod = _guaranteed(apps, [])
+    # a limit above the request makes it Burstable: the kubelet pins nothing
+    pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = f"{apps[0] + 1000}m"
+    assert k8s_qos_class(pod) == K8S_QOS_BURSTABLE
+    assert guaranteed_cpus(pod) == 0
+
+
+def test_guaranteed_cpus_examples() -> None:
+    assert guaranteed_cpus(_guaranteed([2000, 1000], [])) == 3
+    assert guaranteed_cpus(_guaranteed([2000, 1500], [])) == 2  # a fractional one counts 0
+    assert guaranteed_cpus(_guaranteed([1000], [4000])) == 4  # the init container is larger
+    assert guaranteed_cpus({"spec": {"containers": [{"name": "a"}]}}) == 0  # BestEffort

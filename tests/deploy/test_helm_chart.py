@@ -127,6 +127,7 @@ def test_every_value_is_in_the_schema_with_a_description() -> None:
         ("controller.replicas=0", "/controller/replicas"),
         ("webhook.failurePolicy=Maybe", "/webhook/failurePolicy"),
         ("agent.privilegd=false", "privilegd"),
+        ("agent.kubeletConfig=config.yaml", "/agent/kubeletConfig"),
     ],
 )
 def test_the_schema_refuses_bad_values_naming_the_field(setting: str, field: str) -> None:
@@ -147,6 +148,7 @@ SETTINGS = {
         "agent.privileged=false",
         "agent.hostRoot=/node",
         "agent.port=19316",
+        "agent.kubeletConfig=/var/lib/kubelet/config.yaml",
         "controller.port=19090",
         "scheduler.port=18888",
     ),
@@ -505,6 +507,31 @@ def test_the_agent_values_for_other_node_layouts() -> None:
     assert mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"
     assert mounts["host-cgroup"]["mountPropagation"] == "None"
     assert "/agent/cgroupMountPropagation" in _refused("agent.cgroupMountPropagation=Bidirectional")
+
+
+@needs_helm
+def test_the_kubelets_config_is_mounted_read_only_only_when_named() -> None:
+    def agent(*sets: str) -> JSON:
+        ds = _by(_render(*sets), "DaemonSet")["katalyst-agent"]
+        spec: JSON = ds["spec"]["template"]["spec"]
+        return spec
+
+    spec = agent()
+    assert "kubelet-config" not in {v["name"] for v in spec["volumes"]}
+    assert not any(a.startswith("--kubelet-config") for a in spec["containers"][0]["args"])
+    spec = agent("agent.kubeletConfig=/etc/kubernetes/kubelet.conf.yaml")
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["kubelet-config"]["hostPath"] == {
+        "path": "/etc/kubernetes/kubelet.conf.yaml",
+        "type": "File",
+    }
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["kubelet-config"] == {
+        "name": "kubelet-config",
+        "mountPath": "/etc/kubelet/config.yaml",
+        "readOnly": True,
+    }
+    assert "--kubelet-config=/etc/kubelet/config.yaml" in spec["containers"][0]["args"]
 
 
 @needs_helm

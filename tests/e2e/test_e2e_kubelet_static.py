@@ -131,3 +131,9 @@ def test_the_agent_keeps_the_kubelets_exclusive_cpu_and_puts_shared_pods_elsewhe
     assert "kubelet cpu manager policy static" in log
     assert f"{namespace}/pinned/app={given}" in log, log[-2000:]
     assert "cannot see the kubelet's cpu assignments" not in log
+    # Katalyst's overcommit annotations on the CNR: the kubelet's policy and the cpus it
+    # pins (the overcommit controller and the vpa controller read them)
+    ann = kubectl.json("get", "kcnr", local_node.name)["metadata"].get("annotations") or {}
+    assert ann.get(names.CNR_OVERCOMMIT_CPU_MANAGER_ANNOTATION) == "static", ann
+    assert ann.get(names.CNR_OVERCOMMIT_MEMORY_MANAGER_ANNOTATION) == "None", ann
+    assert int(ann.get(names.CNR_GUARANTEED_CPUS_ANNOTATION, "0")) >= 1, ann

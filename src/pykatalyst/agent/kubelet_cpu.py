@@ -53,6 +53,10 @@ class KubeletCpuPolicy:
     topology_manager_policy: str | None = None  # None: unknown (no file read)
     topology_manager_scope: str | None = None
     reserved_memory: int = 0  # kubeReserved + systemReserved memory, bytes
+    memory_manager_policy: str | None = None  # memoryManagerPolicy (None: no file read)
+    # the CPUManager and MemoryManager feature gates (on unless the config turns them off)
+    cpu_manager_gate: bool = True
+    memory_manager_gate: bool = True
 
     @property
     def static(self) -> bool:
@@ -122,8 +126,18 @@ def parse_kubelet_config(text: str, source: str) -> KubeletCpuPolicy:
         scope = _choice(doc, "topologyManagerScope", "container", names.TOPOLOGY_MANAGER_SCOPES)
     except KubeletConfigError as exc:
         raise KubeletConfigError(f"{source}: {exc}") from None
+    gates = doc.get("featureGates") or {}
+    if not isinstance(gates, dict):
+        raise KubeletConfigError(f"{source}: featureGates is a mapping of gate to true/false")
     return KubeletCpuPolicy(
-        str(policy), reserved, topo_policy, scope, _reserved_memory(doc, source)
+        str(policy),
+        reserved,
+        topo_policy,
+        scope,
+        _reserved_memory(doc, source),
+        str(doc.get("memoryManagerPolicy") or "None"),
+        gates.get("CPUManager") is not False,
+        gates.get("MemoryManager") is not False,
     )
 
 

@@ -4,7 +4,7 @@ layout and the kubelet's config (pure)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pykatalyst.agent import kubelet_cpu, memory_policy
@@ -59,10 +59,33 @@ def report_input(
         policy,
         cpu_grain(inp.config),
         {p: t for p, t in steps.items() if p in pools},
+        manager_annotations=manager_annotations(
+            inp.kubelet, (s.digest.guaranteed_cpus for s in inp.specs.values())
+        ),
     )
     return report, {
         "topology_policy": {"value": policy, "source": policy_source},
         "numa_memory_reserve": reserve_terms,
+    }
+
+
+def manager_annotations(
+    kp: kubelet_cpu.KubeletCpuPolicy | None, pinned: Iterable[int]
+) -> dict[str, str]:
+    """Katalyst's CNR annotations on the kubelet's managers: its cpu manager policy (`none`
+    unless the CPUManager gate is on and a policy set), its memory manager policy (`None`
+    likewise), and, under a cpu manager other than `none`, the cpus it pins for the node's
+    pods (`pinned`: each unfinished pod's `guaranteed_cpus`), else 0. The overcommit
+    controller reads them. Empty while the kubelet's config is unknown."""
+    if kp is None or kp.memory_manager_policy is None:
+        return {}
+    cpu = kp.policy if kp.cpu_manager_gate else "none"
+    memory = kp.memory_manager_policy if kp.memory_manager_gate else "None"
+    guaranteed = sum(pinned) if cpu != "none" else 0
+    return {
+        names.CNR_OVERCOMMIT_CPU_MANAGER_ANNOTATION: cpu,
+        names.CNR_OVERCOMMIT_MEMORY_MANAGER_ANNOTATION: memory,
+        names.CNR_GUARANTEED_CPUS_ANNOTATION: str(guaranteed),
     }
 
 

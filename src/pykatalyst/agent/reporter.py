@@ -80,6 +80,9 @@ class ReportInput:
     # (None: the spec is left as it is)
     gpu_zones: Mapping[int, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     resource_properties: Sequence[Mapping[str, Any]] | None = None
+    # Katalyst's CNR annotations on the kubelet's cpu and memory managers and the cpus
+    # they pin (publish.manager_annotations; empty: the kubelet's config is unknown)
+    manager_annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 def pools_annotation(
@@ -256,6 +259,7 @@ class Reporter:
         self._last_overcommit: dict[str, str | None] | None = None
         self._cnr_exists = False
         self._last_properties: list[dict[str, Any]] | None = None
+        self._last_managers: dict[str, str] | None = None
 
     def report(self, inp: ReportInput, now: float) -> dict[str, Any]:
         """Publish if needed; returns what was written (for the plan)."""
@@ -294,6 +298,8 @@ class Reporter:
                 out["pools"] = self._publish_pools(inp)
             if inp.resource_properties is not None:
                 out["properties"] = self._publish_properties(inp.resource_properties)
+            if inp.manager_annotations:
+                out["managers"] = self._publish_managers(inp.manager_annotations)
             if inp.cpu_cores is not None and inp.memory_bytes is not None:
                 key = (milli_cpu(inp.cpu_cores), int(inp.memory_bytes))
                 if key != self._last_terms_key:
@@ -315,6 +321,7 @@ class Reporter:
             self._last_node_figures = None
             self._last_pools = None
             self._last_properties = None
+            self._last_managers = None
             self._cnr_exists = False
             out["error"] = str(exc)
         return out
@@ -380,6 +387,18 @@ class Reporter:
             {"metadata": {"annotations": {names.CPU_POOLS_ANNOTATION: value}}},
         )
         self._last_pools = value
+        return "written"
+
+    def _publish_managers(self, annotations: Mapping[str, str]) -> str:
+        value = dict(annotations)
+        if value == self._last_managers:
+            return "unchanged"
+        self.cluster.patch(
+            names.CUSTOM_NODE_RESOURCE,
+            self.node_name,
+            {"metadata": {"annotations": value}},
+        )
+        self._last_managers = value
         return "written"
 
     def _publish_properties(self, properties: Sequence[Mapping[str, Any]]) -> str:

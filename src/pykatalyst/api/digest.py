@@ -29,7 +29,7 @@ from pykatalyst.api import names
 from pykatalyst.api.limits import PodShapeError, check_pod, check_pod_instance
 from pykatalyst.api.objects import TERMINAL_PHASES as TERMINAL_PHASES
 from pykatalyst.api.objects import Pod
-from pykatalyst.api.qos import PodQoS, QoSError, parse_pod_qos
+from pykatalyst.api.qos import PodQoS, QoSError, guaranteed_cpus, parse_pod_qos
 from pykatalyst.api.quantity import Quantity, QuantityError
 
 # Kubernetes' markers of pods that no node agent or controller may evict.
@@ -105,6 +105,8 @@ class PodDigest:
     static: bool = False  # run by the kubelet itself (file, URL, or owned by the Node)
     deleting: bool = False  # deletionTimestamp set
     terminal: bool = False  # phase Succeeded or Failed
+    # the cpus the kubelet's static cpu manager pins for it (api.qos.guaranteed_cpus)
+    guaranteed_cpus: int = 0
 
     @property
     def key(self) -> str:
@@ -232,6 +234,7 @@ class _Template:
     priority: int
     priority_class_name: str
     scheduler_name: str
+    guaranteed_cpus: int
 
 
 def _template(raw: dict[str, Any]) -> _Template:
@@ -248,6 +251,10 @@ def _template(raw: dict[str, Any]) -> _Template:
     except QoSError as exc:
         if not problem:
             problem, reason = f"invalid QoS annotations: {exc}", PROBLEM_INVALID_QOS
+    try:
+        pinned = guaranteed_cpus(raw)
+    except (QuantityError, ValueError, TypeError):
+        pinned = 0
     return _Template(
         MappingProxyType(requests),
         qos,
@@ -256,6 +263,7 @@ def _template(raw: dict[str, Any]) -> _Template:
         pod.priority,
         pod.priority_class_name,
         pod.scheduler_name,
+        pinned,
     )
 
 
@@ -344,6 +352,7 @@ def digest_and_key(raw: Any) -> tuple[PodDigest, str | None]:
         static=static,
         deleting=bool(meta.get("deletionTimestamp")),
         terminal=phase in TERMINAL_PHASES,
+        guaranteed_cpus=t.guaranteed_cpus,
     )
     return digest, key
 
@@ -375,6 +384,7 @@ def rebound(d: PodDigest, raw: Mapping[str, Any]) -> PodDigest:
         d.static,
         bool(meta.get("deletionTimestamp")),
         phase in TERMINAL_PHASES,
+        d.guaranteed_cpus,
     )
 
 

@@ -189,6 +189,27 @@ def k8s_qos_class(pod: Mapping[str, Any]) -> str:
     return K8S_QOS_BURSTABLE
 
 
+def guaranteed_cpus(pod: Mapping[str, Any]) -> int:
+    """The cpus the kubelet's static cpu manager pins for this pod, as Katalyst's agent
+    counts them for the CNR's `guaranteed_cpus`: 0 unless the pod is Guaranteed; else the
+    larger of its largest init container and the sum of its app containers, each counting
+    its cpu request when that is a whole number of cpus (else 0)."""
+    if k8s_qos_class(pod) != K8S_QOS_GUARANTEED:
+        return 0
+
+    def whole(path: str, container: Mapping[str, Any]) -> int:
+        cpu = container_resources(container, path)[0].get(names.RESOURCE_CPU)
+        if cpu is None:
+            return 0
+        milli = cpu.milli_value()
+        return milli // 1000 if milli % 1000 == 0 else 0
+
+    inits = _containers(pod, "initContainers")
+    init = max((whole(f"spec.initContainers[{i}]", c) for i, c in enumerate(inits)), default=0)
+    apps = _containers(pod, "containers")
+    return max(init, sum(whole(f"spec.containers[{i}]", c) for i, c in enumerate(apps)))
+
+
 # --- parsing ----------------------------------------------------------------------------
 
 
