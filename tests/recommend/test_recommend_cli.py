@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from pykatalyst.cli.main import app
@@ -20,6 +22,7 @@ from pykatalyst.recommend.prometheus import (
     MAX_POINTS,
     PrometheusClient,
     PrometheusError,
+    check_base_filter,
     deployment_pod_pattern,
     read_workload_usage,
 )
@@ -239,3 +242,59 @@ def test_prometheus_unreachable() -> None:
     client = PrometheusClient("http://127.0.0.1:9", timeout_s=2)
     with pytest.raises(PrometheusError, match="cannot reach Prometheus"):
         read_workload_usage(client, "shop", "web", T0, T0 + 3600)
+
+
+def test_the_base_filter_narrows_every_query_as_katalysts_does(prometheus: str) -> None:
+    client = PrometheusClient(prometheus, timeout_s=10)
+    usage = read_workload_usage(
+        client, "shop", "web", T0, T0 + 3600, base_filter=' cluster="c1", group=~"Kat.*" '
+    )
+    assert set(usage) == {"app"}
+    assert FakePrometheus.queries
+    for q in FakePrometheus.queries:
+        selector = q["query"].split("{", 1)[1].rsplit("}", 1)[0]
+        assert selector.endswith(',cluster="c1", group=~"Kat.*"'), selector
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["cluster", 'cluster="c1" group="g"', "cluster='c1'", '1abc="x"', 'a="x"}', 'a=="x"', ",,"],
+)
+def test_a_base_filter_that_is_not_label_matchers_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="PromQL label matchers"):
+        check_base_filter(text)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True),
+            st.sampled_from(["=", "!=", "=~", "!~"]),
+            st.text(st.characters(blacklist_characters='"\\', codec="utf-8"), max_size=8),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_any_list_of_label_matchers_is_accepted_as_written(
+    matchers: list[tuple[str, str, str]],
+) -> None:
+    text = ",".join(f'{name}{op}"{value}"' for name, op, value in matchers)
+    assert check_base_filter(text) == text
+
+
+def test_the_controller_refuses_a_bad_base_filter_naming_the_flag() -> None:
+    result = runner.invoke(
+        app,
+        [
+            "controller",
+            "--embedded",
+            "--controllers",
+            "resourcerecommender",
+            "--resourcerecommend-prometheus-promql-base-filter",
+            "cluster=c1",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert "--resourcerecommend-prometheus-promql-base-filter" in result.output
+    assert "PromQL label matchers" in result.output

@@ -43,6 +43,7 @@ from pykatalyst.controllers.resize import ResizeConfig
 from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig
 from pykatalyst.controllers.spd import SPDConfig, parse_baseline_percent
 from pykatalyst.predict.client import predictor_for
+from pykatalyst.recommend.prometheus import check_base_filter
 from pykatalyst.runtime.controller import (
     CONTROLLERS,
     ControllerRunner,
@@ -192,7 +193,7 @@ def _timings(taint_after: str, evict_after: str, period: str) -> tuple[float, fl
 
 
 def _rr_config(
-    url: str | None, timeout: str, resync: str, retry: str, min_span: str
+    url: str | None, timeout: str, resync: str, retry: str, min_span: str, base_filter: str = ""
 ) -> ResourceRecommendConfig:
     """The ResourceRecommend controller's settings; a bad value is a usage error naming
     its flag."""
@@ -212,7 +213,13 @@ def _rr_config(
             f"{url!r}: accepted: an http:// or https:// URL",
             param_hint="--resourcerecommend-prometheus-address",
         )
-    return ResourceRecommendConfig(prometheus_url=url, **values)
+    try:
+        matchers = check_base_filter(base_filter)
+    except ValueError as exc:
+        raise typer.BadParameter(
+            str(exc), param_hint="--resourcerecommend-prometheus-promql-base-filter"
+        ) from None
+    return ResourceRecommendConfig(prometheus_url=url, prometheus_base_filter=matchers, **values)
 
 
 def controller(
@@ -266,6 +273,15 @@ def controller(
             "http://prometheus.monitoring:9090 (Katalyst's flag).",
         ),
     ] = None,
+    rr_base_filter: Annotated[
+        str,
+        typer.Option(
+            "--resourcerecommend-prometheus-promql-base-filter",
+            metavar="MATCHERS",
+            help='Label matchers added to every Prometheus query, e.g. cluster="c1" '
+            "(Katalyst's flag).",
+        ),
+    ] = "",
     rr_timeout: Annotated[
         str,
         typer.Option(
@@ -448,7 +464,7 @@ def controller(
         spd_cfg = SPDConfig(baseline_percent=parse_baseline_percent(spd_qos_baseline_percent))
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--spd-qos-baseline-percent") from None
-    rr_cfg = _rr_config(rr_prometheus, rr_timeout, rr_resync, rr_retry, rr_min_span)
+    rr_cfg = _rr_config(rr_prometheus, rr_timeout, rr_resync, rr_retry, rr_min_span, rr_base_filter)
     if node_selector is not None:
         try:
             parse_label_selector(node_selector)

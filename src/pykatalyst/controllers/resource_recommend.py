@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
@@ -45,7 +45,12 @@ from pykatalyst.recommend import (
     match_oom_records,
     recommender_names,
 )
-from pykatalyst.recommend.prometheus import PrometheusClient, PrometheusError, read_workload_usage
+from pykatalyst.recommend.prometheus import (
+    PrometheusClient,
+    PrometheusError,
+    check_base_filter,
+    read_workload_usage,
+)
 
 RR = names.RESOURCE_RECOMMEND
 HOUR = 3600.0
@@ -58,6 +63,9 @@ class ResourceRecommendConfig(BaseModel):
 
     prometheus_url: str | None = Field(None, description="Prometheus base URL")
     prometheus_timeout_s: float = Field(180.0, gt=0, description="one query's timeout")
+    prometheus_base_filter: str = Field(
+        "", description='label matchers added to every query, e.g. cluster="c1"'
+    )
     resync_s: float = Field(24 * HOUR, gt=0, description="recompute this long after the last")
     retry_base_s: float = Field(60.0, gt=0, description="first retry after a failed run")
     retry_max_s: float = Field(1800.0, gt=0, description="longest wait between retries")
@@ -65,6 +73,11 @@ class ResourceRecommendConfig(BaseModel):
         24 * HOUR, gt=0, description="samples must span this long (Katalyst: 24 h)"
     )
     max_history_s: float = Field(8 * 24 * HOUR, gt=0, description="oldest sample read")
+
+    @field_validator("prometheus_base_filter")
+    @classmethod
+    def _matchers(cls, value: str) -> str:
+        return check_base_filter(value)
 
 
 class UsageSource(Protocol):
@@ -78,11 +91,14 @@ class UsageSource(Protocol):
 @dataclass(frozen=True, slots=True)
 class PrometheusSource:
     client: PrometheusClient
+    base_filter: str = ""
 
     def read(
         self, namespace: str, workload: str, kind: str, start: float, end: float
     ) -> Mapping[str, UsageSeries]:
-        return read_workload_usage(self.client, namespace, workload, start, end, kind=kind)
+        return read_workload_usage(
+            self.client, namespace, workload, start, end, kind=kind, base_filter=self.base_filter
+        )
 
 
 class SourceUnavailable(RuntimeError):
@@ -350,7 +366,11 @@ class ResourceRecommendController:
         if source is None:
             url = self.config.prometheus_url
             timeout = self.config.prometheus_timeout_s
-            source = PrometheusSource(PrometheusClient(url, timeout)) if url else NoSource()
+            source = (
+                PrometheusSource(PrometheusClient(url, timeout), self.config.prometheus_base_filter)
+                if url
+                else NoSource()
+            )
         self.source = source
         self.memory = RRMemory()
         self._rrs = Informer(cluster, RR)

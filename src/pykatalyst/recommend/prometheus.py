@@ -46,7 +46,25 @@ def workload_pod_pattern(name: str, kind: str = "Deployment") -> str:
     return f"^{re.escape(name)}-.*"
 
 
-def _selector(namespace: str, pod_pattern: str, container: str | None) -> str:
+# One PromQL label matcher: a label name, an operator, a double-quoted string.
+_MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
+_MATCHERS = re.compile(rf"^{_MATCHER}(,{_MATCHER})*,?\s*$")
+
+
+def check_base_filter(text: str) -> str:
+    """A base filter (Katalyst's `--resourcerecommend-prometheus-promql-base-filter`): label
+    matchers added to every query, e.g. `cluster="c1",group="Katalyst"`. Returns it without
+    surrounding blanks or a trailing comma; ValueError says what is accepted."""
+    text = text.strip()
+    if text and not _MATCHERS.match(text):
+        raise ValueError(
+            f"{text!r}: accepted: PromQL label matchers separated by commas, each "
+            'name="value" (or !=, =~, !~), e.g. cluster="c1",group="Katalyst"'
+        )
+    return text.rstrip(",").strip()
+
+
+def _selector(namespace: str, pod_pattern: str, container: str | None, extra: str) -> str:
     labels = [
         'container!="POD"',
         'container!=""',
@@ -55,16 +73,24 @@ def _selector(namespace: str, pod_pattern: str, container: str | None) -> str:
     ]
     if container:
         labels.append(f'container="{container}"')
+    if extra:
+        labels.append(extra)
     return "{" + ",".join(labels) + "}"
 
 
-def cpu_query(namespace: str, pod_pattern: str, container: str | None = None) -> str:
-    selector = _selector(namespace, pod_pattern, container)
+def cpu_query(
+    namespace: str, pod_pattern: str, container: str | None = None, extra: str = ""
+) -> str:
+    """`extra`: label matchers added to the selector (the base filter, checked)."""
+    selector = _selector(namespace, pod_pattern, container, extra)
     return f"rate(container_cpu_usage_seconds_total{selector}[30s])"
 
 
-def memory_query(namespace: str, pod_pattern: str, container: str | None = None) -> str:
-    return f"container_memory_working_set_bytes{_selector(namespace, pod_pattern, container)}"
+def memory_query(
+    namespace: str, pod_pattern: str, container: str | None = None, extra: str = ""
+) -> str:
+    selector = _selector(namespace, pod_pattern, container, extra)
+    return f"container_memory_working_set_bytes{selector}"
 
 
 Fetch = Callable[[str, float], bytes]
@@ -150,11 +176,14 @@ def read_workload_usage(
     *,
     kind: str = "Deployment",
     step: float = DEFAULT_STEP_S,
+    base_filter: str = "",
 ) -> dict[str, UsageSeries]:
-    """Each container's usage for a workload's pods, all pods merged (Katalyst's way)."""
+    """Each container's usage for a workload's pods, all pods merged (Katalyst's way);
+    `base_filter`'s label matchers (checked by `check_base_filter`) narrow every query."""
     pattern = workload_pod_pattern(workload, kind)
-    cpu = client.query_range(cpu_query(namespace, pattern), start, end, step)
-    memory = client.query_range(memory_query(namespace, pattern), start, end, step)
+    extra = check_base_filter(base_filter)
+    cpu = client.query_range(cpu_query(namespace, pattern, extra=extra), start, end, step)
+    memory = client.query_range(memory_query(namespace, pattern, extra=extra), start, end, step)
     mem_by: dict[tuple[str, str], dict[float, float]] = {}
     for labels, values in memory:
         key = (labels.get("container", ""), labels.get("pod", ""))
