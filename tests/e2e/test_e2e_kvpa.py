@@ -291,6 +291,28 @@ def test_an_infeasible_resize_falls_back_to_an_eviction_and_a_resized_pod(
     assert vpa_controller.alive(), vpa_controller.log()
 
 
+def _dry_run_cpu(kubectl: Kubectl, like: dict[str, Any]) -> str:
+    """The cpu request the admission chain gives a new pod shaped as `like` (same owner,
+    labels and spec), created with --dry-run=server."""
+    meta = like["metadata"]
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{meta['name']}-probe",
+            "namespace": meta["namespace"],
+            "labels": meta.get("labels") or {},
+            "ownerReferences": meta.get("ownerReferences") or [],
+        },
+        "spec": {k: v for k, v in like["spec"].items() if k != "nodeName"},
+    }
+    out = kubectl.run(
+        "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(probe)
+    )
+    cpu: str = json.loads(out.stdout)["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    return cpu
+
+
 def test_for_fresh_pod_leaves_the_old_pods_alone(
     kubectl: Kubectl, namespace: str, vpa_controller: Component, pod_webhook: str
 ) -> None:
@@ -305,6 +327,14 @@ def test_for_fresh_pod_leaves_the_old_pods_alone(
             kubectl.json("get", "kvpa", "web", "-n", ns).get("status", {}).get("containerResources")
         ),
         60,
+    )
+    # The webhook answers from its informers: wait until it has seen the status (a
+    # server-side dry run of a pod of the workload goes through it and stores nothing).
+    wait_until(
+        "the webhook to give a new pod of the workload the recommendation",
+        lambda: _dry_run_cpu(kubectl, old) == "300m",
+        60,
+        1,
     )
     kubectl.run("scale", "deployment", "web", "-n", ns, "--replicas=2")
     pods = running(kubectl, ns, 2)
