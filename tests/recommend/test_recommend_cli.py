@@ -298,3 +298,51 @@ def test_the_controller_refuses_a_bad_base_filter_naming_the_flag() -> None:
     assert result.exit_code == 2, result.output
     assert "--resourcerecommend-prometheus-promql-base-filter" in result.output
     assert "PromQL label matchers" in result.output
+
+
+_NAME = st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,20}[a-z0-9])?", fullmatch=True)
+_GO_ESCAPES = set("abfnrtv\\'\"xuU01234567")
+
+
+def _promql_strings(query: str) -> list[str]:
+    """The double-quoted strings of a query, unquoted as PromQL (Go) does; an escape Go
+    does not know fails the test, as PromQL's parser refuses it."""
+    out, i = [], 0
+    while (start := query.find('"', i)) != -1:
+        j, chars = start + 1, []
+        while query[j] != '"':
+            if query[j] == "\\":
+                assert query[j + 1] in _GO_ESCAPES, f"unknown escape \\{query[j + 1]} in {query}"
+                chars.append(query[j + 1] if query[j + 1] in "\\\"'" else query[j : j + 2])
+                j += 2
+            else:
+                chars.append(query[j])
+                j += 1
+        out.append("".join(chars))
+        i = j + 1
+    return out
+
+
+@given(_NAME, st.sampled_from(["Deployment", "StatefulSet"]))
+def test_the_pod_pattern_is_valid_promql_and_matches_only_the_workloads_pods(
+    name: str, kind: str
+) -> None:
+    import re
+
+    from pykatalyst.recommend.prometheus import cpu_query, workload_pod_pattern
+
+    query = cpu_query("shop", workload_pod_pattern(name, kind), "app")
+    pattern = next(s for s in _promql_strings(query) if s.startswith("^"))
+    assert re.fullmatch(pattern, f"{name}-7d9f8c6b5-x2k9q")
+    other = name.replace(".", "x") if "." in name else f"{name}z"
+    assert not re.fullmatch(pattern, f"{other}-7d9f8c6b5-x2k9q")
+
+
+def test_a_hyphenated_name_is_written_as_katalyst_writes_it() -> None:
+    from pykatalyst.recommend.prometheus import deployment_pod_pattern
+
+    # Katalyst's quick start: shared-normal-deployment (no `\-`, which PromQL refuses)
+    assert deployment_pod_pattern("shared-normal-deployment") == (
+        "^shared-normal-deployment-[a-z0-9]+-[a-z0-9]{5}$"
+    )
+    assert deployment_pod_pattern("web.v2") == "^web[.]v2-[a-z0-9]+-[a-z0-9]{5}$"

@@ -34,16 +34,40 @@ class PrometheusError(RuntimeError):
     """Prometheus could not be asked, or its answer was not a usable matrix."""
 
 
+def _literal(name: str) -> str:
+    """`name` as a regular expression that matches just it, as Katalyst writes names in
+    its patterns: letters, digits, `-` and `_` as they are, anything else in a
+    one-character class (`.` becomes `[.]`, which Katalyst leaves a wildcard; the few
+    characters special inside a class by their hex escape). No `\\-` as Python's
+    `re.escape` writes it: a PromQL string refuses escapes Go does not know."""
+    out = []
+    for ch in name:
+        if ch.isascii() and (ch.isalnum() or ch in "-_"):
+            out.append(ch)
+        elif ch in "\\]^[":
+            out.append(f"[\\x{ord(ch):02x}]")
+        else:
+            out.append(f"[{ch}]")
+    return "".join(out)
+
+
 def deployment_pod_pattern(name: str) -> str:
     """Katalyst's pod-name pattern for a Deployment's pods."""
-    return f"^{re.escape(name)}-[a-z0-9]+-[a-z0-9]{{5}}$"
+    return f"^{_literal(name)}-[a-z0-9]+-[a-z0-9]{{5}}$"
 
 
 def workload_pod_pattern(name: str, kind: str = "Deployment") -> str:
     """Katalyst's pod-name pattern: exact for Deployments, a prefix for other kinds."""
     if kind == "Deployment":
         return deployment_pod_pattern(name)
-    return f"^{re.escape(name)}-.*"
+    return f"^{_literal(name)}-.*"
+
+
+def quote(value: str) -> str:
+    """A PromQL double-quoted string literal of `value` (backslashes, quotes and newlines
+    escaped as Go's strings escape them)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
 
 
 # One PromQL label matcher: a label name, an operator, a double-quoted string.
@@ -68,11 +92,11 @@ def _selector(namespace: str, pod_pattern: str, container: str | None, extra: st
     labels = [
         'container!="POD"',
         'container!=""',
-        f'namespace="{namespace}"',
-        f'pod=~"{pod_pattern}"',
+        f"namespace={quote(namespace)}",
+        f"pod=~{quote(pod_pattern)}",
     ]
     if container:
-        labels.append(f'container="{container}"')
+        labels.append(f"container={quote(container)}")
     if extra:
         labels.append(extra)
     return "{" + ",".join(labels) + "}"
