@@ -552,3 +552,58 @@ def test_runs_are_counted_by_result() -> None:
         return value or 0.0
 
     assert (count("invalid"), count("not_ready"), count("recommended")) == (1.0, 1.0, 0.0)
+
+
+def test_the_quality_figure_is_the_latest_usage_over_the_new_recommendation() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from pykatalyst.api.quantity import Quantity
+
+    c = cluster()
+    c.create(names.DEPLOYMENT, deployment(), "default")
+    c.create(RR, rr(), "default")
+    data = {"stress": series(30)}
+    registry = CollectorRegistry()
+    plan, _ = ResourceRecommendController(c, source=FakeSource(data), registry=registry).run(NOW)
+    assert plan.updates[0].ok
+    (rec,) = c.get(RR, "rec", "default")["status"]["recommendResources"]["containerRecommendations"]
+    target = rec["requests"]["target"]
+    assert set(target) == {"cpu"}  # the RR controls cpu only
+    ratio = float(data["stress"].cpu[-1]) / (Quantity.parse(target["cpu"]).milli_value() / 1000)
+    name = "katalyst_resource_recommend_usage_over_recommendation"
+    assert registry.get_sample_value(f"{name}_count", {"resource": "cpu"}) == 1.0
+    got = registry.get_sample_value(f"{name}_sum", {"resource": "cpu"})
+    assert got == pytest.approx(ratio, rel=0.01)
+    assert not registry.get_sample_value(f"{name}_count", {"resource": "memory"})
+    assert 0.3 < ratio < 1.5  # p90 with a 10 % margin over a wave of ±30 %
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]),
+            st.one_of(st.none(), st.floats(0.01, 64)),
+            st.one_of(st.none(), st.floats(1e6, 1e11)),
+        ),
+        max_size=3,
+        unique_by=lambda t: t[0],
+    ),
+    st.lists(st.floats(0, 64), min_size=0, max_size=5),
+)
+def test_quality_gives_one_ratio_per_recommended_resource_with_a_sample(
+    targets: list[tuple[str, float | None, float | None]], cpu: list[float]
+) -> None:
+    from pykatalyst.controllers.resource_recommend import quality
+
+    t = np.arange(len(cpu), dtype=float) * 60 + NOW
+    series_of = {"a": UsageSeries.of(t, cpu, [5e8] * len(cpu))}  # only "a" has usage
+    got = quality([rs.ContainerTarget(n, c_, m) for n, c_, m in targets], series_of)
+    want = []
+    for n, c_, m in targets:
+        if n != "a" or not cpu:
+            continue
+        if c_ is not None:
+            want.append(("cpu", cpu[-1] / c_))
+        if m is not None:
+            want.append(("memory", 5e8 / m))
+    assert got == tuple(want)

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pykatalyst.api import names
@@ -56,6 +56,10 @@ RR = names.RESOURCE_RECOMMEND
 HOUR = 3600.0
 BACKFILL_S = 25 * HOUR
 SOURCE_UNAVAILABLE = "DataSourceUnavailable"
+
+
+# usage over recommendation: fine around 1, coarse far from it (VPA's quality figures)
+QUALITY_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
 class ResourceRecommendConfig(BaseModel):
@@ -187,6 +191,8 @@ class RRUpdate:
     summary: str
     # the terms annotation to write (container -> recommender and terms); None: keep it
     terms: str | None = None
+    # VPA's quality figure: (resource, the latest usage over the new recommendation)
+    quality: tuple[tuple[str, float], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"rr": f"{self.namespace}/{self.name}", "ok": self.ok, "summary": self.summary}
@@ -261,14 +267,15 @@ def recommend(
     oom: Sequence[OOMEvent],
     now: float,
     settings: tuple[float, float],
-) -> tuple[dict[str, Any], bool, str, str | None]:
+) -> tuple[dict[str, Any], bool, str, str | None, list[rs.ContainerTarget]]:
     """Pure: the status after a run over what was gathered; `settings` is (task start,
-    readiness span). Returns (status, ok, summary, the terms annotation or None)."""
+    readiness span). Returns (status, ok, summary, the terms annotation or None, the
+    containers' new targets)."""
     ok_conditions = [rs.condition(rs.VALIDATED, True), rs.condition(rs.INITIALIZED, True)]
     if got.series is None:
         cond = rs.condition(rs.PROVIDED, False, SOURCE_UNAVAILABLE, got.error)
         status = build_status(rr, [*ok_conditions, cond], now, None, keep_last=True)
-        return status, False, got.error, None
+        return status, False, got.error, None, []
     engine = get_recommender(cfg.recommender)
     targets: list[rs.ContainerTarget] = []
     terms: dict[str, Any] = {}
@@ -280,12 +287,34 @@ def recommend(
         except RecommendationNotReady as exc:
             cond = rs.condition(rs.PROVIDED, False, rs.NOT_READY, exc.message)
             status = build_status(rr, [*ok_conditions, cond], now, targets or None)
-            return status, False, f"{c.name}: {exc.message}", _terms_text(terms, now)
+            return status, False, f"{c.name}: {exc.message}", _terms_text(terms, now), []
         targets.append(rs.ContainerTarget(c.name, r.cpu_request, r.memory_request))
         terms[c.name] = {"recommender": r.recommender, **r.to_json()["terms"]}
     cond = rs.condition(rs.PROVIDED, True)
     status = build_status(rr, [*ok_conditions, cond], now, targets)
-    return status, True, f"{len(targets)} container(s) recommended", _terms_text(terms, now)
+    summary = f"{len(targets)} container(s) recommended"
+    return status, True, summary, _terms_text(terms, now), targets
+
+
+def quality(
+    targets: Sequence[rs.ContainerTarget], series: Mapping[str, UsageSeries]
+) -> tuple[tuple[str, float], ...]:
+    """VPA's quality figure for each recommended container and resource: its latest usage
+    sample over the recommended request (1: the request is what it uses now; below 1: room
+    to spare). Containers without a sample, or resources without a recommendation, give
+    none."""
+    out: list[tuple[str, float]] = []
+    for t in targets:
+        used = series.get(t.name)
+        if used is None or len(used) == 0:
+            continue
+        for resource, want, now_used in (
+            (names.RESOURCE_CPU, t.cpu, float(used.cpu[-1])),
+            (names.RESOURCE_MEMORY, t.memory, float(used.memory[-1])),
+        ):
+            if want is not None and want > 0:
+                out.append((resource, now_used / want))
+    return tuple(out)
 
 
 def _terms_text(terms: Mapping[str, Any], now: float) -> str | None:
@@ -353,15 +382,24 @@ class ResourceRecommendController:
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.cluster = cluster
+        reg = registry if registry is not None else CollectorRegistry()
         self.runs = Counter(
             "katalyst_resource_recommend_runs",
             "ResourceRecommend runs by result: recommended, not_ready, invalid (a Validated or "
             "Initialized condition False), source_unavailable (Prometheus could not be read).",
             ["result"],
-            registry=registry if registry is not None else CollectorRegistry(),
+            registry=reg,
         )
         for result in ("recommended", "not_ready", "invalid", "source_unavailable"):
             self.runs.labels(result)
+        self.usage_over_recommendation = Histogram(
+            "katalyst_resource_recommend_usage_over_recommendation",
+            "VPA's quality figure: each recommended container's latest usage over its new "
+            "recommendation, by resource (1: it uses what it is given; below: room to spare).",
+            ["resource"],
+            buckets=QUALITY_BUCKETS,
+            registry=reg,
+        )
         self.config = config if config is not None else ResourceRecommendConfig()
         if source is None:
             url = self.config.prometheus_url
@@ -437,13 +475,16 @@ class ResourceRecommendController:
             got = Gathered(self.source.read(ns, cfg.workload, cfg.kind, begin, now))
         except (PrometheusError, SourceUnavailable) as exc:
             got = Gathered(None, str(exc))
-        status, ok, summary, terms = recommend(
+        status, ok, summary, terms, targets = recommend(
             rr, cfg, got, oom, now, (start, self.config.min_span_s)
         )
-        return self._done(RRUpdate(ns, name, status, ok, summary, terms), now)
+        figures = quality(targets, got.series) if ok and got.series is not None else ()
+        return self._done(RRUpdate(ns, name, status, ok, summary, terms, figures), now)
 
     def _done(self, update: RRUpdate, now: float) -> RRUpdate:
         self.runs.labels(_result(update.status)).inc()
+        for resource, ratio in update.quality:
+            self.usage_over_recommendation.labels(resource).observe(ratio)
         key = f"{update.namespace}/{update.name}"
         if update.ok:
             self.memory.failures.pop(key, None)
