@@ -353,6 +353,11 @@ def test_static_cpu_pinned_pods_are_not_resized_in_place() -> None:
     assert _cpu(w.pod_now("web-1")) == ("1", "1")
     assert "static cpu manager" in w.condition(vpa.COND_RECOMMENDATION_APPLIED)["message"]
     assert w.events("ResizeRefused")
+    # and `katalyst explain pod` gives the same reason, read from the node's CNR
+    from pykatalyst.cli.explain_pod import explain_pod
+
+    why = explain_pod(w.mc, NS, "web-1", w.clock.now())["vertical"]["why"]
+    assert why.startswith("refused") and "static cpu manager" in why, why
 
 
 def test_a_qos_class_change_is_refused() -> None:

@@ -100,9 +100,25 @@ def vertical_json(cluster: Cluster, pod: JSON, now: float, problems: list[str]) 
             for c in (obj.get("status") or {}).get("conditions") or []
         ],
     )
-    out["why"] = _why(kvpa, pod, targets, now)
+    out["why"] = _why(kvpa, pod, targets, now, _static_node(cluster, pod))
     out["last_event"] = _last_event(cluster, pod, problems)
     return out
+
+
+def _static_node(cluster: Cluster, pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's node runs the kubelet's static cpu manager, as its CNR says (the
+    agent's `overcommit_cpu_manager` annotation, as the vpa controller reads it)."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
+        return False
+    try:
+        cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, str(node))
+    except ApiError:
+        return False
+    ann = (cnr.get("metadata") or {}).get("annotations") or {}
+    return bool(
+        ann.get(names.CNR_OVERCOMMIT_CPU_MANAGER_ANNOTATION) == names.CPU_MANAGER_POLICY_STATIC
+    )
 
 
 def _source(
@@ -121,14 +137,22 @@ def _source(
     return out
 
 
-def _why(kvpa: vpa.KVPA, pod: Mapping[str, Any], targets: Mapping[str, Target], now: float) -> str:
+def _why(
+    kvpa: vpa.KVPA,
+    pod: Mapping[str, Any],
+    targets: Mapping[str, Target],
+    now: float,
+    static_node: bool = False,
+) -> str:
     if not vpa.pod_matches(kvpa, pod):
         return f"podMatchingStrategy {kvpa.matching}: this pod is left alone"
     if not targets:
         return "the KVPA has no recommendation for this pod's containers yet"
     if kvpa.updating == vpa.STRATEGY_RECREATE:
         return "podUpdatingStrategy Recreate is refused (as in Katalyst): nothing is applied"
-    d = resize.decide_pod(pod, targets, kvpa.updating, None, now, ResizeConfig())
+    d = resize.decide_pod(
+        pod, targets, kvpa.updating, None, now, ResizeConfig(), static_node=static_node
+    )
     return f"{d.outcome}: {d.message}"
 
 
