@@ -272,27 +272,7 @@ class Reporter:
         try:
             self._ensure_cnr()
             if changed or heartbeat_due:
-                if self._ready_since is None:
-                    self._ready_since = rfc3339(now)
-                body = dict(status)
-                body["conditions"] = [
-                    {
-                        "type": names.CNR_CONDITION_AGENT_READY,
-                        "status": "True",
-                        "reason": "AgentReporting",
-                        "message": f"{names.AGENT_COMPONENT} is reporting",
-                        "lastHeartbeatTime": rfc3339(now),
-                        "lastTransitionTime": self._ready_since,
-                    }
-                ]
-                self.cluster.patch(
-                    names.CUSTOM_NODE_RESOURCE,
-                    self.node_name,
-                    {"status": body},
-                    subresource="status",
-                )
-                self._last_status = status
-                self._last_heartbeat = now
+                self._publish_status(status, now)
                 out["cnr"] = "status written" if changed else "heartbeat"
             if inp.pools:
                 out["pools"] = self._publish_pools(inp)
@@ -314,17 +294,41 @@ class Reporter:
                 if self.cfg.publish_node_extended_resources:
                     out["node"] = self._publish_node(inp.cpu_cores, inp.memory_bytes, now)
         except ApiError as exc:
-            # Try again next tick from scratch: the next write must not be skipped as
-            # "unchanged" because this one failed.
-            self._last_status = None
-            self._last_terms_key = None
-            self._last_node_figures = None
-            self._last_pools = None
-            self._last_properties = None
-            self._last_managers = None
-            self._cnr_exists = False
+            self._forget()
             out["error"] = str(exc)
         return out
+
+    def _publish_status(self, status: dict[str, Any], now: float) -> None:
+        """The CNR's status with the AgentReady heartbeat."""
+        if self._ready_since is None:
+            self._ready_since = rfc3339(now)
+        body = dict(status)
+        body["conditions"] = [
+            {
+                "type": names.CNR_CONDITION_AGENT_READY,
+                "status": "True",
+                "reason": "AgentReporting",
+                "message": f"{names.AGENT_COMPONENT} is reporting",
+                "lastHeartbeatTime": rfc3339(now),
+                "lastTransitionTime": self._ready_since,
+            }
+        ]
+        self.cluster.patch(
+            names.CUSTOM_NODE_RESOURCE, self.node_name, {"status": body}, subresource="status"
+        )
+        self._last_status = status
+        self._last_heartbeat = now
+
+    def _forget(self) -> None:
+        """Try again next tick from scratch: the next write must not be skipped as
+        "unchanged" because this one failed."""
+        self._last_status = None
+        self._last_terms_key = None
+        self._last_node_figures = None
+        self._last_pools = None
+        self._last_properties = None
+        self._last_managers = None
+        self._cnr_exists = False
 
     def publish_overcommit(
         self,
