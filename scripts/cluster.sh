@@ -16,6 +16,8 @@
 #   bash scripts/cluster.sh halt|revive NAME...
 #                                     stop any of etcd, kube-apiserver, containerd, kubelet, ...
 #                                     and start it again as it was started (the fault tests)
+#   bash scripts/cluster.sh heal      start kube-controller-manager or kube-scheduler again if it
+#                                     exited on its own (they do when the API server is away)
 #
 # Security is a real cluster's: TLS everywhere the API server listens, RBAC and Node
 # authorization, NodeRestriction, ServiceAccount tokens. Every listener binds to loopback.
@@ -543,17 +545,27 @@ up() {
     wait_for "node $NODE Ready" 120 "$bin/kubectl" --kubeconfig "$KC/admin.kubeconfig" wait \
         --for=condition=Ready --timeout=5s node "$NODE"
     start_prometheus "$bin/kubectl"
-    # kube-controller-manager and kube-scheduler exit when etcd answers slowly while they
-    # start (a loaded machine): start such a one again, then see it healthy.
+    heal
+    log "up: node $NODE is Ready; eval \"\$(bash scripts/cluster.sh env)\" to use it"
+}
+
+# kube-controller-manager and kube-scheduler exit on their own when etcd or the API server
+# answers slowly or not at all (a loaded machine while they start, the fault tests): start
+# such a one again, saying so with the end of its log, then see both healthy.
+heal() {
     local d
     for d in kube-controller-manager kube-scheduler; do
         running "$d" && continue
-        log "$d exited while starting (see $LOGS/$d.log): starting it again"
+        [ -f "$PIDS/$d.pid" ] || continue  # paused on purpose, or never started
+        log "$d had exited; the end of $LOGS/$d.log:"
+        tail -n 5 "$LOGS/$d.log" >&2 || true
+        log "starting $d again"
         if [ "$d" = kube-controller-manager ]; then start_controller_manager; else start_scheduler; fi
     done
-    wait_for kube-controller-manager 60 curl -skf https://127.0.0.1:10257/healthz
-    wait_for kube-scheduler 60 curl -skf https://127.0.0.1:10259/healthz
-    log "up: node $NODE is Ready; eval \"\$(bash scripts/cluster.sh env)\" to use it"
+    running kube-controller-manager && \
+        wait_for kube-controller-manager 60 curl -skf https://127.0.0.1:10257/healthz
+    running kube-scheduler && wait_for kube-scheduler 60 curl -skf https://127.0.0.1:10259/healthz
+    return 0
 }
 
 kubelet_restart() {
@@ -681,6 +693,7 @@ case ${1:-} in
     resume) shift; resume "$@" ;;
     halt) shift; halt "$@" ;;
     revive) shift; revive "$@" ;;
-    *) echo "usage: $0 up|down|status|env|build|kubelet-restart [none|static]|pause NAME...|resume NAME...|halt NAME...|revive NAME..." >&2
+    heal) heal ;;
+    *) echo "usage: $0 up|down|status|env|build|kubelet-restart [none|static]|pause NAME...|resume NAME...|halt NAME...|revive NAME...|heal" >&2
        exit 2 ;;
 esac

@@ -196,15 +196,35 @@ def namespace(kubectl: Kubectl) -> Iterator[str]:
     name = f"e2e-{secrets.token_hex(3)}"
     kubectl.run("create", "namespace", name)
     # Pods are refused until the controller manager has made the namespace's ServiceAccount.
-    wait_until(
-        f"the default ServiceAccount of {name}",
-        lambda: (
-            kubectl.run("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0
-        ),
-        60,
-    )
+    try:
+        wait_until(
+            f"the default ServiceAccount of {name}",
+            lambda: has_default_service_account(kubectl, name),
+            60,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{controller_manager_state()}") from None
     yield name
     kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+def has_default_service_account(kubectl: Kubectl, namespace: str) -> bool:
+    done = kubectl.run("get", "serviceaccount", "default", "-n", namespace, check=False)
+    return done.returncode == 0
+
+
+def controller_manager_state() -> str:
+    """Whether this machine's kube-controller-manager runs, and its log's end (for a failure)."""
+    state = Path(os.environ.get("PYKATALYST_CLUSTER_DIR", "/var/lib/pykatalyst-cluster"))
+    pid_file = state / "pids" / "kube-controller-manager.pid"
+    try:
+        pid = int(pid_file.read_text())
+        running = Path(f"/proc/{pid}").exists()
+    except (OSError, ValueError):
+        running = False
+    log = state / "logs" / "kube-controller-manager.log"
+    tail = log.read_text(errors="replace").splitlines()[-10:] if log.exists() else []
+    return f"kube-controller-manager running: {running}\n" + "\n".join(tail)
 
 
 def component_kubeconfig(component: str) -> str:
