@@ -27,8 +27,9 @@ def test_the_base_install_leaves_the_kube_client_and_matplotlib_to_extras() -> N
     assert any(d.startswith("protobuf") for d in extras["node"])
     assert any(d.startswith("croniter") for d in extras["autoscale"])
     assert any(d.startswith("statsmodels") for d in extras["autoscale"])
-    assert "pykatalyst[kube,sim,node,autoscale]" in extras["dev"]
-    assert "statsmodels" not in base and "croniter" not in base
+    assert any(d.startswith("ray") for d in extras["sweep"])
+    assert "pykatalyst[kube,sim,node,autoscale,sweep]" in extras["dev"]
+    assert "statsmodels" not in base and "croniter" not in base and "ray" not in base
     assert "grpcio" not in base and "protobuf" not in base
 
 

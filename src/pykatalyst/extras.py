@@ -2,8 +2,9 @@
 every command run against a real cluster), `pykatalyst[sim]` (matplotlib, for the
 simulator's charts), `pykatalyst[node]` (grpcio and protobuf, for the kubelet's pod-resources
 API), `pykatalyst[autoscale]` (croniter and statsmodels, for IHPA crons and the built-in
-predictor) and `pykatalyst[dev]` (all of them, and the test tools). A node agent's image needs
-`[kube]`, and `[node]` beside a kubelet with the static cpu manager."""
+predictor), `pykatalyst[sweep]` (Ray, for the simulator's what-if sweeps) and
+`pykatalyst[dev]` (all of them, and the test tools). A node agent's image needs `[kube]`, and
+`[node]` beside a kubelet with the static cpu manager."""
 
 from __future__ import annotations
 

@@ -101,6 +101,18 @@ def sim(
     old_out: Annotated[Path | None, old_option("sim", "-o")] = None,
     seed: int | None = typer.Option(None, "--seed", help="Override the scenario's seed."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    sweep: Path | None = typer.Option(  # noqa: B008
+        None,
+        "--sweep",
+        help="Sweep file (YAML): run every combination of its axes' values, each one "
+        "simulation, and write a report comparing them; see docs/simulator.md.",
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, help="Sweep: cpus of the local Ray (default: this machine's)."
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Sweep: run on this Ray cluster (e.g. ray://head:10001)."
+    ),
 ) -> None:
     """Simulate a scenario under each of its policies and write a report comparing them."""
     folder = old_out or out
@@ -115,7 +127,79 @@ def sim(
     if seed is not None and not 0 <= seed < 2**32:
         print_message(f"--seed: {seed} is outside 0..4294967295", stderr=True)
         raise typer.Exit(code=2)
+    if sweep is not None:
+        if seed is not None:
+            sc = sc.model_copy(update={"seed": seed})
+        _sweep(sc, sweep, folder, workers, ray_address, quiet)
+        return
+    if workers is not None or ray_address is not None:
+        print_message("error: --workers and --ray-address apply to a --sweep", stderr=True)
+        raise typer.Exit(code=2)
     _run(sc, folder, seed, quiet)
+
+
+def _sweep(
+    sc: Scenario, path: Path, out: Path, workers: int | None, address: str | None, quiet: bool
+) -> None:
+    from pykatalyst.sim.sweep import (
+        SweepError,
+        load_sweep,
+        plan_sweep,
+        run_sweep,
+        summarize_sweep,
+        write_sweep_report,
+    )
+
+    try:
+        require("matplotlib", "sim", "the sweep's chart")
+        spec = load_sweep(path)
+        runs = plan_sweep(sc, spec, str(path), path.parent)
+    except (SweepError, MissingExtra) as exc:
+        print_message(f"error: {exc}" if isinstance(exc, MissingExtra) else str(exc), stderr=True)
+        raise typer.Exit(code=2) from None
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if address is not None:
+            print_message(
+                "error: --ray-address needs Ray, which is not installed: "
+                "pip install 'pykatalyst[sweep]'",
+                stderr=True,
+            )
+            raise typer.Exit(code=2) from None
+        print_message(
+            f"note: Ray is not installed (pip install 'pykatalyst[sweep]'), so the {len(runs)} "
+            "runs go one after another in this process",
+            stderr=True,
+        )
+    con = console(stderr=True)
+    with Progress(
+        TextColumn("[bold]{task.description:<18}"),
+        BarColumn(bar_width=40),
+        MofNCompleteColumn(),
+        TextColumn("runs · {task.fields[failed]} failed"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=con,
+        disable=quiet,
+    ) as bar:
+        task = bar.add_task(sc.name, total=len(runs), failed=0)
+        failed = 0
+
+        def done(outcome: object) -> None:
+            nonlocal failed
+            failed += getattr(outcome, "error", None) is not None
+            bar.update(task, advance=1, failed=failed)
+
+        outcomes, how = run_sweep(runs, workers, address, done)
+    data = summarize_sweep(spec, outcomes, how, sc)
+    write_sweep_report(data, out)
+    if not quiet:
+        print_message(f"{len(runs)} runs {how}; {data['failed']} failed")
+        print_message(f"pick for an SLO budget of {100 * spec.slo_budget:g} %: {data['pick']}")
+        print_message(f"report: {out / 'report.md'} (and report.json, sweep.csv, pareto.png)")
+    if data["failed"]:
+        raise typer.Exit(code=1)
 
 
 def demo(
