@@ -111,7 +111,10 @@ def sim(
         None, "--workers", min=1, help="Sweep: cpus of the local Ray (default: this machine's)."
     ),
     ray_address: str | None = typer.Option(
-        None, "--ray-address", help="Sweep: run on this Ray cluster (e.g. ray://head:10001)."
+        None,
+        "--ray-address",
+        metavar="URL",
+        help="Sweep: run on this Ray cluster (e.g. ray://head:10001).",
     ),
 ) -> None:
     """Simulate a scenario under each of its policies and write a report comparing them."""
