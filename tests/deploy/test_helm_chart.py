@@ -565,6 +565,15 @@ def test_the_metrics_api_is_off_by_default_and_its_apiservice_trusts_its_certifi
         and o["roleRef"]["name"] == "extension-apiserver-authentication-reader"
     ]
     assert reader["metadata"]["namespace"] == "kube-system"
+    # and it may ask kube-apiserver what a caller may read (SubjectAccessReview)
+    (delegator,) = [
+        o
+        for o in objs
+        if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == "system:auth-delegator"
+    ]
+    assert delegator["subjects"] == [
+        {"kind": "ServiceAccount", "name": "katalyst-metrics", "namespace": names.SYSTEM_NAMESPACE}
+    ]
     ctl = _by(objs, "Deployment")["katalyst-controller"]["spec"]["template"]["spec"]["containers"]
     assert (
         "--spd-resource-portrait-indicator-plugin-prometheus-address=http://prom:9090"

@@ -1,6 +1,7 @@
 """IHPA on a real cluster: `katalyst metrics` registered by an APIService, proxied by the
 real kube-apiserver (request-header authentication), read with `kubectl get --raw`, and
-the real HPA controller in kube-controller-manager scaling from `spd_agg_metrics`.
+the real HPA controller in kube-controller-manager scaling from `spd_agg_metrics`, and the
+metrics server asking the real kube-apiserver (SubjectAccessReview) what a caller may read.
 
 `katalyst controller --controllers ihpa` runs with the controller's ServiceAccount and
 reads history from a Prometheus stand-in in this test (a flat 300 requests/s for a week),
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
 import ssl
 import threading
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -212,8 +215,11 @@ spec:
 """
 
 
-def _raw(kubectl: Kubectl, namespace: str, spd: str) -> Any:
-    sel = ",".join(
+HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
+
+
+def _selector(spd: str) -> str:
+    return ",".join(
         f"metric.katalyst.kubewharf.io/{k}={v}"
         for k, v in (
             ("spd-name", spd),
@@ -222,6 +228,33 @@ def _raw(kubectl: Kubectl, namespace: str, spd: str) -> Any:
             ("spd-scope-name", "ResourcePortraitIndicatorPlugin"),
         )
     )
+
+
+def _as_proxy(server: Component, namespace: str, user: str) -> tuple[int, Any]:
+    """GET the metric from the metrics server directly, with kube-apiserver's front-proxy
+    client certificate, naming `user` as the aggregation layer does."""
+    pki = Path(os.environ.get("PYKATALYST_CLUSTER_DIR", "/var/lib/pykatalyst-cluster")) / "pki"
+    cert, key = pki / "front-proxy-client.crt", pki / "front-proxy-client.key"
+    if not cert.exists():
+        pytest.skip(f"no front-proxy client certificate at {cert} (not this machine's cluster)")
+    listen = server.args[server.args.index("--listen") + 1]
+    ca = server.log_path.parent / "metrics-certs" / "ca.crt"
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.load_cert_chain(str(cert), str(key))
+    url = (
+        f"https://{listen}/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/"
+        f"spd_agg_metrics?labelSelector={urllib.parse.quote(_selector('web'))}"
+    )
+    req = urllib.request.Request(url, headers={"X-Remote-User": user})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _raw(kubectl: Kubectl, namespace: str, spd: str) -> Any:
+    sel = _selector(spd)
     path = (
         f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/spd_agg_metrics"
         f"?labelSelector={urllib.parse.quote(sel)}"
@@ -298,5 +331,14 @@ def test_the_real_hpa_scales_from_predicted_spd_agg_metrics(
         120,
     )
     assert kubectl.json("get", "deploy", "shadow", "-n", namespace)["spec"]["replicas"] == 1
+
+    # What a named user may read is the real kube-apiserver's to say: called as the
+    # aggregation layer calls it (the front-proxy certificate), the metrics server serves the
+    # HPA controller's identity and refuses a user the cluster's RBAC gives nothing.
+    status, body = _as_proxy(metrics_api, namespace, HPA_USER)
+    assert status == 200, body
+    status, body = _as_proxy(metrics_api, namespace, "e2e-nobody")
+    assert status == 403, body
+    assert "User 'e2e-nobody' cannot list resource 'spd_agg_metrics'" in body["message"]
     status = kubectl.json("get", "ihpa", "web", "-n", namespace).get("status", {})
     assert status.get("desiredReplicas") == 3

@@ -421,6 +421,10 @@ EVENT: Final = Kind("", "v1", "Event", "events", True, ("ev",))
 NAMESPACE: Final = Kind("", "v1", "Namespace", "namespaces", False, ("ns",))
 CONFIG_MAP: Final = Kind("", "v1", "ConfigMap", "configmaps", True, ("cm",))
 LEASE: Final = Kind("coordination.k8s.io", "v1", "Lease", "leases", True)
+# Asked, never stored: may this user do that? (delegated authorization of the metrics API)
+SUBJECT_ACCESS_REVIEW: Final = Kind(
+    "authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False
+)
 POD_DISRUPTION_BUDGET: Final = Kind(
     "policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, ("pdb",)
 )

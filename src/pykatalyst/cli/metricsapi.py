@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from pykatalyst.api import names as kinds
 from pykatalyst.cli.conventions import DURATION, optional_duration
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
@@ -21,6 +22,7 @@ from pykatalyst.cli.output import print_message
 from pykatalyst.cli.webhook import _tls
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.metricsapi.authconfig import AuthConfigError, from_cluster, write_ca
+from pykatalyst.metricsapi.authz import AccessReviewer
 from pykatalyst.metricsapi.server import RequestHeaderAuth
 from pykatalyst.runtime.host import ServeError
 from pykatalyst.runtime.metricsapi import run_metrics_api
@@ -65,7 +67,8 @@ def metrics(
     insecure_no_auth: bool = typer.Option(
         False,
         "--insecure-no-auth",
-        help="Development only: serve anyone who reaches the port, without authentication.",
+        help="Development only: serve anyone who reaches the port, without authentication "
+        "or authorization.",
     ),
     stop_after: str | None = typer.Option(
         None,
@@ -78,7 +81,8 @@ def metrics(
     context: str | None = CONTEXT_OPTION,
 ) -> None:
     """Serve spd_agg_metrics (SPD status.aggMetrics: the latest point before now) to the HPA
-    through kube-apiserver's aggregation layer, authenticating it by its proxy certificate."""
+    through kube-apiserver's aggregation layer, authenticating it by its proxy certificate and
+    asking kube-apiserver (SubjectAccessReview) what the user it names may read."""
     address = listen_address(listen)
     hosts = list(dict.fromkeys([*cert_hosts, address[0], "localhost", "127.0.0.1"]))
     clock = RealClock()
@@ -95,14 +99,26 @@ def metrics(
                 raise typer.Exit(code=1) from None
             ca = write_ca(found, Path(tempfile.mkdtemp(prefix="katalyst-metrics-")))
             names = names or found.allowed_names
-            auth = RequestHeaderAuth(names, found.username_headers, found.group_headers)
+            auth = RequestHeaderAuth(
+                names, found.username_headers, found.group_headers, found.extra_prefixes
+            )
         else:
             auth = RequestHeaderAuth(names)
+    authz = None
+    if auth is not None:
+        # what the named user may do is kube-apiserver's to say (RBAC, or any authorizer)
+        authz = AccessReviewer(
+            lambda body: cluster.create(kinds.SUBJECT_ACCESS_REVIEW, body), clock.now
+        )
     tls = _tls(tls_cert_file, tls_private_key_file, ca, self_signed, hosts)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     def listening() -> None:
-        how = "no authentication" if auth is None else "request-header client certificates"
+        how = (
+            "no authentication"
+            if auth is None
+            else "request-header client certificates, SubjectAccessReview authorization"
+        )
         print_message(f"external metrics API on https://{address[0]}:{address[1]} ({how})")
 
     try:
@@ -114,6 +130,7 @@ def metrics(
             listen=address,
             on_ready=listening,
             max_seconds=optional_duration(stop_after, "--stop-after"),
+            authz=authz,
         )
     except ServeError as exc:
         print_message(f"error: --listen {listen}: {exc}", stderr=True)

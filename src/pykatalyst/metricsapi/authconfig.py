@@ -25,6 +25,7 @@ class RequestHeaderConfig:
     allowed_names: tuple[str, ...]
     username_headers: tuple[str, ...]
     group_headers: tuple[str, ...]
+    extra_prefixes: tuple[str, ...] = ("X-Remote-Extra-",)
 
 
 def _list(data: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -62,6 +63,7 @@ def from_cluster(cluster: Cluster) -> RequestHeaderConfig:
         _list(data, "requestheader-allowed-names", ()),
         _list(data, "requestheader-username-headers", ("X-Remote-User",)),
         _list(data, "requestheader-group-headers", ("X-Remote-Group",)),
+        _list(data, "requestheader-extra-headers-prefix", ("X-Remote-Extra-",)),
     )
 
 

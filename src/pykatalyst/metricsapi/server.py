@@ -12,16 +12,20 @@ Who may call: the kube-apiserver proxies with a client certificate signed by the
 request-header client CA (from `kube-system/extension-apiserver-authentication`, or the
 flag) and names the user in `X-Remote-User`/`X-Remote-Group`. A request without such a
 certificate (or from a common name not in the allowed names) is refused with 401; probes
-(`/healthz`, `/readyz`, `/livez`) stay open.
+(`/healthz`, `/readyz`, `/livez`) stay open. What that user may do is kube-apiserver's to say
+(`authz.py`, a SubjectAccessReview per request, cached): a refusal is a 403 in
+kube-apiserver's words, a failure to ask is a 500.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -30,10 +34,12 @@ from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
 from pykatalyst.cluster.protocol import JSON, ApiError, BadRequest, Cluster, NotFound
 from pykatalyst.cluster.selectors import parse_label_selector
+from pykatalyst.metricsapi.authz import AccessReviewer, Caller, attributes
 
 GROUP = names.EXTERNAL_METRICS_GROUP
 VERSION = names.EXTERNAL_METRICS_VERSION
 GV = f"{GROUP}/{VERSION}"
+log = logging.getLogger("pykatalyst.metricsapi")
 OPEN_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
 SELECTOR_KEYS = (
     names.METRIC_SELECTOR_SPD_NAME,
@@ -52,9 +58,10 @@ class RequestHeaderAuth:
     allowed_names: tuple[str, ...] = ()
     username_headers: tuple[str, ...] = ("X-Remote-User",)
     group_headers: tuple[str, ...] = ("X-Remote-Group",)
+    extra_prefixes: tuple[str, ...] = ("X-Remote-Extra-",)
 
-    def user(self, request: web.Request) -> tuple[str, list[str]] | str:
-        """(user, groups), or why the request is refused."""
+    def user(self, request: web.Request) -> Caller | str:
+        """The caller, or why the request is refused."""
         transport = request.transport
         ssl_obj = transport.get_extra_info("ssl_object") if transport is not None else None
         cert = ssl_obj.getpeercert() if isinstance(ssl_obj, ssl.SSLObject) else None
@@ -66,8 +73,15 @@ class RequestHeaderAuth:
         user = next((request.headers[h] for h in self.username_headers if h in request.headers), "")
         if not user:
             return f"no {'/'.join(self.username_headers)} header"
-        groups = [g for h in self.group_headers for g in request.headers.getall(h, [])]
-        return user, groups
+        groups = tuple(g for h in self.group_headers for g in request.headers.getall(h, []))
+        extra: dict[str, list[str]] = {}
+        for header, value in request.headers.items():
+            for prefix in self.extra_prefixes:
+                if header.lower().startswith(prefix.lower()) and len(header) > len(prefix):
+                    # the key is escaped in the header's name (%-encoding), lower-cased
+                    key = unquote(header[len(prefix) :]).lower()
+                    extra.setdefault(key, []).append(value)
+        return Caller(user, groups, tuple((k, tuple(v)) for k, v in sorted(extra.items())))
 
 
 def _common_name(cert: Mapping[str, Any]) -> str:
@@ -186,6 +200,19 @@ def _status(exc: ApiError) -> web.Response:
     return web.json_response(exc.status(), status=exc.code)
 
 
+def _failure(code: int, reason: str, message: str) -> web.Response:
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "reason": reason,
+        "code": code,
+        "message": message,
+    }
+    return web.json_response(body, status=code)
+
+
 class ExternalMetricsApp:
     """The aiohttp application; `now` is the clock the "before now" rule reads."""
 
@@ -195,10 +222,12 @@ class ExternalMetricsApp:
         now: Callable[[], float],
         auth: RequestHeaderAuth | None,
         routes: Sequence[web.RouteDef] = (),
+        authz: AccessReviewer | None = None,
     ) -> None:
         self.cluster = cluster
         self.now = now
         self.auth = auth
+        self.authz = authz
         self.app = web.Application(middlewares=[self._authenticate])
         self.app.add_routes(list(routes))
         self.app.router.add_get("/apis", self._apis)
@@ -214,15 +243,24 @@ class ExternalMetricsApp:
             return await handler(request)  # type: ignore[no-any-return]
         who = self.auth.user(request)
         if isinstance(who, str):
-            body = {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "status": "Failure",
-                "reason": "Unauthorized",
-                "code": 401,
-                "message": who,
-            }
-            return web.json_response(body, status=401)
+            return _failure(401, "Unauthorized", who)
+        if self.authz is not None:
+            attrs = attributes(request.method, request.path)
+            try:
+                verdict = await asyncio.to_thread(self.authz.review, who, attrs)
+            except ApiError as exc:
+                log.warning(
+                    "cannot ask kube-apiserver whether %s may %s %s: %s (the server's identity "
+                    "needs to create subjectaccessreviews: system:auth-delegator)",
+                    who.user,
+                    attrs.verb,
+                    attrs.resource or attrs.path,
+                    exc,
+                )
+                return _failure(500, "InternalError", f"authorization failed: {exc}")
+            if not verdict.allowed:
+                why = f": {verdict.reason}" if verdict.reason else ""
+                return _failure(403, "Forbidden", attrs.refusal(who.user) + why)
         return await handler(request)  # type: ignore[no-any-return]
 
     async def _apis(self, request: web.Request) -> web.Response:
