@@ -169,6 +169,28 @@ def test_pods_bound_back_to_back_never_get_each_others_cards() -> None:
     assert kubelet.envs[("ns/second", "c")][names.ENV_NVIDIA_VISIBLE_DEVICES] == "g0"
 
 
+def test_two_pods_bound_in_one_second_are_served_in_the_order_of_their_bindings() -> None:
+    """A scheduler binds two pods at once and the second's binding lands first: the kubelet,
+    fed by its watch, admits that one first. Both PodScheduled times read the same second,
+    and the names sort the other way; the bindings' resourceVersions tell the order."""
+    cluster, _plugin, kubelet = setup(CARDS)
+    first_asks = [lg.GpuAsk("c", 1, 30)]
+    second_asks = [lg.GpuAsk("c", 1, 50)]
+    for name, asks, card in (("first", first_asks, "g1"), ("second", second_asks, "g0")):
+        obj = pod(name, asks, [card], 10)
+        del obj["spec"]["nodeName"]
+        cluster.create(names.POD, obj, "ns")
+    cluster.bind("ns", "second", "n1")
+    cluster.bind("ns", "first", "n1")
+    assert kubelet.admit("ns", "second", second_asks)
+    assert kubelet.admit("ns", "first", first_asks)
+    assert kubelet.envs[("ns/second", "c")][names.ENV_NVIDIA_VISIBLE_DEVICES] == "g0"
+    assert kubelet.envs[("ns/first", "c")][names.ENV_NVIDIA_VISIBLE_DEVICES] == "g1"
+    held = {(g.pod, g.resource): {card_of(d) for d in g.device_ids} for g in kubelet.containers}
+    assert held[("second", GPU)] == held[("second", MEM)] == {"g0"}
+    assert held[("first", GPU)] == held[("first", MEM)] == {"g1"}
+
+
 def test_a_restarted_plugin_reads_who_holds_what_from_the_kubelet() -> None:
     cluster, plugin, kubelet = setup(CARDS)
     cluster.create(names.POD, pod("a", [lg.GpuAsk("c", 1)], ["g0"], 1), "ns")

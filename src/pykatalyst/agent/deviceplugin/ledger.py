@@ -3,9 +3,12 @@
 The device plugin API tells a plugin neither the pod nor the container it allocates for:
 `GetPreferredAllocation` and `Allocate` carry a resource, a count and device ids. The
 plugin finds the pod the way the kubelet admits them: among the node's pods that are
-bound, not yet running and still owed a GPU resource of that count, the one bound first
-(PodScheduled's time, then creation time, then name), and in it the first container, in
-spec order, that asks it. Cards are the pod's `gpu_selection_result` (ids in allocation
+bound, not yet running and still owed a GPU resource of that count, the one bound first,
+and in it the first container, in spec order, that asks it. "Bound first" is PodScheduled's
+time, which has whole seconds only; within a second, the pod's resourceVersion (for a pod
+not yet admitted, that of its binding: the kubelet's watch delivers pods in that order, and
+two pods a scheduler binds at once may be bound in either order), then creation time, then
+name. Cards are the pod's `gpu_selection_result` (ids in allocation
 order; a pod's containers take them in turn), checked against what is free; without
 one, the plugin picks them as Katalyst's gpu-memory strategy sorts them (the fullest card
 the share still fits, so shares pack and whole cards stay free) and writes the annotation.
@@ -29,6 +32,7 @@ from pykatalyst.api.timefmt import parse_rfc3339
 
 GPU = names.RESOURCE_NVIDIA_GPU
 MEM = names.RESOURCE_GPU_MEMORY
+UNKNOWN_VERSION = 2**63  # a resourceVersion that is not a number sorts last
 
 
 class AllocationRefused(Exception):
@@ -63,6 +67,7 @@ class GpuPod:
     asks: tuple[GpuAsk, ...]
     selection: tuple[str, ...] | None
     pending: bool  # bound, not started, not being deleted
+    version: int = UNKNOWN_VERSION  # resourceVersion: the binding's while the pod waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +180,13 @@ def gpu_pod(obj: Mapping[str, Any]) -> GpuPod | None:
         asks,
         selection,
         pending=not started and not meta.get("deletionTimestamp"),
+        version=_version(meta.get("resourceVersion")),
     )
+
+
+def _version(value: Any) -> int:
+    text = str(value or "")
+    return int(text) if text.isdigit() else UNKNOWN_VERSION
 
 
 def target(
@@ -188,7 +199,10 @@ def target(
     """The pod and container the kubelet is allocating `size` of `resource` for: the
     first bound pod still owed it (neither granted by the plugin nor listed by the kubelet
     in `held`, (namespace/name, container, resource)), and its first container owed it."""
-    order = sorted((p for p in pods if p.pending), key=lambda p: (p.bound_at, p.created_at, p.key))
+    order = sorted(
+        (p for p in pods if p.pending),
+        key=lambda p: (p.bound_at, p.version, p.created_at, p.key),
+    )
     for p in order:
         for ask in p.asks:
             g = ledger.grants.get((p.uid, ask.container))
