@@ -1195,6 +1195,16 @@ def test_bind_sets_node_and_scheduled_condition(cluster: Cluster) -> None:
     assert conditions.get("PodScheduled") == "True"
 
 
+def test_a_bindings_annotations_land_on_the_pod_with_its_node(cluster: Cluster) -> None:
+    obj = pod("p1")
+    obj["metadata"]["annotations"] = {"keep": "mine", "over": "old"}
+    cluster.create(POD, obj)
+    cluster.bind("default", "p1", "n1", {"over": "new", "added": "x"})
+    bound = cluster.get(POD, "p1", "default")
+    assert bound["spec"]["nodeName"] == "n1"
+    assert bound["metadata"]["annotations"] == {"keep": "mine", "over": "new", "added": "x"}
+
+
 def test_double_bind_conflicts(cluster: Cluster) -> None:
     cluster.create(POD, pod("p1"))
     cluster.bind("default", "p1", "n1")

@@ -733,9 +733,9 @@ class RecordingCluster:
         self._note(kind, "delete", None, namespace)
         return self.inner.delete(kind, name, namespace, grace_period_seconds)
 
-    def bind(self, namespace: str, name: str, node_name: str) -> None:
+    def bind(self, namespace: str, name: str, node_name: str, annotations: Any = None) -> None:
         self._note(names.POD, "create", "binding", namespace)
-        self.inner.bind(namespace, name, node_name)
+        self.inner.bind(namespace, name, node_name, annotations)
 
     def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
         self._note(names.POD, "create", "eviction", namespace)

@@ -1,6 +1,7 @@
 """GPU sharing on the real kubelet, with synthetic cards: `katalyst device-plugin` registers
 `nvidia.com/gpu` and `resource.katalyst.kubewharf.io/gpu_memory` with the node's kubelet,
-and `katalyst agent` reports the cards as the CNR's GPU zones.
+and `katalyst agent` reports the cards as the CNR's GPU zones; then `katalyst scheduler`
+chooses the cards from that CNR and the plugin gives them.
 
 Pods are written as Katalyst writes them (`nvidia.com/gpu: 1` and `gpu_memory: M`), with
 the `gpu_selection_result` annotation a GPU-aware scheduler writes before binding (here
@@ -18,6 +19,7 @@ import yaml
 
 from pykatalyst.api import names
 from tests.e2e.conftest import (
+    REPO,
     WORKLOAD_IMAGE,
     Component,
     Kubectl,
@@ -275,3 +277,70 @@ def test_share_pods_get_their_selected_cards_and_the_cnr_shows_them(
     assert "0 found" in reason, reason
     run("first", "second", "whole", "later", "fits")
     assert "Traceback" not in plugin.log() + plugin2.log() + agent.log()
+
+
+def test_katalyst_scheduler_chooses_the_cards_and_the_plugin_gives_them(
+    kubectl: Kubectl,
+    local_node: LocalNode,
+    namespace: str,
+    components: Callable[..., Component],
+    tmp_path: Path,
+) -> None:
+    """`katalyst scheduler` reads the cards from the agent's CNR, chooses them (Katalyst's
+    rule: the fullest card the share fits on), and the Binding carries its choice onto the
+    pod (the scheduler may not patch pods); the device plugin then gives those cards."""
+    node = local_node.name
+    agent = start_agent(components, tmp_path, node, config=_config(local_node))
+    kc = component_kubeconfig("agent")
+    plugin = components(
+        "device-plugin",
+        "device-plugin",
+        "--node",
+        node,
+        "--config",
+        str(tmp_path / "agent.yaml"),
+        "--kubeconfig",
+        kc,
+    )
+
+    def free_cards() -> bool:
+        alloc = _allocatable(kubectl, node)
+        zones = _gpu_zones(kubectl, node)
+        held = {n: z.get("allocations") for n, z in zones.items() if z.get("allocations")}
+        if alloc.get(MEM) == "300" and len(zones) == 3 and not held:
+            return True
+        raise AssertionError(f"allocatable {alloc}; cards held {held}; {plugin.log()[-500:]}")
+
+    # (the previous test's pods may still be going with their namespace)
+    wait_until("three free cards advertised and in the CNR", free_cards, 120, interval=2)
+    scheduler = components(
+        "scheduler",
+        "scheduler",
+        "--config",
+        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-gpu.yaml"),
+        "--kubeconfig",
+        component_kubeconfig("scheduler"),
+    )
+    pods = {"a": "40", "b": "50", "c": "70"}
+    for name, units in pods.items():
+        obj = _pod(name, namespace, {GPU: "1", MEM: units}, None)
+        obj["spec"]["schedulerName"] = "katalyst-scheduler"
+        kubectl.apply(obj)
+        # one at a time: each choice reads the previous pod's card as taken
+        try:
+            wait_until(f"{name} Running", lambda n=name: running_pods(kubectl, namespace, [n]), 120)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}\nscheduler:\n{scheduler.log()[-1500:]}\nplugin:\n{plugin.log()[-1500:]}"
+            ) from None
+    chosen = {}
+    for name in pods:
+        ann = kubectl.json("get", "pod", name, "-n", namespace)["metadata"]["annotations"]
+        chosen[name] = ann[SEL]
+        assert "policy katalyst" in ann[names.GPU_SELECTION_REASON_ANNOTATION]
+        assert _printed(kubectl, namespace, name)["cards"] == chosen[name]
+    # a (40) and b (50) share one card, the fullest that fits; c (70) needs another
+    assert chosen["a"] == chosen["b"] != chosen["c"], chosen
+    for name, units in pods.items():
+        assert _printed(kubectl, namespace, name)["limit"] == f"{16384 * int(units) // 100}m"
+    assert "Traceback" not in scheduler.log() + plugin.log() + agent.log()

@@ -3,6 +3,8 @@ within the lease duration once the leader is gone, and no pod is ever bound twic
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,9 +28,9 @@ class BindLog(MemoryCluster):
         self.binds: list[tuple[str, str]] = []
         self.caller = ""
 
-    def bind(self, namespace: str, name: str, node_name: str) -> None:
+    def bind(self, namespace: str, name: str, node_name: str, annotations: Any = None) -> None:
         self.binds.append((self.caller, f"{namespace}/{name}"))
-        super().bind(namespace, name, node_name)
+        super().bind(namespace, name, node_name, annotations)
 
 
 def _replica(cluster: BindLog, clock: VirtualClock, who: str) -> ComponentHost:

@@ -38,7 +38,7 @@ class GatedBinds:
     def release(self) -> None:
         self.gate.set()
 
-    def bind(self, namespace: str, name: str, node_name: str) -> None:
+    def bind(self, namespace: str, name: str, node_name: str, annotations: Any = None) -> None:
         with self.lock:
             self.calls += 1
             self.running += 1
@@ -49,7 +49,7 @@ class GatedBinds:
             assert self.gate.wait(10), "binds were never released"
             if refuse:
                 raise TooManyRequests("the API server is busy")
-            self.inner.bind(namespace, name, node_name)
+            self.inner.bind(namespace, name, node_name, annotations)
         finally:
             with self.lock:
                 self.running -= 1

@@ -64,18 +64,22 @@ def test_two_share_pods_pack_on_one_card_under_katalyst_and_spread_under_spread(
         assert (c0 == c1) is same, policy
 
 
-def test_selection_is_written_before_the_binding() -> None:
+def test_selection_travels_with_the_binding_and_no_pod_patch_is_needed() -> None:
+    """The scheduler's RBAC has no `patch` on pods: the cards chosen go in the Binding's
+    annotations, which the API server writes onto the pod with spec.nodeName."""
     c = cluster_with({"n1": [1]})
     seen: list[tuple[str, bool]] = []
-    real_bind, real_patch = c.bind, c.patch
+    real_bind = c.bind
 
-    def bind(namespace: str, name: str, node_name: str) -> None:
-        ann = c.get(names.POD, name, namespace)["metadata"].get("annotations") or {}
-        seen.append(("bind", names.GPU_SELECTION_RESULT_ANNOTATION in ann))
-        real_bind(namespace, name, node_name)
+    def bind(namespace: str, name: str, node_name: str, annotations: Any = None) -> None:
+        seen.append(("bind", names.GPU_SELECTION_RESULT_ANNOTATION in (annotations or {})))
+        real_bind(namespace, name, node_name, annotations)
+
+    def patch(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the scheduler patched a pod")
 
     c.bind = bind  # type: ignore[method-assign]
-    c.patch = real_patch  # type: ignore[method-assign]
+    c.patch = patch  # type: ignore[method-assign]
     run(c, "katalyst", [pod("p", gpu_requests(1, 50))])
     assert seen == [("bind", True)]
     raw = c.get(names.POD, "p", "default")

@@ -119,14 +119,14 @@ class DeferredBinding:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def bind(self, namespace: str, name: str, node_name: str) -> None:
+    def bind(self, namespace: str, name: str, node_name: str, annotations: Any = None) -> None:
         if self.fail_first:
             self.fail_first -= 1
             raise TooManyRequests("apiserver is busy")
         if self.defer:
-            self.pending.append((namespace, name, node_name))
+            self.pending.append((namespace, name, node_name, annotations))
         else:
-            self.inner.bind(namespace, name, node_name)
+            self.inner.bind(namespace, name, node_name, annotations)
 
     def deliver(self) -> None:
         for args in self.pending:

@@ -195,7 +195,9 @@ class ApiServerApp:
         body = await self._body(request)
         ns = t.namespace or ""
         if t.subresource == "binding":
-            await self._store(self.cluster.bind, ns, name, _target_name(body))
+            notes = dig(body, "metadata", "annotations")
+            notes = {str(k): str(v) for k, v in notes.items()} if isinstance(notes, dict) else None
+            await self._store(self.cluster.bind, ns, name, _target_name(body), notes)
         else:
             grace = dig(body, "deleteOptions", "gracePeriodSeconds")
             seconds = None if grace is None else grace_seconds(grace, "gracePeriodSeconds")

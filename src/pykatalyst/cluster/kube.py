@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -482,8 +482,14 @@ class KubeCluster:
         data: bytes = self._send("GET", path).read()
         return data
 
-    def bind(self, namespace: str, name: str, node_name: str) -> None:
-        body = binding_body(name, namespace, node_name)
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        node_name: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        body = binding_body(name, namespace, node_name, annotations)
         path = self.path(_POD, namespace, name, "binding")
         # The answer is a Status (or nothing) on success; it is read and dropped, never
         # decoded into a typed Binding.

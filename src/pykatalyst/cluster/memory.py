@@ -600,16 +600,23 @@ class MemoryCluster:
 
     # --- subresources ---------------------------------------------------------------------
 
-    def bind(self, namespace: str, name: str, node_name: str) -> None:
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        node_name: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
         with self._cond:
             st = self._store.state(POD, "create")
             old = st.get(name, namespace)
             if not node_name:
                 raise st.invalid(name, "target.name", "Required value")
-            binding = binding_body(name, namespace, node_name)
+            binding = binding_body(name, namespace, node_name, annotations)
             kind = Kind("", "v1", "Binding", "bindings", True)
             self._admission.admit(kind, "CREATE", binding, None, name, namespace, "binding")
-            self._store.commit(st, "MODIFIED", pods.bound(old, node_name, self.clock.now()), old)
+            new = pods.bound(old, node_name, self.clock.now(), annotations)
+            self._store.commit(st, "MODIFIED", new, old)
 
     def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
         """The `pods/eviction` subresource, as kube-apiserver answers it. `eviction_guard`

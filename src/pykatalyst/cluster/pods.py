@@ -285,9 +285,12 @@ def _container_resize_problem(i: int, before: JSON, after: JSON) -> tuple[str, s
 # --- pods/binding -----------------------------------------------------------------------
 
 
-def bound(old: JSON, node_name: str, now: float) -> JSON:
-    """The pod bound to `node_name`: spec.nodeName and the PodScheduled condition. A 409
-    if it is bound already or being deleted."""
+def bound(
+    old: JSON, node_name: str, now: float, annotations: Mapping[str, str] | None = None
+) -> JSON:
+    """The pod bound to `node_name`: spec.nodeName, the PodScheduled condition and the
+    Binding's annotations (each set over the pod's own, as kube-apiserver does). A 409 if
+    it is bound already or being deleted."""
     name = old["metadata"]["name"]
     spec = old.get("spec") or {}
     if "deletionTimestamp" in old["metadata"]:
@@ -314,10 +317,13 @@ def bound(old: JSON, node_name: str, now: float) -> JSON:
         }
     )
     status["conditions"] = conds
+    meta = dict(old["metadata"])
+    if annotations:
+        meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
     # The binding writes spec.nodeName past the pod strategy: generation stays.
     return {
         **old,
-        "metadata": dict(old["metadata"]),
+        "metadata": meta,
         "spec": {**spec, "nodeName": node_name},
         "status": status,
     }

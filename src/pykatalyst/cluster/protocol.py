@@ -185,8 +185,15 @@ class Cluster(Protocol):
         a grace period) with deletionTimestamp set, or None once it is gone."""
         ...
 
-    def bind(self, namespace: str, name: str, node_name: str) -> None:
-        """`pods/binding`: set spec.nodeName of an unbound pod (409 if already bound)."""
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        node_name: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """`pods/binding`: set spec.nodeName of an unbound pod (409 if already bound); the
+        Binding's annotations are set on the pod in the same write, as kube-apiserver does."""
         ...
 
     def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
@@ -194,12 +201,18 @@ class Cluster(Protocol):
         ...
 
 
-def binding_body(name: str, namespace: str, node_name: str) -> JSON:
-    """The `pods/binding` request that binds a pod to a node."""
+def binding_body(
+    name: str, namespace: str, node_name: str, annotations: Mapping[str, str] | None = None
+) -> JSON:
+    """The `pods/binding` request that binds a pod to a node (with annotations for the pod,
+    which kube-apiserver copies onto it)."""
+    meta: JSON = {"name": name, "namespace": namespace}
+    if annotations:
+        meta["annotations"] = dict(annotations)
     return {
         "apiVersion": "v1",
         "kind": "Binding",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": meta,
         "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
     }
 

@@ -29,7 +29,7 @@ from pykatalyst.scheduler import registry as reg
 from pykatalyst.scheduler.framework import CycleResult, Diagnosis, Framework
 from pykatalyst.scheduler.plugins.base import CycleState
 from pykatalyst.scheduler.podinfo import PodInfo, pod_info
-from pykatalyst.scheduler.scheduler import Scheduler, write_annotations
+from pykatalyst.scheduler.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -221,9 +221,7 @@ class ExtenderService:
             return {"Error": f"node {node}: {refused}"}
         snap.assume(info, node, result.numa, result.gpu)
         try:
-            if result.annotations:
-                write_annotations(self.scheduler.cluster, info, result.annotations)
-            self.scheduler.cluster.bind(namespace, name, node)
+            self.scheduler.cluster.bind(namespace, name, node, result.annotations or None)
         except ApiError as exc:
             self.framework.unreserve(info, result, snap)
             snap.forget_pod(info.uid)

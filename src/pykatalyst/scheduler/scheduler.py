@@ -81,13 +81,6 @@ def _same_except_binding(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool
     return all(k == "nodeName" or os_.get(k) == ns_.get(k) for k in keys)
 
 
-def write_annotations(cluster: Cluster, info: PodInfo, annotations: Mapping[str, str]) -> None:
-    """One merge patch of the pod's annotations, guarded by its uid (a pod deleted and
-    created again under the same name is not touched)."""
-    patch = {"metadata": {"uid": info.uid, "annotations": dict(annotations)}}
-    cluster.patch(names.POD, info.name, patch, info.namespace)
-
-
 class Scheduler:
     def __init__(
         self,
@@ -311,10 +304,10 @@ class Scheduler:
         annotations: Mapping[str, str] | None = None,
     ) -> None:
         """The binding's I/O (on a binder thread when binds run concurrently): what Reserve
-        chose for the pod (its GPU cards) is written on it first, then the Binding."""
-        if annotations:
-            write_annotations(self.cluster, info, annotations)
-        self.cluster.bind(info.namespace, info.name, node)
+        chose for the pod (its GPU cards) goes with the Binding, which kube-apiserver writes
+        onto the pod in the same write (no `patch` right needed, no annotation left on a pod
+        whose binding failed)."""
+        self.cluster.bind(info.namespace, info.name, node, annotations or None)
         if self.record_scheduled_events:
             message = f"Successfully assigned {info.key} to {node}"
             self._event(info, fw, "Normal", EVENT_SCHEDULED, message, now)
