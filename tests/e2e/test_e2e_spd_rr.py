@@ -1,5 +1,10 @@
 """Service profiles and ResourceRecommend on a real cluster.
 
+- Katalyst's ResourceRecommend quick start, applied as written (the workload image swapped for
+  the local one), gets its recommendation from the real Prometheus that scripts/cluster.sh
+  runs (scraping the kubelet's cAdvisor endpoint over TLS; the readiness span shortened from
+  24 h to 60 s); with Prometheus unreachable the condition says so and the recommendation
+  stays.
 - A Deployment annotated spd.katalyst.kubewharf.io/enable gets its SPD and its pod the SPD's
   name; when the SPD's business level turns Poor, the agent on the real node stops lending
   the pod's idle memory to reclaimed pods, and `katalyst explain pod` says why.
@@ -14,6 +19,8 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +28,10 @@ from typing import Any
 import pytest
 
 from pykatalyst.api import names
+from pykatalyst.api.quantity import Quantity
 from tests.e2e.conftest import REPO, Component, Kubectl, component_kubeconfig, wait_until
 from tests.e2e.pykatalyst_e2e import (
+    BURN,
     SLEEP,
     example,
     fit_to_node,
@@ -31,7 +40,23 @@ from tests.e2e.pykatalyst_e2e import (
 )
 
 RR_EXAMPLE = "resource-recommend-quickstart.yaml"
+# Prometheus needs a few minutes of samples before the first recommendation.
 pytestmark = pytest.mark.timeout(600)
+
+
+def prometheus_url() -> str:
+    url = os.environ.get("PYKATALYST_PROMETHEUS_URL", "")
+    if not url:
+        pytest.skip("no Prometheus (PYKATALYST_PROMETHEUS_URL; `cluster.sh env` sets it)")
+    return url
+
+
+def prom_query(url: str, query: str) -> list[dict[str, Any]]:
+    full = f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+    with urllib.request.urlopen(full, timeout=10) as r:
+        body = json.load(r)
+    assert body["status"] == "success", body
+    return list(body["data"]["result"])
 
 
 def controller(components: Callable[..., Component], *args: str) -> Component:
@@ -64,6 +89,117 @@ def deployment_of(doc: dict[str, Any], namespace: str, command: str) -> dict[str
 def conditions(kubectl: Kubectl, namespace: str, name: str) -> dict[str, dict[str, Any]]:
     obj = kubectl.json("get", "rec", name, "-n", namespace)
     return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def test_katalysts_rr_quick_start_gets_a_recommendation_from_the_real_prometheus(
+    kubectl: Kubectl, namespace: str, components: Callable[..., Component]
+) -> None:
+    url = prometheus_url()
+    docs = example(RR_EXAMPLE)
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    rec = copy.deepcopy(next(d for d in docs if d["kind"] == "ResourceRecommend"))
+    rec["metadata"]["namespace"] = namespace
+    kubectl.apply(deployment_of(dep, namespace, BURN))
+    name = rec["metadata"]["name"]
+    # Katalyst's query is a rate over 30 s of cAdvisor's counter at a 1-minute step. The
+    # kubelet's cAdvisor refreshes a container's figures every 10-15 s (Prometheus keeps its
+    # timestamps), so a 30 s window holds one or two samples: wait until the query, as the
+    # controller will ask it, has three points (two minutes end to end).
+    rate = (
+        f'rate(container_cpu_usage_seconds_total{{namespace="{namespace}",container="stress"}}'
+        "[30s])"
+    )
+
+    def points() -> float:
+        got = prom_query(url, f"count_over_time({rate}[5m:1m])")
+        return max((float(r["value"][1]) for r in got), default=0.0)
+
+    wait_until("three points of Katalyst's cpu query in Prometheus", lambda: points() >= 3, 300, 5)
+    kubectl.apply(rec)
+    first = controller(
+        components,
+        "--controllers=resourcerecommender",
+        f"--resourcerecommend-prometheus-address={url}",
+        "--resource-recommend-min-span=60s",
+        "--resource-recommend-retry=5s",
+    )
+
+    def provided() -> bool:
+        assert first.alive(), first.log()[-3000:]
+        c = conditions(kubectl, namespace, name).get("RecommendationProvided") or {}
+        return c.get("status") == "True"
+
+    try:
+        wait_until("RecommendationProvided=True", provided, 180, 2)
+    except AssertionError as exc:
+        seen = {
+            t: (c.get("status"), c.get("reason"), c.get("message"))
+            for t, c in conditions(kubectl, namespace, name).items()
+        }
+        raise AssertionError(
+            f"{exc}\nthe RR's conditions: {seen}\nthe query's points now: {points()}"
+            f"\nthe controller's log ends:\n{first.log()[-3000:]}"
+        ) from None
+    obj = kubectl.json("get", "rec", name, "-n", namespace)
+    status = obj["status"]
+    conds = conditions(kubectl, namespace, name)
+    assert [conds[t]["status"] for t in ("Validated", "Initialized")] == ["True", "True"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    assert status["lastRecommendationTime"]
+    (target,) = status["recommendResources"]["containerRecommendations"]
+    assert target["containerName"] == "stress"
+    cores = Quantity.parse(target["requests"]["target"]["cpu"]).milli_value() / 1000
+    memory = Quantity.parse(target["requests"]["target"]["memory"]).value()
+    # the container burns its 200m limit: p90 of its usage × 1.1 (bufferPercent 10)
+    assert 0.1 <= cores <= 0.4, target
+    assert 0 < memory < 256 * 2**20, target
+
+    # The same usage through the command line, read from the same Prometheus.
+    cli = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "katalyst"),
+            "recommend",
+            "--from-prometheus",
+            url,
+            "--namespace",
+            namespace,
+            "--workload",
+            dep["metadata"]["name"],
+            "--history-days",
+            "1",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 0, cli.stderr
+    (row,) = json.loads(cli.stdout)["recommendations"]
+    assert (row["workload"], row["container"]) == (dep["metadata"]["name"], "stress")
+
+    # Prometheus unreachable: a new generation is not recommended, the condition says why
+    # and the last recommendation stays.
+    first.stop()
+    controller(
+        components,
+        "--controllers=resourcerecommender",
+        "--resourcerecommend-prometheus-address=http://127.0.0.1:1",
+        "--resourcerecommend-prometheus-timeout=2s",
+    )
+    patch = {"spec": {"resourcePolicy": {"algorithmPolicy": {"extensions": {"decayHalfLife": 12}}}}}
+    kubectl.run("patch", "rec", name, "-n", namespace, "--type=merge", "-p", json.dumps(patch))
+
+    def unavailable() -> dict[str, Any]:
+        c = conditions(kubectl, namespace, name).get("RecommendationProvided") or {}
+        return c if c.get("reason") == "DataSourceUnavailable" else {}
+
+    cond = wait_until("RecommendationProvided=False DataSourceUnavailable", unavailable, 120, 2)
+    assert "127.0.0.1:1" in cond["message"]
+    after = kubectl.json("get", "rec", name, "-n", namespace)
+    assert after["status"]["observedGeneration"] == after["metadata"]["generation"] == 2
+    assert after["status"]["recommendResources"] == status["recommendResources"]
+    assert after["status"]["lastRecommendationTime"] == status["lastRecommendationTime"]
 
 
 def test_a_malformed_rr_and_spd_are_told_naming_the_field(
