@@ -154,7 +154,8 @@ FEATURES: tuple[Feature, ...] = (
         Status.WORKS,
         "no",
         "descheduler dry run",
-        "`katalyst sim`, `katalyst demo`, the real components on a virtual cluster",
+        "`katalyst sim`, `katalyst demo`, the real components on a virtual cluster; "
+        "what-if sweeps of settings and seeds (`--sweep`, on Ray)",
         by="sim",
     ),
     Feature(

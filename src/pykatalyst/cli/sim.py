@@ -141,6 +141,25 @@ def sim(
     _run(sc, folder, seed, quiet)
 
 
+def _check_ray(runs: int, address: str | None) -> None:
+    """Refuse --ray-address without Ray; without it, say the runs go one after another."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if address is not None:
+            print_message(
+                "error: --ray-address needs Ray, which is not installed: "
+                "pip install 'pykatalyst[sweep]'",
+                stderr=True,
+            )
+            raise typer.Exit(code=2) from None
+        print_message(
+            f"note: Ray is not installed (pip install 'pykatalyst[sweep]'), so the {runs} "
+            "runs go one after another in this process",
+            stderr=True,
+        )
+
+
 def _sweep(
     sc: Scenario, path: Path, out: Path, workers: int | None, address: str | None, quiet: bool
 ) -> None:
@@ -160,21 +179,7 @@ def _sweep(
     except (SweepError, MissingExtra) as exc:
         print_message(f"error: {exc}" if isinstance(exc, MissingExtra) else str(exc), stderr=True)
         raise typer.Exit(code=2) from None
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        if address is not None:
-            print_message(
-                "error: --ray-address needs Ray, which is not installed: "
-                "pip install 'pykatalyst[sweep]'",
-                stderr=True,
-            )
-            raise typer.Exit(code=2) from None
-        print_message(
-            f"note: Ray is not installed (pip install 'pykatalyst[sweep]'), so the {len(runs)} "
-            "runs go one after another in this process",
-            stderr=True,
-        )
+    _check_ray(len(runs), address)
     con = console(stderr=True)
     with Progress(
         TextColumn("[bold]{task.description:<18}"),

@@ -138,7 +138,7 @@ def _set(data: dict[str, Any], axis: str, value: Any) -> None:
         last = depth == len(parts) - 1
         where = ".".join(parts[:depth]) or "the scenario"
         if isinstance(node, list):
-            if depth > 0 and parts[depth - 1] == "policies" and depth == 1:
+            if depth == 1 and parts[0] == "policies":
                 named = [i for i, p in enumerate(node) if p.get("name") == part]
                 if not named:
                     have = ", ".join(str(p.get("name")) for p in node)
@@ -524,13 +524,10 @@ def _pareto_chart(data: dict[str, Any], path: Path) -> None:
         ax.scatter(xs, ys, label=policy, alpha=0.8)
     front = [r for r in rows if r["on_front"]]
     front.sort(key=lambda r: r["figures"]["slo_violation_fraction"]["mean"])
-    ax.plot(
-        [100 * r["figures"]["slo_violation_fraction"]["mean"] for r in front],
-        [100 * r["figures"]["cpu_util_mean"]["mean"] for r in front],
-        color="black",
-        linewidth=1,
-        label="front",
-    )
+    fx = [100 * r["figures"]["slo_violation_fraction"]["mean"] for r in front]
+    fy = [100 * r["figures"]["cpu_util_mean"]["mean"] for r in front]
+    ax.plot(fx, fy, color="black", linewidth=1)
+    ax.scatter(fx, fy, s=140, facecolors="none", edgecolors="black", label="front")
     ax.axvline(100 * data["slo_budget"], color="red", linestyle="--", label="SLO budget")
     ax.set_xlabel("SLO-violating service time (%)")
     ax.set_ylabel("mean cpu utilisation (%)")
