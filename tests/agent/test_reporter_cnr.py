@@ -176,3 +176,33 @@ def test_pools_are_published_again_after_an_api_error() -> None:
     assert "error" in rep.report(with_pools(), 110)
     assert rep.report(with_pools(), 111)["pools"] == "written"
     assert pools_of(cluster)["pools"] == {names.POOL_RECLAIM: "8-15", names.POOL_SHARE: "2-7"}
+
+
+def test_capacity_that_grows_reaches_the_node_before_the_cnr_and_shrinks_the_other_way() -> None:
+    """The kubelet admits reclaimed pods by the Node, a scheduler places them by the CNR: a
+    scheduler must never see capacity the Node does not show yet."""
+    _, cluster, rep = setup()
+    writes: list[tuple[str, str]] = []
+    real_patch = cluster.patch
+
+    def patch(kind, name, body, *args, **kwargs):  # type: ignore[no-untyped-def]
+        status = body.get("status") or {}
+        alloc = status.get("allocatable") or (status.get("resources") or {}).get("allocatable")
+        if kind in (names.NODE, names.CUSTOM_NODE_RESOURCE) and alloc:
+            who = "node" if kind == names.NODE else "cnr"
+            writes.append((who, str(alloc.get(names.RECLAIMED_MILLICPU))))
+        return real_patch(kind, name, body, *args, **kwargs)
+
+    cluster.patch = patch  # type: ignore[method-assign]
+    rep.report(inp(cpu=4.0), 100)  # first figures: the Node first
+    rep.report(inp(cpu=12.0), 101)  # grows
+    rep.report(inp(cpu=2.0), 102)  # shrinks
+    firsts = [w for w in writes if w[1] in ("4k", "12k", "2k")]
+    assert firsts == [
+        ("node", "4k"),
+        ("cnr", "4k"),
+        ("node", "12k"),
+        ("cnr", "12k"),
+        ("cnr", "2k"),
+        ("node", "2k"),
+    ], writes

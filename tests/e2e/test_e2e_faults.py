@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from pykatalyst.api.names import RECLAIMED_MILLICPU
+from pykatalyst.api.quantity import Quantity
 from pykatalyst.topology.cpuset import CPUSet
 from tests.e2e.conftest import (
     REPO,
@@ -185,6 +187,11 @@ def _recovered(
     return time.time() - since
 
 
+def _node_reclaimed_millicpu(kubectl: Kubectl, node: str) -> int:
+    alloc = kubectl.json("get", "node", node)["status"].get("allocatable") or {}
+    return Quantity.parse(str(alloc.get(RECLAIMED_MILLICPU, "0"))).value()
+
+
 def _setup(
     kubectl: Kubectl,
     local_node: LocalNode,
@@ -201,8 +208,17 @@ def _setup(
             "reclaimed-normal-pod.yaml",
         )
     ]
-    for m in manifests:
+    for m in manifests[:2]:
         kubectl.apply(m)
+    # The reclaimed pod once the kubelet's Node shows reclaimed capacity (the agent has just
+    # started: a pod placed before would be refused at admission, OutOfreclaimed_millicpu).
+    wait_until(
+        "reclaimed capacity on the Node",
+        lambda: _node_reclaimed_millicpu(kubectl, local_node.name) >= 200,
+        90,
+        interval=1,
+    )
+    kubectl.apply(manifests[2])
     names = [m["metadata"]["name"] for m in manifests]
     pods = wait_until("the pods Running", lambda: running_pods(kubectl, namespace, names), 180)
     files = _cpuset_files(local_node, {n: pods[n] for n in names})

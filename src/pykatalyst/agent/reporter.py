@@ -269,8 +269,20 @@ class Reporter:
             self._last_heartbeat is None or now - self._last_heartbeat >= self.cfg.period_s
         )
         changed = status != self._last_status
+        node_due = (
+            self.cfg.publish_node_extended_resources
+            and inp.cpu_cores is not None
+            and inp.memory_bytes is not None
+        )
         try:
             self._ensure_cnr()
+            # Reclaimed capacity that grows goes on the Node first, then the CNR: the kubelet
+            # admits by the Node, a scheduler places by the CNR, and a pod placed on capacity
+            # the Node does not show yet is refused (OutOfreclaimed_millicpu). Capacity that
+            # shrinks leaves the CNR first, for the same reason.
+            grows = node_due and self._node_grows(inp.cpu_cores or 0.0, inp.memory_bytes or 0.0)
+            if grows:
+                out["node"] = self._publish_node(inp.cpu_cores or 0.0, inp.memory_bytes or 0.0, now)
             if changed or heartbeat_due:
                 self._publish_status(status, now)
                 out["cnr"] = "status written" if changed else "heartbeat"
@@ -291,7 +303,7 @@ class Reporter:
                     )
                     self._last_terms_key = key
                     out["terms"] = "written"
-                if self.cfg.publish_node_extended_resources:
+                if node_due and not grows:
                     out["node"] = self._publish_node(inp.cpu_cores, inp.memory_bytes, now)
         except ApiError as exc:
             self._forget()
@@ -433,6 +445,18 @@ class Reporter:
                 names.CUSTOM_NODE_RESOURCE, new_cnr(self.node_name, uid=uid).to_json()
             )
         self._cnr_exists = True
+
+    def _node_grows(self, cpu_cores: float, memory_bytes: float) -> bool:
+        """Whether either figure is above what the Node was last given (or nothing was)."""
+        last = self._last_node_figures
+        if last is None:
+            return True
+        try:
+            was_cpu = Quantity.parse(last[names.RECLAIMED_MILLICPU]).value()
+            was_mem = Quantity.parse(last[names.RECLAIMED_MEMORY]).value()
+        except (KeyError, ValueError):
+            return True
+        return milli_cpu(cpu_cores) > was_cpu or max(int(memory_bytes), 0) > was_mem
 
     def _publish_node(self, cpu_cores: float, memory_bytes: float, now: float) -> str:
         figures = {
