@@ -3,12 +3,10 @@ authorize, the SubjectAccessReview asked, the cache, and what a caller sees over
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import ssl
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -16,7 +14,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
-from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON, ApiError
 from pykatalyst.metricsapi.authz import (
@@ -28,10 +25,9 @@ from pykatalyst.metricsapi.authz import (
     review_body,
 )
 from pykatalyst.metricsapi.server import RequestHeaderAuth
-from pykatalyst.runtime.metricsapi import metrics_api_host
 from pykatalyst.webhook.certs import generate, generate_client
 from pykatalyst.webhook.server import TLSFiles
-from tests.metricsapi.test_metricsapi import PATH, SELECTOR, spd
+from tests.metricsapi.test_metricsapi import PATH, SELECTOR, _serve_and, spd
 
 needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 HPA = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
@@ -159,18 +155,6 @@ def test_over_tls_a_user_without_the_right_is_refused_and_a_failed_review_is_a_5
                 body = await r.json()
                 assert r.status == 500 and "authorization failed" in body["message"]
 
-    async def run() -> Any:
-        auth = RequestHeaderAuth(allowed_names=("front-proxy-client",))
-        host = metrics_api_host(c, tls, RealClock(), auth, listen=("127.0.0.1", 0), authz=reviewer)
-        task = asyncio.create_task(host.run())
-        while "metrics-api" not in host.bound:
-            await asyncio.sleep(0.01)
-        addr, port = host.bound["metrics-api"]
-        try:
-            return await check(f"https://{addr}:{port}")
-        finally:
-            host.request_stop()
-            await task
-
-    asyncio.run(run())
+    auth = RequestHeaderAuth(allowed_names=("front-proxy-client",))
+    _serve_and(c, tls, auth, check, authz=reviewer)
     assert reviewer.reviews == 3  # the failed one is not an answer

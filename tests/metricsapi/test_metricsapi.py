@@ -18,6 +18,7 @@ from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.metricsapi.authconfig import AuthConfigError, from_cluster
+from pykatalyst.metricsapi.authz import AccessReviewer
 from pykatalyst.metricsapi.server import RequestHeaderAuth, latest_value, selector_labels
 from pykatalyst.runtime.metricsapi import metrics_api_host
 from pykatalyst.webhook.certs import generate, generate_client
@@ -93,10 +94,16 @@ def test_the_request_header_settings_come_from_the_cluster() -> None:
 
 
 def _serve_and(
-    cluster: MemoryCluster, tls: TLSFiles, auth: RequestHeaderAuth | None, fn: Any
+    cluster: MemoryCluster,
+    tls: TLSFiles,
+    auth: RequestHeaderAuth | None,
+    fn: Any,
+    authz: AccessReviewer | None = None,
 ) -> Any:
     async def run() -> Any:
-        host = metrics_api_host(cluster, tls, RealClock(), auth, listen=("127.0.0.1", 0))
+        host = metrics_api_host(
+            cluster, tls, RealClock(), auth, listen=("127.0.0.1", 0), authz=authz
+        )
         task = asyncio.create_task(host.run())
         while "metrics-api" not in host.bound:
             await asyncio.sleep(0.01)

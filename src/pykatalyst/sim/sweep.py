@@ -361,48 +361,64 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i][0])
 
 
-def summarize_sweep(
-    spec: SweepSpec, outcomes: list[RunOutcome], how: str, scenario: Scenario
-) -> dict[str, Any]:
-    """The content of report.json: every run, each setting's spread over seeds, the
-    utilisation-versus-SLO front and the pick for the SLO budget."""
+def _setting_rows(spec: SweepSpec, outcomes: list[RunOutcome]) -> list[dict[str, Any]]:
+    """One row per setting (a combination without its seed) and policy, with the spread
+    of each headline figure over the runs that finished; sorted by label."""
     varying = [a for a in spec.axes if a != "seed"]
     groups: dict[str, dict[str, Any]] = {}
     for o in outcomes:
         if o.error is not None:
             continue
-        key_settings = {a: o.settings[a] for a in varying}
+        settings = {a: o.settings[a] for a in varying}
         for policy, fig in o.figures.items():
-            key = json.dumps([policy, key_settings], sort_keys=True, default=str)
-            g = groups.setdefault(
-                key, {"policy": policy, "settings": key_settings, "runs": 0, "values": {}}
-            )
-            g["runs"] += 1
+            key = json.dumps([policy, settings], sort_keys=True, default=str)
+            g = groups.setdefault(key, {"policy": policy, "settings": settings, "values": {}})
             for name in HEADLINE:
                 g["values"].setdefault(name, []).append(float(fig[name]))
-    settings_rows = []
-    for g in groups.values():
-        settings_rows.append(
-            {
-                "policy": g["policy"],
-                "settings": g["settings"],
-                "label": f"{g['policy']}: {_label(g['settings'])}",
-                "runs": g["runs"],
-                "figures": {n: _stats(v) for n, v in g["values"].items()},
-            }
-        )
-    settings_rows.sort(key=lambda r: r["label"])
-    points = [
-        (r["figures"]["cpu_util_mean"]["mean"], r["figures"]["slo_violation_fraction"]["mean"])
-        for r in settings_rows
+    rows = [
+        {
+            "policy": g["policy"],
+            "settings": g["settings"],
+            "label": f"{g['policy']}: {_label(g['settings'])}",
+            "runs": len(g["values"][next(iter(HEADLINE))]),
+            "figures": {n: _stats(v) for n, v in g["values"].items()},
+        }
+        for g in groups.values()
     ]
-    front = pareto_front(points)
-    for i, row in enumerate(settings_rows):
+    rows.sort(key=lambda r: r["label"])
+    return rows
+
+
+def _run_rows(outcomes: list[RunOutcome]) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": o.index,
+            "settings": o.settings,
+            "error": o.error,
+            "wall_s": _r(o.wall_s),
+            "figures": {p: {n: fig[n] for n in HEADLINE} for p, fig in sorted(o.figures.items())},
+        }
+        for o in outcomes
+    ]
+
+
+def summarize_sweep(
+    spec: SweepSpec, outcomes: list[RunOutcome], how: str, scenario: Scenario
+) -> dict[str, Any]:
+    """The content of report.json: every run, each setting's spread over seeds, the
+    utilisation-versus-SLO front and the pick for the SLO budget."""
+    rows = _setting_rows(spec, outcomes)
+    front = pareto_front(
+        [
+            (r["figures"]["cpu_util_mean"]["mean"], r["figures"]["slo_violation_fraction"]["mean"])
+            for r in rows
+        ]
+    )
+    for i, row in enumerate(rows):
         row["on_front"] = i in front
-    within = [
-        r for r in settings_rows if r["figures"]["slo_violation_fraction"]["max"] <= spec.slo_budget
-    ]
+    within = [r for r in rows if r["figures"]["slo_violation_fraction"]["max"] <= spec.slo_budget]
     pick = max(within, key=lambda r: r["figures"]["cpu_util_mean"]["mean"]) if within else None
+    budget = f"{100 * spec.slo_budget:g} %"
     return {
         "sweep_report_version": SWEEP_REPORT_VERSION,
         "scenario": scenario.name,
@@ -410,28 +426,16 @@ def summarize_sweep(
         "policies": list(spec.policies or [p.name for p in scenario.policies]),
         "slo_budget": spec.slo_budget,
         "ran": how,
-        "runs": [
-            {
-                "index": o.index,
-                "settings": o.settings,
-                "error": o.error,
-                "wall_s": _r(o.wall_s),
-                "figures": {
-                    p: {n: fig[n] for n in HEADLINE} for p, fig in sorted(o.figures.items())
-                },
-            }
-            for o in outcomes
-        ],
+        "runs": _run_rows(outcomes),
         "failed": sum(1 for o in outcomes if o.error is not None),
-        "settings": settings_rows,
-        "front": [settings_rows[i]["label"] for i in front],
+        "settings": rows,
+        "front": [rows[i]["label"] for i in front],
         "pick": pick["label"] if pick else None,
         "pick_reason": (
-            f"the highest mean cpu utilisation whose worst seed keeps SLO-violating "
-            f"service time within {100 * spec.slo_budget:g} %"
+            "the highest mean cpu utilisation whose worst seed keeps SLO-violating "
+            f"service time within {budget}"
             if pick
-            else f"no setting keeps SLO-violating service time within "
-            f"{100 * spec.slo_budget:g} % on every seed"
+            else f"no setting keeps SLO-violating service time within {budget} on every seed"
         ),
     }
 
