@@ -169,6 +169,25 @@ def test_pods_bound_back_to_back_never_get_each_others_cards() -> None:
     assert kubelet.envs[("ns/second", "c")][names.ENV_NVIDIA_VISIBLE_DEVICES] == "g0"
 
 
+def test_an_init_container_asking_for_gpus_is_refused_and_takes_no_other_pods_turn() -> None:
+    cluster, plugin, kubelet = setup(CARDS)
+    asks = [lg.GpuAsk("c", 1, 50)]
+    first = pod("first", asks, ["g3"], 10)
+    first["spec"]["initContainers"] = [
+        {"name": "warm", "image": "x", "resources": {"limits": {GPU: "1", MEM: "50"}}}
+    ]
+    cluster.create(names.POD, first, "ns")
+    cluster.create(names.POD, pod("second", asks, ["g0"], 11), "ns")
+    # the kubelet allocates the first pod's init container first, with the same ask as
+    # the second pod's container: refused, naming it, not served with the second's cards
+    with pytest.raises(lg.AllocationRefused, match="init container warm"):
+        plugin.allocate(GPU, ["g0::s0"])
+    failed = {"status": {"phase": "Failed"}}  # the kubelet fails the pod's admission
+    cluster.patch(names.POD, "first", failed, "ns", subresource="status")
+    assert kubelet.admit("ns", "second", asks)
+    assert kubelet.envs[("ns/second", "c")][names.ENV_NVIDIA_VISIBLE_DEVICES] == "g0"
+
+
 def test_two_pods_bound_in_one_second_are_served_in_the_order_of_their_bindings() -> None:
     """A scheduler binds two pods at once and the second's binding lands first: the kubelet,
     fed by its watch, admits that one first. Both PodScheduled times read the same second,

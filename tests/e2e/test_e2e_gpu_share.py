@@ -234,6 +234,15 @@ def test_share_pods_get_their_selected_cards_and_the_cnr_shows_them(
     kubectl.apply(_pod("on-sick", namespace, {GPU: "1", MEM: "10"}, "GPU-e2e-1"))
     reason = wait_until("on-sick refused", lambda: _failed(kubectl, namespace, "on-sick"), 60)
     assert "UnexpectedAdmissionError" in reason and "unhealthy" in reason, reason
+    # An init container asking for a card of the plugin is refused at admission, saying so,
+    # and takes no card from the pod admitted after it.
+    with_init = _pod("with-init", namespace, {GPU: "1", MEM: "20"}, "GPU-e2e-0")
+    init = {**with_init["spec"]["containers"][0], "name": "warm", "command": ["true"]}
+    init["resources"] = {"limits": {"memory": "32Mi", GPU: "1"}}
+    with_init["spec"]["initContainers"] = [init]
+    kubectl.apply(with_init)
+    reason = wait_until("with-init refused", lambda: _failed(kubectl, namespace, "with-init"), 60)
+    assert "init container warm" in reason, reason
     kubectl.apply(_pod("later", namespace, {GPU: "1", MEM: "20"}, None))
     run("later")
     assert _printed(kubectl, namespace, "later")["cards"] == "GPU-e2e-0"

@@ -137,6 +137,20 @@ def test_requests_no_node_can_honour_stay_pending_with_the_reason(
     assert reason in raw["status"]["conditions"][0]["message"]
 
 
+def test_an_init_container_asking_for_gpu_memory_stays_pending_naming_it() -> None:
+    c = cluster_with({"n1": [2]})
+    p = pod("p", gpu_requests(1, 50))
+    ask = gpu_requests(1, 50)
+    init = {"name": "warm", "image": "x", "resources": {"requests": ask, "limits": ask}}
+    p["spec"]["initContainers"] = [init]
+    run(c, "katalyst", [p, pod("q", gpu_requests(1, 50))])
+    raw = c.get(names.POD, "p", "default")
+    assert not raw["spec"].get("nodeName")
+    message = raw["status"]["conditions"][0]["message"]
+    assert "spec.initContainers[0].resources" in message and "init container" in message
+    assert selection(c, "q")[0] == "n1"  # the pod beside it is placed as usual
+
+
 def test_unknown_model_stays_pending_and_a_known_one_lands_on_its_cards() -> None:
     c = MemoryCluster()
     label = "nvidia.com/gpu.product"

@@ -59,6 +59,21 @@ def test_gpu_requests_no_node_can_honour_are_refused_naming_the_field() -> None:
     assert validate_pod(pod_request(_gpu_pod(shared))).allowed
 
 
+def test_an_init_container_asking_for_gpu_memory_is_refused_naming_it() -> None:
+    shared = {names.RESOURCE_NVIDIA_GPU: "1", names.RESOURCE_GPU_MEMORY: "50"}
+    raw = _gpu_pod(shared)
+    raw["spec"]["initContainers"] = [
+        {"name": "warm", "image": "x", "resources": {"limits": shared}}
+    ]
+    verdict = validate_pod(pod_request(raw))
+    assert not verdict.allowed
+    assert f"spec.initContainers[0].resources.{names.RESOURCE_GPU_MEMORY}" in verdict.message
+    # whole cards in an init container are Kubernetes' own (the vendor's plugin serves them)
+    whole = {"limits": {names.RESOURCE_NVIDIA_GPU: "1"}}
+    raw["spec"]["initContainers"] = [{"name": "warm", "image": "x", "resources": whole}]
+    assert validate_pod(pod_request(raw)).allowed
+
+
 def test_a_plain_pod_is_admitted_silently() -> None:
     verdict = validate_pod(pod_request(pod()))
     assert verdict.allowed and not verdict.warnings

@@ -8,7 +8,13 @@ pod gets the sum of their cards, each with the largest per-card share any of the
 exact enough (rounded up) for any M and N.
 
 What no node can honour is a `problem` that names the field and what is accepted: a
-fractional card count, memory units without cards, more cards than a node ever has.
+fractional card count, memory units without cards, more cards than a node ever has,
+memory units asked by an init container. The kubelet hands an init container's devices on
+to the pod's next containers, id by id, in an order a card's split into memory units
+cannot follow; Katalyst's GPU plugin leaves init containers out too. Whole cards in an
+init container are Kubernetes' own (the vendor's device plugin serves them, and the
+resource fit counts them as it counts any extended resource); they are not placed card by
+card here, and pykatalyst's device plugin refuses them at admission.
 Whether a share fits a card depends on the cards' sizes (node configuration) and is the
 scheduler's to say.
 """
@@ -72,9 +78,27 @@ def _count(container: Mapping[str, Any], resource: str, where: str) -> tuple[int
     return milli // MILLI, ""
 
 
+def _init_problem(spec: Mapping[str, Any]) -> str:
+    """Why the pod's init containers cannot have their GPU memory units, or ""."""
+    for i, c in enumerate(spec.get("initContainers") or []):
+        if not isinstance(c, Mapping):
+            continue
+        where = f"spec.initContainers[{i}].resources"
+        n, problem = _count(c, names.RESOURCE_GPU_MEMORY, where)
+        if problem or n:
+            return problem or (
+                f"{where}.{names.RESOURCE_GPU_MEMORY}: {n} in an init container; shares of "
+                "a card are served to the containers of spec.containers only (ask there)"
+            )
+    return ""
+
+
 def gpu_request(spec: Mapping[str, Any]) -> GPURequest:
-    """The pod's GPU request from its containers (init containers run alone and ask no
-    more than the app containers here: their GPUs are not counted)."""
+    """The pod's GPU request from its containers; a problem when an init container asks
+    for memory units (see the module's docstring)."""
+    problem = _init_problem(spec)
+    if problem:
+        return GPURequest(problem=problem)
     cards = memory = share = 0
     whole = False
     for i, c in enumerate(spec.get("containers") or []):

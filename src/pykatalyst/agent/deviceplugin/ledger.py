@@ -48,6 +48,7 @@ class GpuAsk:
     container: str
     cards: int
     units: int = 0
+    refused: str = ""  # why the container is not served (an init container's ask)
 
     def size(self, resource: str) -> int:
         return self.cards if resource == GPU else self.units
@@ -137,7 +138,8 @@ def _time(text: Any) -> float:
 def gpu_asks(spec: Mapping[str, Any]) -> tuple[GpuAsk, ...]:
     """The cards each container of a pod spec asks for (limits, as extended resources
     are asked; requests when there are no limits); ValueError naming the field."""
-    out = []
+    inits = (_init_ask(c) for c in spec.get("initContainers") or [])
+    out = [a for a in inits if a is not None]
     for c in spec.get("containers") or []:
         res = c.get("resources") or {}
         asked = {**(res.get("requests") or {}), **(res.get("limits") or {})}
@@ -152,6 +154,29 @@ def gpu_asks(spec: Mapping[str, Any]) -> tuple[GpuAsk, ...]:
                 raise ValueError(f"{where}: {MEM} {units} does not split evenly over {cards} cards")
             out.append(GpuAsk(name, cards, units))
     return tuple(out)
+
+
+def _init_ask(c: Mapping[str, Any]) -> GpuAsk | None:
+    """An init container's ask, refused: the kubelet allocates init containers first and
+    hands their ids on to the next containers, which a card's split cannot follow (the
+    scheduler and the webhook refuse such pods; this answers one that got past them, so
+    that its Allocate fails with the reason instead of taking another pod's turn)."""
+    res = c.get("resources") or {}
+    asked = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+    sizes = {}
+    for r in (GPU, MEM):
+        try:
+            sizes[r] = _count(asked.get(r, 0), f"init container {c.get('name', '')} {r}")
+        except ValueError:
+            sizes[r] = 0
+    if not any(sizes.values()):
+        return None
+    what = " and ".join(f"{n} {r}" for r, n in sizes.items() if n)
+    why = (
+        f"init container {c.get('name', '')} asks for {what}; this device plugin serves "
+        "the containers of spec.containers only"
+    )
+    return GpuAsk(str(c.get("name", "")), sizes[GPU], sizes[MEM], refused=why)
 
 
 def gpu_pod(obj: Mapping[str, Any]) -> GpuPod | None:
@@ -257,7 +282,8 @@ def _selected(pod: GpuPod, ask: GpuAsk) -> tuple[str, ...] | None:
     for a in pod.asks:
         if a.container == ask.container:
             break
-        start += a.cards
+        if not a.refused:
+            start += a.cards
     part = pod.selection[start : start + ask.cards]
     if len(part) != ask.cards or len(set(part)) != len(part):
         raise AllocationRefused(

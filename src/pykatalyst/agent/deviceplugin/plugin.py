@@ -132,6 +132,8 @@ class GpuPlugin:
                 f"no pod bound to {self.node} is waiting for {size} {resource}"
             )
         pod, ask = found
+        if ask.refused:
+            raise lg.AllocationRefused(f"{pod.key}: {ask.refused}")
         g = self.ledger.grants.get((pod.uid, ask.container))
         if g is None:
             use = lg.taken(holds, self.ledger, self.per_gpu)
@@ -176,7 +178,7 @@ class GpuPlugin:
     def _annotate(self, pod: lg.GpuPod) -> None:
         """Write the pod's selection once every container has its cards (a pod another
         scheduler bound: the annotation then says where it runs)."""
-        grants = [self.ledger.grants.get((pod.uid, a.container)) for a in pod.asks]
+        grants = [self.ledger.grants.get((pod.uid, a.container)) for a in pod.asks if not a.refused]
         if any(g is None or not g.complete for g in grants):
             return
         value = ",".join(c for g in grants if g is not None for c in g.cards)
