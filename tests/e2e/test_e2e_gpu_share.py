@@ -11,6 +11,9 @@ plugin told it: its NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT and /dev/nv
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -352,4 +355,42 @@ def test_katalyst_scheduler_chooses_the_cards_and_the_plugin_gives_them(
     assert chosen["a"] == chosen["b"] != chosen["c"], chosen
     for name, units in pods.items():
         assert _printed(kubectl, namespace, name)["limit"] == f"{16384 * int(units) // 100}m"
+
+    # `katalyst explain pod` says which card and why, and that the CNR reports the pod on it
+    def explained() -> dict[str, Any]:
+        gpu: dict[str, Any] = _explain_pod(kubectl, namespace, "a")["gpu"]
+        if [c["id"] for c in gpu["cards"] if c["reports_this_pod"]] == [chosen["a"]]:
+            return gpu
+        raise AssertionError(f"explain pod a: {gpu}")
+
+    gpu = wait_until("explain pod a", explained, 60, interval=2)
+    assert gpu["selection"] == [chosen["a"]] and "policy katalyst" in gpu["why"]
+
+    # the spread profile (tenants apart): two share pods that katalyst packs go to two cards
+    kubectl.run("delete", "pod", "-n", namespace, *pods, "--wait=true", timeout=120)
+    wait_until("the cards free again", free_cards, 120, interval=2)
+    for name in ("d", "e"):
+        obj = _pod(name, namespace, {GPU: "1", MEM: "40"}, None)
+        obj["spec"]["schedulerName"] = "katalyst-gpu-spread"
+        kubectl.apply(obj)
+        wait_until(f"{name} Running", lambda n=name: running_pods(kubectl, namespace, [n]), 120)
+        ann = kubectl.json("get", "pod", name, "-n", namespace)["metadata"]["annotations"]
+        chosen[name] = ann[SEL]
+        assert "policy spread" in ann[names.GPU_SELECTION_REASON_ANNOTATION]
+        assert _printed(kubectl, namespace, name)["cards"] == chosen[name]
+    assert chosen["d"] != chosen["e"], chosen
     assert "Traceback" not in scheduler.log() + plugin.log() + agent.log()
+
+
+def _explain_pod(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    katalyst = str(Path(sys.executable).parent / "katalyst")
+    key = f"{namespace}/{name}"
+    done = subprocess.run(
+        [katalyst, "explain", "pod", key, "--kubeconfig", kubectl.kubeconfig, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
