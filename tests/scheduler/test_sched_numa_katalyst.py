@@ -214,15 +214,29 @@ def containers(
     enhancement: dict[str, str] | None = None,
     extra: dict[str, str] | None = None,
     name: str = "p",
+    inits: tuple[tuple[str, str], ...] = (),
 ) -> dict[str, Any]:
-    """A pod with one container per request (the first is the main one)."""
+    """A pod with one container per request (the first is the main one), and an init
+    container per `inits` request."""
     raw = kpod(*requests[0], enhancement, qos, name=name)
     first = raw["spec"]["containers"][0]
     raw["spec"]["containers"] = [
         {**first, "name": f"c{i}", "resources": {"requests": r, "limits": r}}
         for i, r in enumerate({"cpu": cpu, "memory": mem, **(extra or {})} for cpu, mem in requests)
     ]
+    if inits:
+        raw["spec"]["initContainers"] = [
+            {**first, "name": f"i{i}", "resources": {"requests": r, "limits": r}}
+            for i, r in enumerate({"cpu": cpu, "memory": mem} for cpu, mem in inits)
+        ]
     return raw
+
+
+# a 2-cpu app container after a 4-cpu init container. Katalyst's container-level
+# handlers (native and dynamic) walk spec.containers only, so the init container is never
+# placed and the 2 cpus fit a zone of every node; at pod scope the native handler fits
+# the pod's effective request (4 cpus, 8 GiB, the init container's), as for a 4-cpu pod
+INIT = {"inits": (("4", "8Gi"),)}
 
 
 OK, NO = True, False
@@ -238,6 +252,18 @@ FILTERS = [
     ("native pod without whole cpus", SINGLE, "native", containers(("350m", "8Gi")), [OK] * 5),
     ("native pod with a resource zones do not hold", SINGLE, "native",
      containers(("4", "8Gi"), extra={"a/b": "200Gi"}), [OK, NO, OK, NO, NO]),
+    ("native pod with an init container, container-level single numa", SINGLE, "native",
+     containers(("2", "4Gi"), **INIT), [OK] * 5),
+    ("native pod with an init container, pod-level single numa",
+     names.TOPOLOGY_POLICY_SINGLE_NUMA_POD, "native", containers(("2", "4Gi"), **INIT),
+     [OK, NO, OK, NO, NO]),
+    ("dedicated numa_binding with an init container, single numa", SINGLE, "dynamic",
+     containers(("2", "4Gi"), qos=DEDICATED, enhancement=BINDING, **INIT), [OK] * 5),
+    ("dedicated numa_binding with an init container, numeric", NUMERIC, "dynamic",
+     containers(("2", "4Gi"), qos=DEDICATED, enhancement=BINDING, **INIT), [OK] * 5),
+    ("dedicated numa_exclusive with an init container, numeric", NUMERIC, "dynamic",
+     containers(("2", "4Gi"), qos=DEDICATED, enhancement=EXCLUSIVE, **INIT),
+     [OK, OK, OK, OK, OK]),
     ("dedicated numa_binding, single numa", SINGLE, "dynamic",
      containers(("4", "8Gi"), qos=DEDICATED, enhancement=BINDING), [OK, NO, OK, NO, NO]),
     ("dedicated numa_binding, numeric", NUMERIC, "dynamic",

@@ -95,8 +95,8 @@ class _Zones:
     used_m: I64
     present: BOOL
     whole: BOOL
-    # native policy, several app containers: each placed on a zone of its own on the
-    # container-level nodes (`container_level`, per node)
+    # native policy: each app container placed on a zone in turn on the container-level
+    # nodes (`container_level`, per node)
     containers: tuple[Request, ...] = ()
     container_level: BOOL | None = None
 
@@ -181,7 +181,8 @@ class NodeResourceTopology(Plugin):
     def _request(self, demand: ZoneDemand) -> Request:
         """What must fit in one zone set: under `dynamic` the main container's request
         (its cpus in whole cores, as the agent hands them out), under `native` the pod's
-        effective request."""
+        effective request (pod scope; at container scope the app containers are placed
+        one by one, `_place_containers`)."""
         if self.policy == "dynamic":
             cpu, mem = demand.main_request
             cpu = -(-cpu // 1000) * 1000
@@ -252,7 +253,9 @@ class NodeResourceTopology(Plugin):
         req_cpu, req_mem = self._request(demand)
         containers: tuple[Request, ...] = ()
         level: BOOL | None = None
-        if self.policy == "native" and len(demand.apps) > 1:
+        if self.policy == "native" and demand.apps:
+            # at container scope only the app containers are placed, one by one (init
+            # containers are not: Katalyst's handler walks spec.containers alone)
             containers = tuple(self._aligned(c, m) for c, m in demand.apps)
             level = snap.policy[cols] == POLICY_SINGLE_NUMA
         return _Zones(
