@@ -11,13 +11,14 @@ policy has no handler scores 0.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
@@ -467,3 +468,67 @@ def test_container_scope_filter_is_the_greedy_placement(
     assert mask is not None
     want = [greedy_reference(zones, ctrs) for zones in nodes]
     assert [bool(v) for v in mask] == want
+
+
+def busy_sockets(shape: list[int], busy: set[int]) -> NodeSnapshot:
+    """One NumericContainerLevel node: sockets of `shape[s]` zones of 2 cpus and 4 GiB,
+    numbered in order; the zones in `busy` hold a dedicated pod's cpu."""
+    ids = iter(range(sum(shape)))
+    layout = [[(next(ids), "2", "4Gi") for _ in range(k)] for k in shape]
+    used = {z: [(f"ns/holder{z}/uid-h{z}", "1", "1Gi")] for z in busy}
+    snap = NodeSnapshot(capacity=1)
+    snap.upsert_node(node("n", cpu="64", memory="64Gi"))
+    snap.upsert_cnr(cnr("n", zones=numa_zones(layout, used), policy=NUMERIC))
+    return snap
+
+
+def test_an_exclusive_pod_takes_only_its_fewest_zones() -> None:
+    # Katalyst's numeric handler hints only sets of the fewest zones the request needs
+    # (`minNumaNodeCount`; larger sets are not preferred and the aligned resources must
+    # agree on a preferred one), and a set no larger than a socket stays on one socket.
+    # Three sockets of two 2-cpu zones, zones 1, 3 and 5 busy: a 4-cpu exclusive pod needs
+    # two zones, every free pair spans sockets, and zones 0, 2 and 4 are too many: refused
+    plugin = nrt_framework("MostAllocated", "dynamic").plugins["NodeResourceTopology"]
+    raw = containers(("4", "1Gi"), qos=DEDICATED, enhancement=EXCLUSIVE)
+    mask = plugin.filter(pod_info(raw), CycleState(), busy_sockets([2, 2, 2], {1, 3, 5}))
+    assert mask is not None and not bool(mask[0])
+    # with socket 1 wholly free the pod takes its two zones
+    f = nrt_framework("MostAllocated", "dynamic", reserved="Chosen")
+    snap = busy_sockets([2, 2, 2], {1, 5})
+    p = pod_info(raw)
+    result = f.schedule(p, snap)
+    assert result.node == "n" and f.reserve(p, result, snap) is None
+    assert result.numa is not None and result.numa.numa_ids == (2, 3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 3).flatmap(
+        lambda per: st.tuples(
+            st.lists(st.just(per), min_size=1, max_size=3),
+            st.sets(st.integers(0, 8)),
+            st.integers(1, 2 * per + 1),
+        )
+    )
+)
+@example(([2, 2, 2], {1, 3, 5}, 4))
+@example(([3, 3], {0, 4}, 4))
+def test_exclusive_numeric_filter_is_katalysts_fewest_zone_rule(
+    case: tuple[list[int], set[int], int],
+) -> None:
+    # written plainly from Katalyst's resourceHints: a set of exactly ceil(cpus / 2) zones
+    # (2-cpu zones; the 1 GiB asked needs one zone), every zone in it free, on one socket
+    # when it is no larger than a socket
+    shape, busy, cpus = case
+    total = sum(shape)
+    busy = {z for z in busy if z < total}
+    plugin = nrt_framework("MostAllocated", "dynamic").plugins["NodeResourceTopology"]
+    raw = containers((str(cpus), "1Gi"), qos=DEDICATED, enhancement=EXCLUSIVE)
+    mask = plugin.filter(pod_info(raw), CycleState(), busy_sockets(shape, busy))
+    socket_of = [s for s, k in enumerate(shape) for _ in range(k)]
+    k = min(-(-cpus // 2), total)
+    want = 2 * total >= cpus and any(
+        not busy & set(combo) and (k > shape[0] or len({socket_of[z] for z in combo}) == 1)
+        for combo in itertools.combinations(range(total), k)
+    )
+    assert mask is not None and bool(mask[0]) is want

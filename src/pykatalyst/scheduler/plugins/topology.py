@@ -14,8 +14,9 @@ lowest non-zero zone score, averaged over the containers.
 * single NUMA (SingleNUMANode* policies, and Numeric for non-exclusive pods): some zone
   has the request free;
 * numeric masks (NumericContainerLevel): a set of zones — `numa_ids` if given, exactly
-  `numa_number` zones if given, else at least the fewest zones whose allocatable holds the
-  request; a set no larger than a socket's zones must stay on one socket;
+  `numa_number` zones if given, else exactly the fewest zones whose allocatable holds the
+  request (Katalyst's: a larger set is never taken, even when the fewest are busy); a set
+  no larger than a socket's zones must stay on one socket;
 * exclusive (numa_exclusive): every zone of the set is completely free and the pod takes
   them whole;
 * reserve: until the CNR lists the pod, its effective request is charged to every zone of
@@ -101,15 +102,33 @@ class _Zones:
     container_level: BOOL | None = None
 
 
-def _set_sizes(zs: _Zones, z: int) -> list[int]:
-    """The sizes of the zone sets to try, smallest first."""
+def _set_sizes(zs: _Zones, z: int) -> tuple[list[int], I64 | None]:
+    """The sizes of the zone sets to try, smallest first, and for an exclusive pod the
+    one size each node accepts (`fewest_zones`; Katalyst's numeric handler takes only
+    sets of the fewest zones that can hold the pod, never a larger one)."""
     if zs.numa_ids is not None:
-        return [len(zs.numa_ids)]
+        return [len(zs.numa_ids)], None
     if zs.numa_number is not None and zs.numa_number > 1:
-        return [zs.numa_number]
+        return [zs.numa_number], None
     if zs.exclusive:
-        return list(range(1, z + 1))
-    return [1]
+        need = fewest_zones(((zs.alloc_c, zs.req_cpu), (zs.alloc_m, zs.req_mem)), zs.present)
+        return list(range(1, z + 1)), need
+    return [1], None
+
+
+def fewest_zones(asked: Sequence[tuple[I64, int]], present: BOOL) -> I64:
+    """Per node (column): the fewest of its zones whose allocatable, largest first, holds
+    each amount asked (`asked`: per resource the zones' allocatable and the amount, in
+    the same unit; an amount of 0 is not counted); all its zones when they cannot."""
+    count = present.sum(axis=0).astype(np.int64)
+    need = np.ones(present.shape[1], np.int64)
+    for alloc, amount in asked:
+        if amount <= 0:
+            continue
+        largest_first = -np.sort(-np.where(present, alloc, 0), axis=0)
+        enough = np.cumsum(largest_first, axis=0) >= amount
+        need = np.maximum(need, np.where(enough.any(axis=0), enough.argmax(axis=0) + 1, count))
+    return need
 
 
 _EVAL: Final = Key[_Eval]("NodeResourceTopology/evaluation")
@@ -209,7 +228,7 @@ class NodeResourceTopology(Plugin):
             cols = slice(0, snap.n)
         zs = self._zones(pod, snap, cols)
         z, n = snap.numa_z, len(zs.managed)
-        sizes = _set_sizes(zs, z)
+        sizes, need = _set_sizes(zs, z)
         combos = _combos(z, [1])
         best = np.full(n, -1, np.int64)
         best_score = np.full(n, -1, np.int64)
@@ -225,9 +244,9 @@ class NodeResourceTopology(Plugin):
                 break
             if zs.exclusive and not (undecided & (free_count >= size)).any():
                 break
-            found = self._zone_sets(
-                zs, snap, cols, size, undecided, (best, best_score), combos, ranked
-            )
+            # an exclusive pod: on each node only sets of its fewest zones
+            cand = undecided if need is None else undecided & (need == size)
+            found = self._zone_sets(zs, snap, cols, size, cand, (best, best_score), combos, ranked)
             # fewer zones win: nodes placed at this size are not offered larger sets
             undecided &= ~found
         fits = best >= 0
@@ -472,7 +491,7 @@ class NodeResourceTopology(Plugin):
         best = _lowest_nonzero(zone)
         numeric = snap.policy[idx] == POLICY_NUMERIC
         if exclusive and numeric.any():
-            sets = self._fewest_zone_sets(req, alloc, free, present, count, best)
+            sets = self._fewest_zone_sets(req, alloc, free, present, best)
             best = np.where(numeric, sets, best)
         return best
 
@@ -520,21 +539,13 @@ class NodeResourceTopology(Plugin):
         alloc: tuple[I64, I64],
         free: list[I64],
         present: BOOL,
-        count: npt.NDArray[np.int32],
         one_zone: I64,
     ) -> I64:
         """Per node: the lowest non-zero score over the sets of exactly as many zones as
-        the request needs by the zones' allocatable (counted in zone order)."""
+        the request needs by the zones' allocatable (`fewest_zones`, as the filter)."""
         z, n = present.shape
-        first = [(r, a[0], sc) for r, a, sc in ((req[0], alloc[0], 1000), (req[1], alloc[1], 1))]
-        if z and all(r is None or bool((a >= r * sc).all()) for r, a, sc in first):
-            return one_zone  # the first zone of every node can hold it: sets of one
-        need = np.ones(n, np.int64)
-        for r, a, scale in ((req[0], alloc[0], 1000), (req[1], alloc[1], 1)):
-            if r is None:
-                continue
-            enough = np.cumsum(np.where(present, a, 0), axis=0) >= r * scale
-            need = np.maximum(need, np.where(enough.any(axis=0), enough.argmax(axis=0) + 1, count))
+        asked = [(a, (r or 0) * sc) for r, a, sc in zip(req, alloc, (1000, 1), strict=True)]
+        need = fewest_zones(asked, present)
         out = np.zeros(n, np.int64)
         for k in np.unique(need).tolist():
             rows = need == k
