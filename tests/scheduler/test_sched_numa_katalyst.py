@@ -532,3 +532,50 @@ def test_exclusive_numeric_filter_is_katalysts_fewest_zone_rule(
         for combo in itertools.combinations(range(total), k)
     )
     assert mask is not None and bool(mask[0]) is want
+
+
+# Where pykatalyst decides otherwise on purpose (docs/katalyst-differences.md)
+
+
+def test_a_dedicated_pod_is_fitted_in_whole_cores() -> None:
+    # the agent gives a dedicated pod whole cpus: 1200m needs 2 cpus, and zones with
+    # 1.5 cpus free cannot hold it (Katalyst's filter compares the 1.2 cpus and passes)
+    plugin = nrt_framework("MostAllocated", "dynamic").plugins["NodeResourceTopology"]
+    snap = NodeSnapshot(capacity=1)
+    snap.upsert_node(node("n", cpu="16", memory="64Gi"))
+    used = {z: [(f"ns/h{z}/uid-h{z}", "500m", "1Gi")] for z in (0, 1)}
+    zones = numa_zones([[(0, "2", "4Gi"), (1, "2", "4Gi")]], used)
+    snap.upsert_cnr(cnr("n", zones=zones, policy=SINGLE))
+    for cpu, fits in (("1200m", False), ("1", True)):
+        raw = containers((cpu, "1Gi"), qos=DEDICATED, enhancement=BINDING)
+        mask = plugin.filter(pod_info(raw), CycleState(), snap)
+        assert mask is not None and bool(mask[0]) is fits
+
+
+def test_native_resources_the_zones_do_not_carry_are_not_checked() -> None:
+    # ephemeral-storage and hugepages are not in the CNR's zones: Katalyst's single-NUMA
+    # handler refuses any container asking for them; here only cpu and memory are fitted
+    plugin = nrt_framework("MostAllocated", "native").plugins["NodeResourceTopology"]
+    extra = {"ephemeral-storage": "1Gi", "hugepages-2Mi": "64Mi"}
+    mask = plugin.filter(
+        pod_info(containers(("4", "8Gi"), extra=extra)), CycleState(), filter_nodes(SINGLE)
+    )
+    assert mask is not None and [bool(v) for v in mask] == [OK, NO, OK, NO, NO]
+
+
+def test_allocations_of_pods_the_scheduler_does_not_know_count_as_used() -> None:
+    # zone 0 is held by a shared pod the scheduler knows (elastic: free for a dedicated
+    # pod), zone 1 by a consumer it has not seen (Katalyst counts only the dedicated pods
+    # of its cache, so both zones would look free there)
+    snap = NodeSnapshot(capacity=1)
+    snap.upsert_node(node("n", cpu="16", memory="64Gi"))
+    shared = pod("web", {"cpu": "2", "memory": "1Gi"}, uid="uid-web", node_name="n")
+    snap.observe_pod(pod_info(shared))
+    used = {0: [("default/web/uid-web", "2", "1Gi")], 1: [("default/ghost/uid-ghost", "2", "1Gi")]}
+    zones = numa_zones([[(0, "2", "4Gi"), (1, "2", "4Gi")]], used)
+    snap.upsert_cnr(cnr("n", zones=zones, policy=SINGLE))
+    f = nrt_framework("MostAllocated", "dynamic", reserved="Chosen")
+    p = pod_info(containers(("2", "1Gi"), qos=DEDICATED, enhancement=BINDING))
+    result = f.schedule(p, snap)
+    assert result.node == "n" and f.reserve(p, result, snap) is None
+    assert result.numa is not None and result.numa.numa_ids == (0,)
