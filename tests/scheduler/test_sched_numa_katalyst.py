@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
-from pykatalyst.scheduler.framework import Framework
+from pykatalyst.scheduler.framework import CycleResult, Framework
 from pykatalyst.scheduler.plugins.base import CycleState
+from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import pod_info
 from pykatalyst.scheduler.snapshot import NodeSnapshot
 from tests.scheduler.sched_helpers import cnr, framework, node, numa_zones, pod
@@ -331,11 +332,12 @@ def reserve_node(policy: str = SINGLE, zones: tuple[str, str] = ("4", "8Gi")) ->
     return snap
 
 
-def reserve_on(f: Framework, raw: dict[str, Any], snap: NodeSnapshot) -> None:
+def reserve_on(f: Framework, raw: dict[str, Any], snap: NodeSnapshot) -> CycleResult:
     p = pod_info(raw)
     result = f.schedule(p, snap)
     assert result.node == "n" and f.reserve(p, result, snap) is None
     snap.assume(p, "n", result.numa)
+    return result
 
 
 def test_reserve_keeps_the_pod_off_every_zone_until_unreserve() -> None:
@@ -346,9 +348,14 @@ def test_reserve_keeps_the_pod_off_every_zone_until_unreserve() -> None:
     snap = reserve_node()
     raw = kpod("2", "4Gi", EXCLUSIVE, DEDICATED, name="p0")
     assert bool(plugin.filter(pod_info(raw), CycleState(), snap)[0])  # type: ignore[index]
-    reserve_on(f, raw, snap)
+    result = reserve_on(f, raw, snap)
+    assert result.state.get(NUMA_RESERVATION) is not None
     again = pod_info(kpod("2", "4Gi", EXCLUSIVE, DEDICATED, name="p1"))
     assert not bool(plugin.filter(again, CycleState(), snap)[0])  # type: ignore[index]
+    # unreserve as the scheduler does when the binding fails: the plugins' Unreserve,
+    # then the pod leaves the cache
+    f.unreserve(pod_info(raw), result, snap)
+    assert result.state.get(NUMA_RESERVATION) is None
     snap.forget_pod("uid-p0")
     assert bool(plugin.filter(again, CycleState(), snap)[0])  # type: ignore[index]
 
