@@ -586,3 +586,28 @@ def test_allocations_of_pods_the_scheduler_does_not_know_count_as_used() -> None
     result = f.schedule(p, snap)
     assert result.node == "n" and f.reserve(p, result, snap) is None
     assert result.numa is not None and result.numa.numa_ids == (0,)
+
+
+def test_native_policy_counts_every_cnr_allocation_and_drops_the_reservation() -> None:
+    # Katalyst's native handlers read the CNR unfiltered (its cache is asked with no pod
+    # filter under `native`): a Guaranteed pod the agent reports on zone 0 holds zone 0
+    # only, once listed, so a 4-cpu pod still fits zone 1; under `dynamic` the same
+    # allocation is a shared pod's and holds nothing
+    f = nrt_framework("MostAllocated", "native")
+    plugin = f.plugins["NodeResourceTopology"]
+    snap = reserve_node()
+    reserve_on(f, kpod("2", "4Gi", name="p1"), snap)
+    big = pod_info(kpod("4", "8Gi", name="p2"))
+    # reserved on every zone until the CNR lists it: 2 of 4 cpus free on each
+    assert not bool(plugin.filter(big, CycleState(), snap)[0])  # type: ignore[index]
+    zones = numa_zones(
+        [[(0, "4", "8Gi"), (1, "4", "8Gi")]], {0: [("default/p1/uid-p1", "2", "4Gi")]}
+    )
+    snap.upsert_cnr(cnr("n", zones=zones, policy=SINGLE))
+    assert bool(plugin.filter(big, CycleState(), snap)[0])  # type: ignore[index]
+    slot = snap.index["n"]
+    assert [int(v) for v in snap.numa_cpu_used_all[:2, slot]] == [2000, 0]
+    assert [int(v) for v in snap.numa_cpu_used[:2, slot]] == [0, 0]
+    # a second 4-cpu pod after the first: zone 1 is reserved now, zone 0 half used
+    reserve_on(f, kpod("4", "8Gi", name="p3"), snap)
+    assert not bool(plugin.filter(big, CycleState(), snap)[0])  # type: ignore[index]

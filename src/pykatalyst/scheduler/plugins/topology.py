@@ -20,7 +20,9 @@ lowest non-zero zone score, averaged over the containers.
 * exclusive (numa_exclusive): every zone of the set is completely free and the pod takes
   them whole;
 * reserve: until the CNR lists the pod, its effective request is charged to every zone of
-  the node (Katalyst's), or with `reservedZones: Chosen` to the zones chosen for it.
+  the node (Katalyst's), or with `reservedZones: Chosen` to the zones chosen for it;
+* used: under `dynamic` what dedicated pods' CNR allocations hold (shared pods are
+  elastic), under `native` every allocation (Katalyst reads the CNR unfiltered there).
 
 Zone sets are bitmasks over a node's zone positions, so each candidate set is checked on
 every node with a handful of integer array operations.
@@ -209,6 +211,14 @@ class NodeResourceTopology(Plugin):
             cpu, mem = demand.effective
         return self._aligned(cpu, mem)
 
+    def _used(self, snap: NodeSnapshot) -> tuple[I64, I64]:
+        """The zones' used cpu and memory as this policy counts them: under `dynamic` only
+        dedicated pods' allocations (shared pods are elastic), under `native` every
+        allocation (Katalyst's native handlers read the CNR unfiltered)."""
+        if self.policy == "native":
+            return snap.numa_cpu_used_all, snap.numa_mem_used_all
+        return snap.numa_cpu_used, snap.numa_mem_used
+
     def _aligned(self, cpu: int, mem: int) -> Request:
         return (cpu if "cpu" in self.aligned else 0, mem if "memory" in self.aligned else 0)
 
@@ -265,8 +275,7 @@ class NodeResourceTopology(Plugin):
     def _zones(self, pod: PodInfo, snap: NodeSnapshot, cols: slice | IDX) -> _Zones:
         count = snap.numa_count[cols]
         qos = pod.qos
-        used_c = snap.numa_cpu_used[:, cols]
-        used_m = snap.numa_mem_used[:, cols]
+        used_c, used_m = (u[:, cols] for u in self._used(snap))
         present = np.arange(snap.numa_z)[:, None] < count[None, :]
         demand = zone_demand(pod.raw)
         req_cpu, req_mem = self._request(demand)
@@ -480,9 +489,7 @@ class NodeResourceTopology(Plugin):
         exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
         alloc = (snap.numa_cpu_alloc[:, idx], snap.numa_mem_alloc[:, idx])
         free = []
-        for a, used in zip(
-            alloc, (snap.numa_cpu_used[:, idx], snap.numa_mem_used[:, idx]), strict=True
-        ):
+        for a, used in zip(alloc, (u[:, idx] for u in self._used(snap)), strict=True):
             free.append(np.where(used == 0, a, 0) if exclusive else a - used)
         present = np.arange(snap.numa_z)[:, None] < count[None, :]
         zone = self._katalyst_zone_score(req, free[0], free[1])
