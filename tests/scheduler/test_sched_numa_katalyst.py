@@ -70,7 +70,9 @@ def score_nodes(policy: str) -> NodeSnapshot:
     return snap
 
 
-def nrt_framework(strategy: str, policy: str, reserved: str = "All") -> Framework:
+def nrt_framework(
+    strategy: str, policy: str, reserved: str = "All", aligned: tuple[str, ...] = ("cpu", "memory")
+) -> Framework:
     cfg = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -87,7 +89,7 @@ def nrt_framework(strategy: str, policy: str, reserved: str = "All") -> Framewor
                         "name": "NodeResourceTopology",
                         "args": {
                             "scoringStrategy": {"type": strategy},
-                            "alignedResources": ["cpu", "memory"],
+                            "alignedResources": list(aligned),
                             "resourcePluginPolicy": policy,
                             "reservedZones": reserved,
                         },
@@ -611,3 +613,16 @@ def test_native_policy_counts_every_cnr_allocation_and_drops_the_reservation() -
     # a second 4-cpu pod after the first: zone 1 is reserved now, zone 0 half used
     reserve_on(f, kpod("4", "8Gi", name="p3"), snap)
     assert not bool(plugin.filter(big, CycleState(), snap)[0])  # type: ignore[index]
+
+
+def test_native_policy_fits_every_resource_whatever_is_aligned() -> None:
+    # Katalyst's native handlers check each resource a container asks for against the
+    # zone; alignedResources only makes a resource exclusive there. With only cpu aligned,
+    # 2 cpus and 12 GiB still need a zone with 12 GiB free: none of 8 GiB zones has it
+    raw = containers(("2", "12Gi"))
+    for policy in (SINGLE, names.TOPOLOGY_POLICY_SINGLE_NUMA_POD):
+        plugin = nrt_framework("MostAllocated", "native", aligned=("cpu",)).plugins[
+            "NodeResourceTopology"
+        ]
+        mask = plugin.filter(pod_info(raw), CycleState(), filter_nodes(policy))
+        assert mask is not None and not mask.any()

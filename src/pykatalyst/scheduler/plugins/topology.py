@@ -220,6 +220,11 @@ class NodeResourceTopology(Plugin):
         return snap.numa_cpu_used, snap.numa_mem_used
 
     def _aligned(self, cpu: int, mem: int) -> Request:
+        """The request the zones must hold: under `native` all of it (Katalyst's native
+        handlers check every resource asked for; `alignedResources` only makes a resource
+        exclusive there), under `dynamic` the aligned resources."""
+        if self.policy == "native":
+            return cpu, mem
         return (cpu if "cpu" in self.aligned else 0, mem if "memory" in self.aligned else 0)
 
     # --- evaluation -----------------------------------------------------------------------
