@@ -26,7 +26,9 @@ from pykatalyst.cli.main import app
 
 KEBAB = re.compile(r"^--[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 # names that say "an amount of time": such an option takes a Go duration
-TIME_WORDS = re.compile(r"(seconds|-s$|interval|period|timeout|after$|duration|deadline|grace)")
+TIME_WORDS = re.compile(
+    r"(seconds|-s$|days|interval|period|timeout|after$|duration|deadline|grace)"
+)
 # names that say "where a server listens": spelled --listen HOST:PORT
 SERVE_WORDS = re.compile(r"(^--port$|-port$|^--bind-address$|-address$)")
 

@@ -50,6 +50,7 @@ DEPRECATED: tuple[Deprecated, ...] = (
     Deprecated("scheduler", "--max-seconds", "--stop-after DURATION", "10"),
     Deprecated("webhook", "--max-seconds", "--stop-after DURATION", "10"),
     Deprecated("apiserver", "--bookmark-seconds", "--bookmark-interval DURATION", "60"),
+    Deprecated("recommend", "--history-days", "--history DURATION", "8"),
     Deprecated("sim", "-o", "--out/-d DIR (-o is for output formats)", "out"),
     Deprecated("demo", "-o", "--out/-d DIR (-o is for output formats)", "out"),
 )
