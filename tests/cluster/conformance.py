@@ -309,7 +309,16 @@ CRD_KIND = Kind(
 )
 
 
-def serve_crd(cluster: Cluster, kind: Kind, status_subresource: bool = True) -> None:
+SCALE_PATHS: JSON = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+
+
+def serve_crd(
+    cluster: Cluster, kind: Kind, status_subresource: bool = True, scale: bool = False
+) -> None:
     """Create a CRD for `kind` (group example.com, any content) and wait until it is served:
     a real server serves the new kind once the CRD is Established, a moment later."""
     version: JSON = {
@@ -322,6 +331,8 @@ def serve_crd(cluster: Cluster, kind: Kind, status_subresource: bool = True) -> 
     }
     if status_subresource:
         version["subresources"] = {"status": {}}
+    if scale:
+        version["subresources"] = {**version.get("subresources", {}), "scale": SCALE_PATHS}
     cluster.create(
         CRD_KIND,
         {
@@ -400,6 +411,43 @@ def test_a_crd_without_status_subresource_writes_status_as_data(cluster: Cluster
     assert updated["status"] == {"ready": True} and updated["metadata"]["generation"] == 2
     with pytest.raises(NotFound):
         cluster.patch(GADGET, "g1", {"status": {"ready": False}}, "default", subresource="status")
+
+
+SCALED = Kind("example.com", "v1", "Scaled", "scaleds", True)
+
+
+def test_a_crd_scale_subresource_reads_and_writes_the_replicas(cluster: Cluster) -> None:
+    serve_crd(cluster, SCALED, scale=True)
+    body = {**widget("s1", spec={"replicas": 1, "size": 3}), "kind": "Scaled"}
+    made = cluster.create(SCALED, body)
+    made["status"] = {"replicas": 1, "selector": "app=s1"}
+    made = cluster.update_status(SCALED, made)
+    got = cluster.patch(SCALED, "s1", {"spec": {"replicas": 3}}, "default", subresource="scale")
+    assert (got["apiVersion"], got["kind"]) == ("autoscaling/v1", "Scale")
+    assert got["metadata"]["name"] == "s1" and got["metadata"]["uid"] == made["metadata"]["uid"]
+    assert got["spec"] == {"replicas": 3}
+    assert got["status"] == {"replicas": 1, "selector": "app=s1"}
+    after = cluster.get(SCALED, "s1", "default")
+    # only the replicas change, a spec change like any other
+    assert after["spec"] == {"replicas": 3, "size": 3} and after["status"] == made["status"]
+    assert after["metadata"]["generation"] == 2
+    assert got["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
+    with pytest.raises(Invalid, match=r"spec\.replicas"):
+        cluster.patch(SCALED, "s1", {"spec": {"replicas": -1}}, "default", subresource="scale")
+    stale = {"metadata": {"resourceVersion": made["metadata"]["resourceVersion"]}}
+    with pytest.raises(Conflict):
+        cluster.patch(
+            SCALED, "s1", {**stale, "spec": {"replicas": 5}}, "default", subresource="scale"
+        )
+    assert cluster.get(SCALED, "s1", "default")["spec"]["replicas"] == 3
+
+
+def test_a_kind_without_a_scale_subresource_has_none(cluster: Cluster) -> None:
+    serve_crd(cluster, WIDGET)
+    cluster.create(WIDGET, widget("w1", spec={"replicas": 1}))
+    with pytest.raises(NotFound):
+        cluster.patch(WIDGET, "w1", {"spec": {"replicas": 2}}, "default", subresource="scale")
+    assert cluster.get(WIDGET, "w1", "default")["spec"] == {"replicas": 1}
 
 
 def event(namespace: str, involved: JSON, **extra: Any) -> JSON:

@@ -324,3 +324,48 @@ def test_a_fresh_cluster_has_the_namespaces_the_manifests_and_components_use() -
     lease = {"metadata": {"name": names.CONTROLLER_LEASE_NAME}, "spec": {}}
     mc.create(names.LEASE, lease, names.SYSTEM_NAMESPACE)
     assert mc.get(names.LEASE, names.CONTROLLER_LEASE_NAME, names.SYSTEM_NAMESPACE)
+
+
+def _scaled_crd(scale: dict[str, object]) -> dict[str, object]:
+    return {
+        "metadata": {"name": "scaleds.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"kind": "Scaled", "plural": "scaleds"},
+            "versions": [
+                {"name": "v1", "served": True, "storage": True, "subresources": {"scale": scale}}
+            ],
+        },
+    }
+
+
+def test_a_crd_with_a_bad_scale_path_is_refused_and_serves_nothing() -> None:
+    c = MemoryCluster()
+    bad = {"specReplicasPath": "spec.replicas", "statusReplicasPath": ".status.replicas"}
+    with pytest.raises(Invalid, match="specReplicasPath"):
+        c.create(CRD, _scaled_crd(bad))
+    assert all(k.plural != "scaleds" for k in c.registered_kinds())
+    with pytest.raises(NotFound):
+        c.get(CRD, "scaleds.example.com")
+
+
+@given(replicas=st.integers(min_value=-5, max_value=2**31 + 5))
+@settings(max_examples=40, deadline=None)
+def test_a_scale_write_keeps_the_replicas_in_range_and_changes_nothing_else(
+    replicas: int,
+) -> None:
+    c = MemoryCluster()
+    good = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}
+    c.create(CRD, _scaled_crd(good))
+    kind = next(k for k in c.registered_kinds() if k.plural == "scaleds")
+    body = {"apiVersion": "example.com/v1", "kind": "Scaled", "spec": {"size": 2}}
+    c.create(kind, {**body, "metadata": {"name": "s", "namespace": "default"}})
+    if 0 <= replicas < 2**31:
+        got = c.patch(kind, "s", {"spec": {"replicas": replicas}}, "default", subresource="scale")
+        assert got["spec"] == {"replicas": replicas}
+        assert c.get(kind, "s", "default")["spec"] == {"size": 2, "replicas": replicas}
+    else:
+        with pytest.raises(Invalid, match=r"spec\.replicas"):
+            c.patch(kind, "s", {"spec": {"replicas": replicas}}, "default", subresource="scale")
+        assert c.get(kind, "s", "default")["spec"] == {"size": 2}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pykatalyst.api.names import CUSTOM_NODE_RESOURCE, NODE, POD
+from pykatalyst.api.names import CUSTOM_NODE_RESOURCE, DEPLOYMENT, NODE, POD
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.http import kubeconfig_for
 from pykatalyst.cluster.memory import MemoryCluster
@@ -158,3 +159,29 @@ def test_crds_install_and_custom_resources_print(env: tuple[MemoryCluster, Path]
     # Katalyst's short names: `cnc` for CustomNodeConfigs, as kubectl users type it.
     assert kubectl(kc, "get", "cnc", "-o", "name").split() == []
     assert store.get(CUSTOM_NODE_RESOURCE, "node-1")["status"]["topologyPolicy"] == "None"
+
+
+DEPLOYMENT_MANIFEST = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: main, image: nginx}]
+"""
+
+
+def test_kubectl_scale_writes_a_deployments_replicas(env: tuple[MemoryCluster, Path]) -> None:
+    store, kc = env
+    kubectl(kc, "apply", "-f", "-", input=DEPLOYMENT_MANIFEST)
+    assert "deployment.apps/web scaled" in kubectl(kc, "scale", "deployment/web", "--replicas=3")
+    assert store.get(DEPLOYMENT, "web", "default")["spec"]["replicas"] == 3
+    scale = json.loads(
+        kubectl(kc, "get", "--raw", "/apis/apps/v1/namespaces/default/deployments/web/scale")
+    )
+    assert scale["kind"] == "Scale" and scale["spec"] == {"replicas": 3}
+    assert scale["status"]["selector"] == "app=web"

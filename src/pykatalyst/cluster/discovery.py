@@ -63,11 +63,14 @@ def _resource_entries(cluster: MemoryCluster, group: str, version: str) -> list[
         subresources = list(SUBRESOURCES.get((group, kind.plural), ()))
         if not subresources and cluster.has_status_subresource(kind):
             subresources = ["status"]
+        if cluster.has_scale_subresource(kind):
+            subresources.append("scale")
         for sub in subresources:
             sub_kind = {
                 "binding": ("Binding", ["create"]),
                 "eviction": ("Eviction", ["create"]),
                 "resize": (kind.kind, ["get", "patch"]),  # a resize is a patch here
+                "scale": ("Scale", ["get", "patch", "update"]),
             }
             name, verbs = sub_kind.get(sub, (kind.kind, ["get", "patch", "update"]))
             sub_entry: JSON = {
@@ -79,6 +82,8 @@ def _resource_entries(cluster: MemoryCluster, group: str, version: str) -> list[
             }
             if sub == "eviction":
                 sub_entry["group"], sub_entry["version"] = "policy", "v1"
+            if sub == "scale":
+                sub_entry["group"], sub_entry["version"] = "autoscaling", "v1"
             entries.append(sub_entry)
     if not group and version == "v1":
         entries.append(
@@ -202,7 +207,7 @@ def resolve(cluster: MemoryCluster, group: str, version: str, rest: list[str]) -
     if kind.namespaced is False and namespace is not None:
         raise NotFound(f"{resource_name(kind)} is not namespaced")
     if subresource is not None:
-        allowed = SUBRESOURCES.get((group, plural), ("status",))
+        allowed = (*SUBRESOURCES.get((group, plural), ("status",)), "scale")
         if subresource not in allowed:
             raise NotFound(
                 "the server could not find the requested resource "

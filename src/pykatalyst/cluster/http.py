@@ -205,6 +205,9 @@ class ApiServerApp:
         return json_response(status_body(201), 201)
 
     async def _get(self, t: Target, name: str, request: web.Request) -> web.Response:
+        if t.subresource == "scale":
+            scale = await self._store(self.cluster.get_scale, t.kind, name, t.namespace)
+            return json_response(scale)
         obj = await self._store(self.cluster.get, t.kind, name, t.namespace)
         if wants_table(request) and t.subresource is None:
             rv = str(dig(obj, "metadata", "resourceVersion") or "")
@@ -234,6 +237,9 @@ class ApiServerApp:
             meta["namespace"] = t.namespace
         if t.subresource == "status":
             return json_response(await self._store(self.cluster.update_status, t.kind, body))
+        if t.subresource == "scale":
+            scale = await self._store(self.cluster.update_scale, t.kind, name, body, t.namespace)
+            return json_response(scale)
         if t.subresource is not None:
             raise MethodNotAllowed(f"PUT is not supported on {t.subresource}: patch it")
         return json_response(await self._store(self.cluster.update, t.kind, body))

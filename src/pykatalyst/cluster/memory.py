@@ -40,7 +40,7 @@ from pykatalyst.api.names import (
     Kind,
 )
 from pykatalyst.api.timefmt import rfc3339
-from pykatalyst.cluster import pods
+from pykatalyst.cluster import pods, scale
 from pykatalyst.cluster.admission import AdmissionChain, AdmissionPlugin
 from pykatalyst.cluster.clock import Clock, VirtualClock
 from pykatalyst.cluster.ingest import bulk_copy, ingest
@@ -178,6 +178,10 @@ class MemoryCluster:
     def has_status_subresource(self, kind: Kind) -> bool:
         with self._cond:
             return self._store.state(kind).status_subresource
+
+    def has_scale_subresource(self, kind: Kind) -> bool:
+        with self._cond:
+            return self._store.state(kind).scale is not None
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -482,6 +486,8 @@ class MemoryCluster:
         checked against metadata.resourceVersion only when the patch itself sets one."""
         with self._cond:
             st = self._store.state(kind, "patch")
+            if subresource == "scale":
+                return self._patch_scale(st, name, patch, namespace, patch_type)
             if (subresource and subresource not in st.strategy.patch_subresources) or (
                 subresource == "status" and not st.status_subresource
             ):
@@ -498,8 +504,58 @@ class MemoryCluster:
                 st, self._decode_patched(st, name, new), subresource or "", False, (name, ns)
             )
 
+    # --- the scale subresource ------------------------------------------------------------
+
+    def _scale_paths(self, st: KindStore, verb: str) -> scale.ScalePaths:
+        if st.scale is None:
+            raise NotFound(
+                f"the server could not find the requested resource ({verb} {st.resource}/scale)"
+            )
+        return st.scale
+
+    def get_scale(self, kind: Kind, name: str, namespace: str | None = None) -> JSON:
+        """The object's `autoscaling/v1` Scale (a 404 for a kind without the subresource)."""
+        with self._cond:
+            st = self._store.state(kind, "get")
+            paths = self._scale_paths(st, "get")
+            return scale.view(st.get(name, self._namespace_of(st, namespace)), paths)
+
+    def update_scale(self, kind: Kind, name: str, body: Any, namespace: str | None = None) -> JSON:
+        """Write a Scale: its spec.replicas, checked against its resourceVersion when set."""
+        with self._cond:
+            st = self._store.state(kind, "update")
+            paths = self._scale_paths(st, "update")
+            ns = self._namespace_of(st, namespace)
+            return self._write_scale(st, paths, st.get(name, ns), body, (name, ns))
+
+    def _patch_scale(
+        self, st: KindStore, name: str, patch: Any, namespace: str | None, patch_type: PatchType
+    ) -> JSON:
+        paths = self._scale_paths(st, "patch")
+        ns = self._namespace_of(st, namespace)
+        old = st.get(name, ns)
+        view = scale.view(old, paths)
+        # a Scale is a built-in type: strategic merge patches apply to it whatever the kind
+        new_view = self._patched(st, view, patch, patch_type, builtin_type=True)
+        if new_view["metadata"].get("resourceVersion") == view["metadata"].get("resourceVersion"):
+            new_view["metadata"].pop("resourceVersion", None)
+        return self._write_scale(st, paths, old, new_view, (name, ns))
+
+    def _write_scale(
+        self, st: KindStore, paths: scale.ScalePaths, old: JSON, body: Any, url: tuple[str, str]
+    ) -> JSON:
+        replicas = scale.desired(body, url[0])
+        meta = (body.get("metadata") if isinstance(body, dict) else None) or {}
+        new = scale.with_replicas(old, paths, replicas)
+        new["metadata"] = {**old["metadata"], "resourceVersion": meta.get("resourceVersion")}
+        if not new["metadata"]["resourceVersion"]:
+            new["metadata"].pop("resourceVersion")
+        return scale.view(self._update(st, new, "", False, url), paths)
+
     @staticmethod
-    def _patched(st: KindStore, old: JSON, patch: Any, patch_type: PatchType) -> JSON:
+    def _patched(
+        st: KindStore, old: JSON, patch: Any, patch_type: PatchType, builtin_type: bool = False
+    ) -> JSON:
         name = old["metadata"]["name"]
         try:
             if patch_type == "merge":
@@ -507,7 +563,7 @@ class MemoryCluster:
                     raise PatchError("a merge patch must be a JSON object", malformed=True)
                 result = merge_patch(old, ingest(patch))
             elif patch_type == "strategic":
-                if st.strategy.custom_resource:
+                if st.strategy.custom_resource and not builtin_type:
                     raise ApiError(_STRATEGIC_REFUSED, "UnsupportedMediaType", 415)
                 if not isinstance(patch, dict):
                     raise PatchError(

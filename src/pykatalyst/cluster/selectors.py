@@ -224,6 +224,24 @@ def label_selector_from_dict(spec: Mapping[str, Any] | None) -> LabelSelector:
 FieldGetter = Callable[[Mapping[str, Any]], str]
 
 
+def format_label_selector(sel: Mapping[str, Any]) -> str:
+    """A structured `{matchLabels, matchExpressions}` selector as a string, written as
+    kube-apiserver writes it (a Scale's `status.selector`)."""
+    labels = sel.get("matchLabels")
+    parts = [f"{k}={v}" for k, v in sorted((labels if isinstance(labels, Mapping) else {}).items())]
+    for e in sel.get("matchExpressions") or []:
+        e = e if isinstance(e, Mapping) else {}
+        key, op = str(e.get("key", "")), str(e.get("operator", ""))
+        values = ",".join(sorted(str(v) for v in e.get("values") or []))
+        if op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            parts.append(f"{key} {op.lower()} ({values})")
+    return ",".join(parts)
+
+
 def _path_getter(*path: str, default: str = "") -> FieldGetter:
     def get(obj: Mapping[str, Any]) -> str:
         cur: Any = obj

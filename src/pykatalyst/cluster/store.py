@@ -24,6 +24,7 @@ from pykatalyst.cluster.protocol import (
     Invalid,
     NotFound,
 )
+from pykatalyst.cluster.scale import ScalePaths, builtin_paths
 from pykatalyst.cluster.selectors import FieldSelector, LabelSelector
 from pykatalyst.cluster.watch import Change, MemoryWatch, with_rv
 
@@ -53,6 +54,7 @@ class KindStore:
     unconditional_update: bool
     builtin: bool = False
     resource: str = ""
+    scale: ScalePaths | None = None  # where its Scale's fields live; None: no scale subresource
     # namespace ("" for cluster-scoped) -> name -> stored object (never mutated)
     objects: dict[str, dict[str, JSON]] = field(default_factory=dict)
     watchers: list[MemoryWatch] = field(default_factory=list)
@@ -199,6 +201,7 @@ class VersionedStore:
         if st is None:
             strategy = self._strategies(kind)
             st = KindStore(kind, strategy, status_subresource, unconditional_update)
+            st.scale = builtin_paths(kind)
             self.kinds[(kind.group, kind.plural)] = st
         else:
             st.kind = kind

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pykatalyst.api.names import CRD, DEFAULT_NAMESPACE, KUBE_SYSTEM_NAMESPACE, Kind
 from pykatalyst.cluster.decode import decode
 from pykatalyst.cluster.protocol import JSON, BadRequest, Invalid
+from pykatalyst.cluster.scale import ScalePaths, crd_paths
 from pykatalyst.cluster.selectors import valid_label_key, valid_label_value
 
 if TYPE_CHECKING:
@@ -299,11 +300,14 @@ class CRDStrategy(Strategy):
 
     def on_store(self, store: VersionedStore, obj: JSON) -> None:
         kind, has_status = crd_kind(obj)
+        scale = crd_scale(obj)  # before anything changes: a bad path refuses the CRD
         existing = store.kinds.get((kind.group, kind.plural))
         if existing is not None and existing.builtin:
             existing.status_subresource = has_status or existing.status_subresource
+            existing.scale = scale or existing.scale
             return
         store.register(kind, status_subresource=has_status, unconditional_update=False)
+        store.kinds[(kind.group, kind.plural)].scale = scale
 
     def on_remove(self, store: VersionedStore, obj: JSON) -> None:
         spec = obj.get("spec") or {}
@@ -313,13 +317,22 @@ class CRDStrategy(Strategy):
             store.drop_kind(st)
 
 
+def _storage_version(crd: JSON) -> Mapping[str, Any]:
+    versions = (crd.get("spec") or {}).get("versions") or []
+    return next((v for v in versions if v.get("storage")), versions[0] if versions else {})
+
+
+def crd_scale(crd: JSON) -> ScalePaths | None:
+    """The scale subresource the CRD's storage version declares, None without one."""
+    return crd_paths(_storage_version(crd))
+
+
 def crd_kind(crd: JSON) -> tuple[Kind, bool]:
     """The kind a CRD serves (at its storage version) and whether it has a status
     subresource; a 422 when the CRD does not name one."""
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
-    versions = spec.get("versions") or []
-    storage = next((v for v in versions if v.get("storage")), versions[0] if versions else {})
+    storage = _storage_version(crd)
     plural, group = names.get("plural"), spec.get("group")
     if not plural or not group or not names.get("kind"):
         raise Invalid(

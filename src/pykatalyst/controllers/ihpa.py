@@ -29,6 +29,7 @@ from pykatalyst.api.names import Kind
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, AlreadyExists, ApiError, Cluster, NotFound
+from pykatalyst.cluster.selectors import format_label_selector
 from pykatalyst.controllers import ihpaspec
 from pykatalyst.controllers.cronbounds import CronMode
 from pykatalyst.controllers.history import HistorySource
@@ -127,19 +128,7 @@ def _section(obj: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
 
 def selector_string(workload: Mapping[str, Any]) -> str:
     """The workload's spec.selector written as the scale subresource writes it."""
-    sel = _section(_section(workload, "spec"), "selector")
-    parts = [f"{k}={v}" for k, v in sorted(_section(sel, "matchLabels").items())]
-    for e in sel.get("matchExpressions") or []:
-        e = e if isinstance(e, Mapping) else {}
-        key, op = str(e.get("key", "")), str(e.get("operator", ""))
-        values = ",".join(sorted(str(v) for v in e.get("values") or []))
-        if op == "Exists":
-            parts.append(key)
-        elif op == "DoesNotExist":
-            parts.append(f"!{key}")
-        else:
-            parts.append(f"{key} {op.lower()} ({values})")
-    return ",".join(parts)
+    return format_label_selector(_section(_section(workload, "spec"), "selector"))
 
 
 def _int(value: Any, default: int = 0) -> int:
