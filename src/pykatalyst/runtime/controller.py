@@ -245,7 +245,9 @@ class ControllerRunner:
                 self.cluster, node_selector=self.node_selector, skips=self.skips
             )
         if name == names.CONTROLLER_VPA:
-            return VPAController(self.cluster, self.resize, registry=self.registry)
+            return VPAController(
+                self.cluster, self.resize, registry=self.registry, rr_config=self.rr_config
+            )
         if name == names.CONTROLLER_KCC:
             return KCCController(self.cluster, node_selector=self.node_selector, skips=self.skips)
         if name == names.CONTROLLER_SPD:
