@@ -16,15 +16,23 @@ from pykatalyst.recommend import (
     recommender_names,
 )
 from pykatalyst.recommend.prometheus import PrometheusClient, PrometheusError, read_workload_usage
+from pykatalyst.recommend.settings import PykatalystSettings, SettingsError, load_settings
 from pykatalyst.recommend.usage_csv import UsageFileError, read_usage_csv
 
 DAY = 86400.0
 
 
-def _row(workload: str, container: str, series: UsageSeries, name: str, now: float) -> Any:
+def _row(
+    workload: str,
+    container: str,
+    series: UsageSeries,
+    name: str,
+    now: float,
+    settings: PykatalystSettings | None = None,
+) -> Any:
     base: dict[str, Any] = {"workload": workload, "container": container}
     try:
-        rec = get_recommender(name).recommend(series, now)
+        rec = get_recommender(name).recommend(series, now, settings)
     except RecommendationNotReady as error:
         return base | {
             "cpu_request": None,
@@ -111,13 +119,20 @@ def recommend(
     workload: str | None = typer.Option(None, "--workload", help="With --from-prometheus."),
     kind: str = typer.Option("Deployment", "--kind", help="The workload's kind (pod pattern)."),
     history_days: float = typer.Option(8.0, "--history-days", help="Prometheus history read."),
+    settings_file: Path | None = typer.Option(  # noqa: B008
+        None,
+        "--settings",
+        help="pykatalyst's recommender settings (YAML or JSON): the fields to change, "
+        "e.g. 'cpu: {underprovision_weight: 20}' (see docs/recommend.md).",
+    ),
 ) -> None:
     """Print the cpu and memory requests (and limits) a recommender would set, and why."""
     try:
-        get_recommender(recommender)
+        engine = get_recommender(recommender)
     except ValueError as error:
         print_message(f"error: --recommender: {error}", stderr=True)
         raise typer.Exit(2) from None
+    settings = _settings(settings_file, engine.name)
     if (usage is None) == (from_prometheus is None):
         print_message(
             "error: give exactly one of --usage FILE or --from-prometheus URL", stderr=True
@@ -152,8 +167,26 @@ def recommend(
         if not series:
             print_message(f"error: Prometheus has no usage for {namespace}/{workload}", stderr=True)
             raise typer.Exit(1)
-    rows = [_row(w, c, s, recommender, now) for (w, c), s in sorted(series.items())]
+    rows = [_row(w, c, s, recommender, now, settings) for (w, c), s in sorted(series.items())]
     _print(rows, output, recommender)
+
+
+def _settings(path: Path | None, engine: str) -> PykatalystSettings | None:
+    """The settings file's settings; a bad file, or one given to another recommender, is a
+    usage error (exit 2)."""
+    if path is None:
+        return None
+    if engine != "pykatalyst":
+        print_message(
+            f"error: --settings: applies to the pykatalyst recommender, not {engine!r}",
+            stderr=True,
+        )
+        raise typer.Exit(2)
+    try:
+        return load_settings(path)
+    except SettingsError as error:
+        print_message(f"error: --settings: {error}", stderr=True)
+        raise typer.Exit(2) from None
 
 
 def register(app: typer.Typer) -> None:
