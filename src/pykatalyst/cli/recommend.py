@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +148,8 @@ def recommend(
         except UsageFileError as error:
             print_message(f"error: {error}", stderr=True)
             raise typer.Exit(2) from None
-        series = {key: s for key, s in data.items() if len(s)}
-        newest = max((float(s.timestamps[-1]) for s in series.values()), default=0.0)
+        series: Mapping[tuple[str, str], UsageSeries] = data  # views, made when asked for
+        newest = max((float(s.timestamps[-1]) for s in data.values() if len(s)), default=0.0)
         now = at if at is not None else newest
     else:
         if not workload:
@@ -167,7 +168,8 @@ def recommend(
         if not series:
             print_message(f"error: Prometheus has no usage for {namespace}/{workload}", stderr=True)
             raise typer.Exit(1)
-    rows = [_row(w, c, s, recommender, now, settings) for (w, c), s in sorted(series.items())]
+    keys = sorted(k for k, s in series.items() if len(s))
+    rows = [_row(w, c, series[(w, c)], recommender, now, settings) for w, c in keys]
     _print(rows, output, recommender)
 
 
