@@ -158,3 +158,35 @@ def test_the_controller_refuses_a_bad_settings_file_naming_the_flag(tmp_path: Pa
     )
     assert result.exit_code == 2
     assert "--recommender-settings" in result.output and "oom_bump_ratio" in result.output
+
+
+def test_terms_give_the_winners_cost_and_the_runners_up_cheapest_first() -> None:
+    data = series()
+    engine = get_recommender("pykatalyst")
+    rec = engine.recommend(data, NOW)
+    for resource in ("cpu", "memory"):
+        terms = rec.terms[resource]
+        assert terms.cost is not None
+        assert len(terms.runners_up) == PykatalystSettings().terms_runners_up
+        costs = [terms.cost, *(r.cost for r in terms.runners_up)]
+        assert costs == sorted(costs)
+        assert terms.model not in {r.model for r in terms.runners_up}
+        wire = terms.to_json()
+        assert wire["cost"] == terms.cost
+        assert [r["model"] for r in wire["runners_up"]] == [r.model for r in terms.runners_up]
+    # a runner-up, made the only candidate, gives the figure the explanation says it would
+    first = rec.terms["cpu"].runners_up[0]
+    half, pct, margin = first.model.split()[1], first.model.split()[2], first.model.split()[3]
+    only = settings_from(
+        {
+            "cpu": {
+                "half_lives_hours": [float(half.rstrip("h"))],
+                "percentiles": [float(pct[1:]) / 100],
+                "margins": [float(margin.strip("+%")) / 100],
+            },
+            "terms_runners_up": 0,
+        }
+    )
+    alone = engine.recommend(data, NOW, only)
+    assert alone.cpu_request == pytest.approx(max(first.value, only.min_cpu))
+    assert alone.terms["cpu"].runners_up == ()

@@ -161,3 +161,13 @@ def test_a_container_costs_its_samples_and_name_not_a_buffer(tmp_path: Path) -> 
     tracemalloc.stop()
     assert len(data) == 5000 and len(data[("w4999", "main")]) == 2
     assert peak < 5000 * 2048
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [("a,c,30,-1,1", "cpu"), ("a,c,30,1,nan", "memory"), ("a,c,x,1,1", "timestamp")],
+)
+def test_rows_after_at_are_checked_all_the_same(tmp_path: Path, row: str, field: str) -> None:
+    body = HEADER + f"a,c,10,1,1\n{row}\n"
+    with pytest.raises(UsageFileError, match=rf"u\.csv:3: field {field} "):
+        read_usage_csv(write(tmp_path / "u.csv", body), at=20)

@@ -72,6 +72,10 @@ def _why(row: dict[str, Any]) -> str:
             f" +{100 * terms['margin']:g}%"
         )
         text = f"{resource}: {model}, {terms['samples']} samples over {terms['span_hours']:.1f}h"
+        if terms.get("cost") is not None:
+            text += f", cost {terms['cost']:.4g}"
+            for r in terms.get("runners_up", [])[:1]:
+                text += f"; next {r['model']} (cost {r['cost']:.4g})"
         if terms.get("oom_bump"):
             text += ", OOM bump"
         for note in terms.get("notes", []):

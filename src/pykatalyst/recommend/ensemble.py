@@ -46,6 +46,7 @@ from pykatalyst.recommend.model import (
     Recommendation,
     RecommendationNotReady,
     ResourceTerms,
+    RunnerUp,
     UsageSeries,
 )
 from pykatalyst.recommend.settings import DAY, HOUR, ModelGrid, PykatalystSettings
@@ -111,8 +112,9 @@ def _select(
     grid: ModelGrid,
     layout: BucketLayout,
     settings: PykatalystSettings,
-) -> _Choice:
-    """Replay every candidate over the recent history and keep the cheapest."""
+) -> tuple[_Choice, tuple[_Choice, ...]]:
+    """Replay every candidate over the recent history; the cheapest, and the next
+    ``terms_runners_up`` cheapest for the explanation."""
     start = max(float(t[0]) + settings.min_history_s, now - settings.replay_window_s)
     points = np.arange(start, now, settings.replay_step_s)
     points = np.append(points, now)  # the last point is the recommendation itself
@@ -126,25 +128,28 @@ def _select(
     scored = (interval >= 0) & (interval < k - 1)
     iv, xv = interval[scored], x[scored]
     mean_use = max(float(np.mean(xv)) if xv.size else float(np.mean(x)), _TINY_USAGE)
-    best: _Choice | None = None
     nm, npc = margins.size, ps.size
+    # Ties go to the smaller model (lower margin, then lower percentile, shorter half-life).
+    tie = _TIE_BREAK * (np.arange(nm)[:, None] + np.arange(npc)[None, :]).ravel()
+    raw: list[FloatArray] = []
+    finals: list[FloatArray] = []
     for half_life_h in grid.half_lives_hours:
-        half_life = half_life_h * HOUR
-        w = np.exp2((t - now) / half_life)
+        w = np.exp2((t - now) / (half_life_h * HOUR))
         table = _percentile_table(layout, buckets, seg, w, k, ps)  # (k, P)
         recs = (table[:, None, :] * (1 + margins)[None, :, None]).reshape(k, nm * npc)
-        cost = _replay_cost(recs[:-1], iv, xv, mean_use, grid, settings.change_threshold)
-        # Ties go to the smaller model (lower margin, then lower percentile).
-        cost = cost + _TIE_BREAK * (np.arange(nm)[:, None] + np.arange(npc)[None, :]).ravel()
-        j = int(np.argmin(cost))
-        if best is None or float(cost[j]) < best.cost:
-            mi, pi = divmod(j, npc)
-            est, margin = float(table[-1, pi]), float(margins[mi])
-            best = _Choice(
-                est * (1 + margin), est, half_life, float(ps[pi]), margin, float(cost[j])
-            )
-    assert best is not None
-    return best
+        raw.append(_replay_cost(recs[:-1], iv, xv, mean_use, grid, settings.change_threshold))
+        finals.append(table[-1])
+    ranked = np.concatenate([cost + tie for cost in raw])
+    order = np.argsort(ranked, kind="stable")[: 1 + settings.terms_runners_up]
+    choices = []
+    for j in order:
+        h, rest = divmod(int(j), nm * npc)
+        mi, pi = divmod(rest, npc)
+        est, margin = float(finals[h][pi]), float(margins[mi])
+        half_life = grid.half_lives_hours[h] * HOUR
+        cost = float(raw[h][rest])
+        choices.append(_Choice(est * (1 + margin), est, half_life, float(ps[pi]), margin, cost))
+    return choices[0], tuple(choices[1:])
 
 
 def _replay_cost(
@@ -221,11 +226,20 @@ def _clip(value: float, low: float | None, high: float | None) -> float:
     return value
 
 
-def _terms(choice: _Choice, t: FloatArray, samples: int, notes: list[str]) -> ResourceTerms:
-    model = (
+def _model(choice: _Choice) -> str:
+    return (
         f"half-life {choice.half_life_s / HOUR:g}h p{100 * choice.percentile:g} "
         f"+{100 * choice.margin:g}%"
     )
+
+
+def _terms(
+    choice: _Choice,
+    others: tuple[_Choice, ...],
+    t: FloatArray,
+    samples: int,
+    notes: list[str],
+) -> ResourceTerms:
     return ResourceTerms(
         percentile=choice.percentile,
         half_life_s=choice.half_life_s,
@@ -233,8 +247,10 @@ def _terms(choice: _Choice, t: FloatArray, samples: int, notes: list[str]) -> Re
         samples=samples,
         span_s=float(t[-1] - t[0]) if t.size else 0.0,
         estimate=choice.estimate,
-        model=model,
+        model=_model(choice),
         notes=tuple(notes),
+        cost=choice.cost,
+        runners_up=tuple(RunnerUp(_model(o), o.value, o.cost) for o in others),
     )
 
 
@@ -242,9 +258,8 @@ def _recommend_cpu(
     series: UsageSeries, now: float, settings: PykatalystSettings
 ) -> tuple[float, ResourceTerms]:
     t, x = series.timestamps, series.cpu
-    choice = _select(
-        t, x, now, settings.cpu, layout_for(settings.cpu, settings.bucket_growth), settings
-    )
+    layout = layout_for(settings.cpu, settings.bucket_growth)
+    choice, others = _select(t, x, now, settings.cpu, layout, settings)
     value, notes = choice.value, []
     if settings.cpu_schedule:
         scheduled = _daily_schedule(t, x, now, choice, settings)
@@ -255,7 +270,7 @@ def _recommend_cpu(
     clipped = _clip(value, settings.min_allowed_cpu, settings.max_allowed_cpu)
     if clipped != value:
         notes.append(f"clipped to the allowed range: {clipped:.3f} cores")
-    return clipped, _terms(choice, t, t.size, notes)
+    return clipped, _terms(choice, others, t, t.size, notes)
 
 
 def oom_needed(event: OOMEvent, settings: PykatalystSettings) -> float:
@@ -290,7 +305,7 @@ def _recommend_memory(
 ) -> tuple[float, ResourceTerms]:
     t, x = _window_peaks(series.timestamps, series.memory, settings.memory_peak_window_s)
     layout = layout_for(settings.memory, settings.bucket_growth)
-    choice = _select(t, x, now, settings.memory, layout, settings)
+    choice, others = _select(t, x, now, settings.memory, layout, settings)
     value, notes = choice.value, []
     recent = series.memory[series.timestamps >= now - settings.memory_floor_window_s]
     if recent.size:
@@ -309,7 +324,7 @@ def _recommend_memory(
     clipped = _clip(value, settings.min_allowed_memory, settings.max_allowed_memory)
     if clipped != value:
         notes.append(f"clipped to the allowed range: {clipped:.0f} bytes")
-    terms = _terms(choice, t, series.timestamps.size, notes)
+    terms = _terms(choice, others, t, series.timestamps.size, notes)
     if bump is not None:
         terms = replace(terms, oom_bump=clipped)
     return clipped, terms

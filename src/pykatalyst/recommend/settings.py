@@ -168,6 +168,9 @@ class PykatalystSettings(BaseModel):
     memory_grow_fraction: float = Field(
         0.1, ge=0, le=1, description="Grow at once when memory is within this of its limit."
     )
+    terms_runners_up: int = Field(
+        2, ge=0, le=20, description="The explanation lists this many next-cheapest models."
+    )
     controlled_values: Literal["RequestsAndLimits", "RequestsOnly"] = Field(
         "RequestsAndLimits",
         description="RequestsAndLimits: limits keep the declared ratio; RequestsOnly: untouched.",

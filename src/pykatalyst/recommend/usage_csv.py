@@ -204,10 +204,10 @@ def _rows(
             empty = "workload" if not workload else "container"
             raise UsageFileError(name, line, empty, "", "a non-empty name")
         t = _number(name, line, "timestamp", ts, non_negative=False)
-        if at is not None and t >= at:
-            continue
         c = _number(name, line, "cpu", cpu, non_negative=True)
         m = _number(name, line, "memory", memory, non_negative=True)
+        if at is not None and t >= at:
+            continue  # checked all the same: a bad file is bad whatever --at says
         yield line, (workload, container, t, c, m)
 
 
