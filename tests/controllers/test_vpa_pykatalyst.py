@@ -206,3 +206,22 @@ def test_current_is_the_last_recommendation_in_the_declared_ratio(
         assert abs(cur.cpu_limit / cur.cpu_request - d_lim / d_req) < 1e-9
     else:
         assert cur.cpu_limit == d_lim
+
+
+def test_explain_pod_says_why_the_vparec_says_what_it_says() -> None:
+    from pykatalyst.cli.explain_pod import explain_pod
+
+    w = world({"c": usage(START + 10, 48)})
+    w.pod("web-1")
+    pykatalyst_kvpa(w)
+    w.step()
+    v = explain_pod(w.mc, NS, "web-1", w.clock.now())["vertical"]
+    assert v["recommender"] == "pykatalyst"
+    cpu = v["terms"]["c"]["cpu"]
+    assert cpu.startswith("half-life") and ", cost " in cpu and "; next half-life" in cpu
+    # a VPARec another recommender wrote, without terms: nothing is made up
+    other = World()
+    other.pod("web-1")
+    other.rec(other.kvpa())
+    other.step()
+    assert "terms" not in explain_pod(other.mc, NS, "web-1", other.clock.now())["vertical"]
