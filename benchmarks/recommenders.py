@@ -49,6 +49,7 @@ from pykatalyst.recommend import (
 )
 from pykatalyst.recommend.ensemble import PykatalystSettings
 from pykatalyst.recommend.katalyst import KatalystSettings
+from pykatalyst.recommend.settings import settings_from
 from pykatalyst.recommend.usage_csv import read_usage_csv
 
 HOUR = 3600.0
@@ -391,7 +392,7 @@ def run_workload(wl: Workload) -> dict[str, Any]:
     args = _ARGS
     settings: dict[str, Any] = {
         "katalyst": KatalystSettings(),
-        "pykatalyst": PykatalystSettings(**json.loads(args.pykatalyst_settings or "{}")),
+        "pykatalyst": settings_from(json.loads(args.pykatalyst_settings or "{}")),
         "memory_limit_ratio": args.memory_limit_ratio,
     }
     out: dict[str, Any] = {"name": wl.name, "class": classify(wl.series)}

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from pykatalyst.api import names
 from pykatalyst.api.manifests import load_documents
+from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.memory import MemoryCluster
@@ -29,6 +30,7 @@ from pykatalyst.recommend import KatalystSettings, UsageSeries, get_recommender
 from pykatalyst.recommend.prometheus import PrometheusClient, PrometheusError
 
 RR = names.RESOURCE_RECOMMEND
+TERMS = names.RECOMMENDATION_TERMS_ANNOTATION
 EXAMPLE = Path(__file__).resolve().parents[3] / "shared" / "katalyst-examples"
 QUICKSTART = EXAMPLE / "resource-recommend-quickstart.yaml"
 NOW = 2_000_000.0
@@ -607,3 +609,84 @@ def test_quality_gives_one_ratio_per_recommended_resource_with_a_sample(
         if m is not None:
             want.append(("memory", 5e8 / m))
     assert got == tuple(want)
+
+
+def _py_rr(c: MemoryCluster, resources: dict[str, Any], both: bool = True) -> None:
+    dep = deployment()
+    dep["spec"]["template"]["spec"]["containers"][0]["resources"] = resources
+    c.create(names.DEPLOYMENT, dep, "default")
+    body = rr()
+    body["spec"]["resourcePolicy"]["algorithmPolicy"]["recommender"] = "pykatalyst"
+    if both:
+        policy = body["spec"]["resourcePolicy"]["containerPolicies"][0]
+        policy["controlledResourcesPolicies"] = [
+            {"resourceName": "cpu", "controlledValues": "RequestsOnly"},
+            {"resourceName": "memory", "controlledValues": "RequestsOnly"},
+        ]
+    c.create(RR, body, "default")
+
+
+def _target(c: MemoryCluster) -> dict[str, Any]:
+    status = c.get(RR, "rec", "default")["status"]
+    return dict(status["recommendResources"]["containerRecommendations"][0])
+
+
+def _free(data: UsageSeries) -> Any:
+    from pykatalyst.recommend.ensemble import PykatalystSettings
+
+    settings_ = PykatalystSettings(controlled_values="RequestsOnly")
+    return get_recommender("pykatalyst").recommend(data, NOW, settings_)
+
+
+def test_pykatalyst_holds_a_request_close_to_what_the_template_declares() -> None:
+    data = series(30)
+    free = _free(data)
+    near = f"{round(free.cpu_request * 1.05 * 1000)}m"
+    c = cluster()
+    _py_rr(c, {"requests": {"cpu": near, "memory": "64Mi"}})
+    ResourceRecommendController(c, source=FakeSource({"stress": data})).run(NOW)
+    target = _target(c)["requests"]["target"]
+    assert target["cpu"] == near  # within 10 %: held at what the template declares
+    terms = json.loads(c.get(RR, "rec", "default")["metadata"]["annotations"][TERMS])
+    assert any(n.startswith("held") for n in terms["containers"]["stress"]["cpu"]["notes"])
+    far = cluster()
+    _py_rr(far, {"requests": {"cpu": "100m", "memory": "64Mi"}})
+    ResourceRecommendController(far, source=FakeSource({"stress": data})).run(NOW)
+    assert _target(far)["requests"]["target"]["cpu"] == rs.cpu_quantity(free.cpu_request)
+
+
+def test_pykatalyst_raises_a_limit_below_its_request_and_leaves_the_others() -> None:
+    data = series(30)
+    c = cluster()
+    _py_rr(c, {"requests": {"cpu": "100m"}, "limits": {"cpu": "200m", "memory": "8Gi"}})
+    ResourceRecommendController(c, source=FakeSource({"stress": data})).run(NOW)
+    target = _target(c)
+    request = target["requests"]["target"]["cpu"]
+    # cpu: a request above the declared 200m limit brings the limit with it; memory's 8Gi
+    # limit is above the request and stays as declared (not written)
+    assert target["limits"]["target"] == {"cpu": request}
+
+
+def test_pykatalyst_oom_bump_reads_the_declared_limit_not_only_the_record() -> None:
+    records = [
+        {
+            "Namespace": "default",
+            "Pod": "shared-normal-deployment-5d7f-abcde",
+            "Container": "stress",
+            "Memory": "256Mi",
+            "OOMAt": rfc3339(NOW - 60),
+        }
+    ]
+    cm = {
+        "metadata": {"name": names.OOM_RECORD_CONFIG_MAP},
+        "data": {names.OOM_RECORD_KEY: json.dumps(records)},
+    }
+    data = series(30, mem=100e6)
+    c = cluster()
+    c.create(names.CONFIG_MAP, cm, names.KUBE_SYSTEM_NAMESPACE)
+    _py_rr(c, {"requests": {"memory": "256Mi"}, "limits": {"memory": "1Gi"}})
+    ResourceRecommendController(c, source=FakeSource({"stress": data})).run(NOW)
+    memory = _target(c)["requests"]["target"]["memory"]
+    # the kill happened at the 1Gi limit: the bump starts from it (1.2 GiB), not from the
+    # 256Mi request the record carries (which would give 356Mi)
+    assert Quantity.parse(memory).value() > 1.15 * 1024**3

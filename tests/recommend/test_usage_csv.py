@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -111,3 +113,61 @@ def test_round_trip(tmp_path_factory: pytest.TempPathFactory, rows: list[tuple])
         assert series.timestamps.tolist() == [float(t) for t, _, _ in mine]
         assert np.array_equal(series.cpu, np.array([c for _, c, _ in mine]))
         assert series.memory.tolist() == [float(m) for _, _, m in mine]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=400),
+    st.integers(min_value=1, max_value=12),
+    st.integers(min_value=600, max_value=5000),
+    st.randoms(use_true_random=False),
+)
+def test_many_containers_any_order_each_keeps_its_own_history(
+    tmp_path_factory: pytest.TempPathFactory,
+    containers: int,
+    per: int,
+    history_s: int,
+    rnd: Any,
+) -> None:
+    # enough rows to fill, trim and grow the shared columns several times
+    rows = [(f"w{i}", 300 * j + i, j, i) for i in range(containers) for j in range(per)]
+    rnd.shuffle(rows)
+    path = tmp_path_factory.mktemp("many") / "u.csv"
+    write(path, HEADER + "".join(f"{w},c,{t},{c},{m}\n" for w, t, c, m in rows))
+    data = read_usage_csv(path, history_s=float(history_s))
+    assert len(data) == containers
+    for i in range(containers):
+        newest = 300 * (per - 1) + i
+        want = [300 * j + i for j in range(per) if 300 * j + i >= newest - history_s]
+        series = data[(f"w{i}", "c")]
+        assert series.timestamps.tolist() == want
+        assert series.memory.tolist() == [float(i)] * len(want)
+
+
+def test_a_duplicate_among_many_containers_names_its_line(tmp_path: Path) -> None:
+    rows = [f"w{i},c,{t},1,1\n" for t in range(3) for i in range(1500)]
+    rows.append("w7,c,1,2,2\n")  # line 2 + 4500: the second sample of w7 at t=1
+    with pytest.raises(UsageFileError, match=r"u\.csv:4502: field timestamp '1\.0'.*'w7'"):
+        read_usage_csv(write(tmp_path / "u.csv", HEADER + "".join(rows)))
+
+
+def test_a_container_costs_its_samples_and_name_not_a_buffer(tmp_path: Path) -> None:
+    # 5,000 containers of 2 samples: a per-container buffer of a few KB would be tens of MB
+    rows = "".join(f"w{i},main,{t},0.5,100\n" for t in (0, 300) for i in range(5000))
+    path = write(tmp_path / "u.csv", HEADER + rows)
+    tracemalloc.start()
+    data = read_usage_csv(path)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(data) == 5000 and len(data[("w4999", "main")]) == 2
+    assert peak < 5000 * 2048
+
+
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [("a,c,30,-1,1", "cpu"), ("a,c,30,1,nan", "memory"), ("a,c,x,1,1", "timestamp")],
+)
+def test_rows_after_at_are_checked_all_the_same(tmp_path: Path, row: str, field: str) -> None:
+    body = HEADER + f"a,c,10,1,1\n{row}\n"
+    with pytest.raises(UsageFileError, match=rf"u\.csv:3: field {field} "):
+        read_usage_csv(write(tmp_path / "u.csv", body), at=20)

@@ -44,6 +44,7 @@ from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig
 from pykatalyst.controllers.spd import SPDConfig, parse_baseline_percent
 from pykatalyst.predict.client import predictor_for
 from pykatalyst.recommend.prometheus import check_base_filter
+from pykatalyst.recommend.settings import SettingsError, load_settings
 from pykatalyst.runtime.controller import (
     CONTROLLERS,
     ControllerRunner,
@@ -343,6 +344,16 @@ def controller(
             "under BestEffortInplace.",
         ),
     ] = "5m",
+    recommender_settings: Annotated[
+        Path | None,
+        typer.Option(
+            "--recommender-settings",
+            metavar="FILE",
+            help="pykatalyst's recommender settings (YAML or JSON: the fields to change), "
+            "for ResourceRecommends and KVPAs whose recommender is pykatalyst "
+            "(resourcerecommender, vpa).",
+        ),
+    ] = None,
     old_period: Annotated[str | None, old_option("controller", "--period")] = None,
     dry_run: Annotated[
         bool,
@@ -465,6 +476,10 @@ def controller(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--spd-qos-baseline-percent") from None
     rr_cfg = _rr_config(rr_prometheus, rr_timeout, rr_resync, rr_retry, rr_min_span, rr_base_filter)
+    try:
+        rec_settings = load_settings(recommender_settings)
+    except SettingsError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--recommender-settings") from None
     if node_selector is not None:
         try:
             parse_label_selector(node_selector)
@@ -507,6 +522,7 @@ def controller(
         orphan_grace_s=orphan_grace_s,
         spd_config=spd_cfg,
         rr_config=rr_cfg,
+        recommender_settings=rec_settings,
         resize=resize_cfg,
         ihpa_config=IHPAConfig(cron_mode=ihpa_cron_mode),
         history=history,

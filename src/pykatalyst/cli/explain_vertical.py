@@ -6,6 +6,7 @@ resize did or did not happen: the vpa controller's decision for the pod now (the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -102,7 +103,49 @@ def vertical_json(cluster: Cluster, pod: JSON, now: float, problems: list[str]) 
     )
     out["why"] = _why(kvpa, pod, targets, now, _static_node(cluster, pod))
     out["last_event"] = _last_event(cluster, pod, problems)
+    terms = _rec_terms(cluster, obj, ns)
+    if terms:
+        out["terms"] = terms
     return out
+
+
+def _rec_terms(cluster: Cluster, kvpa: Mapping[str, Any], ns: str) -> JSON:
+    """Per container, why the KVPA's VPARec says what it says, as its recommender wrote it
+    (the `recommendation_terms` annotation pykatalyst's recommender leaves): the model, its
+    replay cost, the next cheapest and the notes. Empty when the VPARec has none."""
+    meta = kvpa.get("metadata") or {}
+    name = (meta.get("annotations") or {}).get(names.VPA_REC_NAME_ANNOTATION) or meta.get("name")
+    try:
+        rec = cluster.get(names.VPA_RECOMMENDATION, str(name), ns)
+        text = ((rec.get("metadata") or {}).get("annotations") or {}).get(
+            names.RECOMMENDATION_TERMS_ANNOTATION
+        )
+        containers = json.loads(text).get("containers") if isinstance(text, str) else None
+    except (ApiError, ValueError, AttributeError):
+        return {}
+    out: JSON = {}
+    for container, per in (containers if isinstance(containers, Mapping) else {}).items():
+        if not isinstance(per, Mapping):
+            continue
+        out[str(container)] = {
+            resource: _terms_line(t)
+            for resource, t in per.items()
+            if isinstance(t, Mapping) and resource != "recommender"
+        }
+    return out
+
+
+def _terms_line(terms: Mapping[str, Any]) -> str:
+    text = str(terms.get("model") or "")
+    if isinstance(terms.get("cost"), int | float):
+        text += f", cost {terms['cost']:.4g}"
+    for r in (terms.get("runners_up") or [])[:1]:
+        if isinstance(r, Mapping) and isinstance(r.get("cost"), int | float):
+            text += f"; next {r.get('model')} (cost {r['cost']:.4g})"
+    notes = terms.get("notes")
+    if isinstance(notes, list) and notes:
+        text += "; " + "; ".join(str(n) for n in notes)
+    return text
 
 
 def _static_node(cluster: Cluster, pod: Mapping[str, Any]) -> bool:
@@ -186,6 +229,8 @@ def render_vertical(report: Mapping[str, Any]) -> None:
     for key in ("targets", "spec", "kubelet", "source"):
         for c, value in (v.get(key) or {}).items():
             rows.append([f"{key} {c}", str(value)])
+    for c, per in (v.get("terms") or {}).items():
+        rows += [[f"why {c} {resource}", line] for resource, line in per.items()]
     rows += [["kubelet condition", c] for c in v.get("conditions") or []]
     rows += [["KVPA condition", c] for c in v.get("kvpa_conditions") or []]
     last = v.get("last_event")

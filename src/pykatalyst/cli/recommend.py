@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,15 +19,23 @@ from pykatalyst.recommend import (
     recommender_names,
 )
 from pykatalyst.recommend.prometheus import PrometheusClient, PrometheusError, read_workload_usage
+from pykatalyst.recommend.settings import PykatalystSettings, SettingsError, load_settings
 from pykatalyst.recommend.usage_csv import UsageFileError, read_usage_csv
 
 DAY = 86400.0
 
 
-def _row(workload: str, container: str, series: UsageSeries, name: str, now: float) -> Any:
+def _row(
+    workload: str,
+    container: str,
+    series: UsageSeries,
+    name: str,
+    now: float,
+    settings: PykatalystSettings | None = None,
+) -> Any:
     base: dict[str, Any] = {"workload": workload, "container": container}
     try:
-        rec = get_recommender(name).recommend(series, now)
+        rec = get_recommender(name).recommend(series, now, settings)
     except RecommendationNotReady as error:
         return base | {
             "cpu_request": None,
@@ -65,6 +74,10 @@ def _why(row: dict[str, Any]) -> str:
             f" +{100 * terms['margin']:g}%"
         )
         text = f"{resource}: {model}, {terms['samples']} samples over {terms['span_hours']:.1f}h"
+        if terms.get("cost") is not None:
+            text += f", cost {terms['cost']:.4g}"
+            for r in terms.get("runners_up", [])[:1]:
+                text += f"; next {r['model']} (cost {r['cost']:.4g})"
         if terms.get("oom_bump"):
             text += ", OOM bump"
         for note in terms.get("notes", []):
@@ -131,14 +144,21 @@ def recommend(
         help="With --from-prometheus: how much usage history to read, e.g. 192h (8 days).",
     ),
     old_history_days: Annotated[float | None, old_option("recommend", "--history-days")] = None,
+    settings_file: Path | None = typer.Option(  # noqa: B008
+        None,
+        "--settings",
+        help="pykatalyst's recommender settings (YAML or JSON): the fields to change, "
+        "e.g. 'cpu: {underprovision_weight: 20}' (see docs/recommend.md).",
+    ),
 ) -> None:
     """Print the cpu and memory requests (and limits) a recommender would set, and why."""
     try:
-        get_recommender(recommender)
+        engine = get_recommender(recommender)
     except ValueError as error:
         print_message(f"error: --recommender: {error}", stderr=True)
         raise typer.Exit(2) from None
     history_s = _history_s(history, old_history_days)
+    settings = _settings(settings_file, engine.name)
     if (usage is None) == (from_prometheus is None):
         print_message(
             "error: give exactly one of --usage FILE or --from-prometheus URL", stderr=True
@@ -153,8 +173,8 @@ def recommend(
         except UsageFileError as error:
             print_message(f"error: {error}", stderr=True)
             raise typer.Exit(2) from None
-        series = {key: s for key, s in data.items() if len(s)}
-        newest = max((float(s.timestamps[-1]) for s in series.values()), default=0.0)
+        series: Mapping[tuple[str, str], UsageSeries] = data  # views, made when asked for
+        newest = max((float(s.timestamps[-1]) for s in data.values() if len(s)), default=0.0)
         now = at if at is not None else newest
     else:
         if not workload:
@@ -173,8 +193,27 @@ def recommend(
         if not series:
             print_message(f"error: Prometheus has no usage for {namespace}/{workload}", stderr=True)
             raise typer.Exit(1)
-    rows = [_row(w, c, s, recommender, now) for (w, c), s in sorted(series.items())]
+    keys = sorted(k for k, s in series.items() if len(s))
+    rows = [_row(w, c, series[(w, c)], recommender, now, settings) for w, c in keys]
     _print(rows, output, recommender)
+
+
+def _settings(path: Path | None, engine: str) -> PykatalystSettings | None:
+    """The settings file's settings; a bad file, or one given to another recommender, is a
+    usage error (exit 2)."""
+    if path is None:
+        return None
+    if engine != "pykatalyst":
+        print_message(
+            f"error: --settings: applies to the pykatalyst recommender, not {engine!r}",
+            stderr=True,
+        )
+        raise typer.Exit(2)
+    try:
+        return load_settings(path)
+    except SettingsError as error:
+        print_message(f"error: --settings: {error}", stderr=True)
+        raise typer.Exit(2) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -21,10 +21,9 @@ the last good `recommendResources` and `lastRecommendationTime` stay.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -36,21 +35,30 @@ from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.controllers import oom_record
 from pykatalyst.controllers import rr_status as rs
+from pykatalyst.controllers.usage_recommend import (
+    PrometheusSource as PrometheusSource,
+)
+from pykatalyst.controllers.usage_recommend import (
+    SourceUnavailable,
+    UsageSource,
+    recommend_container,
+    source_for,
+    template_resources,
+    terms_text,
+)
 from pykatalyst.recommend import (
+    CurrentResources,
     KatalystSettings,
     OOMEvent,
+    Recommendation,
     RecommendationNotReady,
     UsageSeries,
     get_recommender,
     match_oom_records,
     recommender_names,
 )
-from pykatalyst.recommend.prometheus import (
-    PrometheusClient,
-    PrometheusError,
-    check_base_filter,
-    read_workload_usage,
-)
+from pykatalyst.recommend.ensemble import PykatalystSettings
+from pykatalyst.recommend.prometheus import PrometheusError, check_base_filter
 
 RR = names.RESOURCE_RECOMMEND
 HOUR = 3600.0
@@ -77,49 +85,17 @@ class ResourceRecommendConfig(BaseModel):
         24 * HOUR, gt=0, description="samples must span this long (Katalyst: 24 h)"
     )
     max_history_s: float = Field(8 * 24 * HOUR, gt=0, description="oldest sample read")
+    vpa_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="a KVPA whose recommender is pykatalyst is recomputed this often (its "
+        "hysteresis holds changes under change_threshold)",
+    )
 
     @field_validator("prometheus_base_filter")
     @classmethod
     def _matchers(cls, value: str) -> str:
         return check_base_filter(value)
-
-
-class UsageSource(Protocol):
-    """Where usage comes from: each container's series for a workload's pods."""
-
-    def read(
-        self, namespace: str, workload: str, kind: str, start: float, end: float
-    ) -> Mapping[str, UsageSeries]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class PrometheusSource:
-    client: PrometheusClient
-    base_filter: str = ""
-
-    def read(
-        self, namespace: str, workload: str, kind: str, start: float, end: float
-    ) -> Mapping[str, UsageSeries]:
-        return read_workload_usage(
-            self.client, namespace, workload, start, end, kind=kind, base_filter=self.base_filter
-        )
-
-
-class SourceUnavailable(RuntimeError):
-    """The usage source could not be read."""
-
-
-@dataclass(frozen=True, slots=True)
-class NoSource:
-    """No Prometheus configured: every read says so."""
-
-    def read(
-        self, namespace: str, workload: str, kind: str, start: float, end: float
-    ) -> Mapping[str, UsageSeries]:
-        raise SourceUnavailable(
-            "no Prometheus address configured (katalyst controller "
-            "--resourcerecommend-prometheus-address, Helm value recommendation.prometheus.url)"
-        )
 
 
 def parse_oom_records(cm: Mapping[str, Any] | None) -> list[OOMEvent]:
@@ -267,10 +243,13 @@ def recommend(
     oom: Sequence[OOMEvent],
     now: float,
     settings: tuple[float, float],
+    template: Mapping[str, CurrentResources] | None = None,
+    base: PykatalystSettings | None = None,
 ) -> tuple[dict[str, Any], bool, str, str | None, list[rs.ContainerTarget]]:
     """Pure: the status after a run over what was gathered; `settings` is (task start,
-    readiness span). Returns (status, ok, summary, the terms annotation or None, the
-    containers' new targets)."""
+    readiness span), `template` what the pod template declares per container (hysteresis
+    and limits), `base` pykatalyst's recommender's settings. Returns (status, ok, summary,
+    the terms annotation or None, the containers' new targets)."""
     ok_conditions = [rs.condition(rs.VALIDATED, True), rs.condition(rs.INITIALIZED, True)]
     if got.series is None:
         cond = rs.condition(rs.PROVIDED, False, SOURCE_UNAVAILABLE, got.error)
@@ -282,13 +261,15 @@ def recommend(
     for c in cfg.containers:
         series = got.series.get(c.name) or UsageSeries.of([], [], [])
         events = match_oom_records(oom, cfg.namespace, cfg.workload, c.name)
+        current = (template or {}).get(c.name)
+        chosen = _settings(engine.name, c, cfg, settings, base)
         try:
-            r = engine.recommend(series, now, _settings(engine.name, c, cfg, settings), events)
+            r = recommend_container(engine, series, now, chosen, events, current)
         except RecommendationNotReady as exc:
             cond = rs.condition(rs.PROVIDED, False, rs.NOT_READY, exc.message)
             status = build_status(rr, [*ok_conditions, cond], now, targets or None)
             return status, False, f"{c.name}: {exc.message}", _terms_text(terms, now), []
-        targets.append(rs.ContainerTarget(c.name, r.cpu_request, r.memory_request))
+        targets.append(_target(c.name, r, current))
         terms[c.name] = {"recommender": r.recommender, **r.to_json()["terms"]}
     cond = rs.condition(rs.PROVIDED, True)
     status = build_status(rr, [*ok_conditions, cond], now, targets)
@@ -318,16 +299,33 @@ def quality(
 
 
 def _terms_text(terms: Mapping[str, Any], now: float) -> str | None:
-    if not terms:
-        return None
-    return json.dumps({"time": rfc3339(now), "containers": terms}, sort_keys=True)
+    return terms_text(terms, now) if terms else None
+
+
+def _target(name: str, r: Recommendation, current: CurrentResources | None) -> rs.ContainerTarget:
+    """A container's target: the requests, and a limit only where it differs from the
+    declared one (a ResourceRecommend controls requests only; a request above its limit
+    raises the limit, which the API server would otherwise refuse)."""
+    cpu_lim = mem_lim = None
+    if current is not None:
+        if r.cpu_limit is not None and r.cpu_limit != current.cpu_limit:
+            cpu_lim = r.cpu_limit
+        if r.memory_limit is not None and r.memory_limit != current.memory_limit:
+            mem_lim = r.memory_limit
+    return rs.ContainerTarget(name, r.cpu_request, r.memory_request, cpu_lim, mem_lim)
 
 
 def _settings(
-    engine: str, c: rs.ContainerConfig, cfg: rs.RRConfig, settings: tuple[float, float]
+    engine: str,
+    c: rs.ContainerConfig,
+    cfg: rs.RRConfig,
+    settings: tuple[float, float],
+    base: PykatalystSettings | None = None,
 ) -> Any:
     if engine != "katalyst":
-        return None  # the recommender's own defaults
+        # Katalyst's ResourceRecommend accepts controlledValues RequestsOnly alone
+        chosen = base if base is not None else PykatalystSettings()
+        return chosen.model_copy(update={"controlled_values": "RequestsOnly"})
     half_life = rs.half_life_hours(cfg.extensions)
     return KatalystSettings(
         cpu_buffer_percent=c.buffer(names.RESOURCE_CPU),
@@ -380,6 +378,7 @@ class ResourceRecommendController:
         *,
         source: UsageSource | None = None,
         registry: CollectorRegistry | None = None,
+        settings: PykatalystSettings | None = None,
     ) -> None:
         self.cluster = cluster
         reg = registry if registry is not None else CollectorRegistry()
@@ -402,14 +401,12 @@ class ResourceRecommendController:
         )
         self.config = config if config is not None else ResourceRecommendConfig()
         if source is None:
-            url = self.config.prometheus_url
-            timeout = self.config.prometheus_timeout_s
-            source = (
-                PrometheusSource(PrometheusClient(url, timeout), self.config.prometheus_base_filter)
-                if url
-                else NoSource()
+            cfg = self.config
+            source = source_for(
+                cfg.prometheus_url, cfg.prometheus_timeout_s, cfg.prometheus_base_filter
             )
         self.source = source
+        self.settings = settings if settings is not None else PykatalystSettings()
         self.memory = RRMemory()
         self._rrs = Informer(cluster, RR)
         self._deployments = Informer(cluster, names.DEPLOYMENT)
@@ -476,7 +473,14 @@ class ResourceRecommendController:
         except (PrometheusError, SourceUnavailable) as exc:
             got = Gathered(None, str(exc))
         status, ok, summary, terms, targets = recommend(
-            rr, cfg, got, oom, now, (start, self.config.min_span_s)
+            rr,
+            cfg,
+            got,
+            oom,
+            now,
+            (start, self.config.min_span_s),
+            template_resources(workload),
+            self.settings,
         )
         figures = quality(targets, got.series) if ok and got.series is not None else ()
         return self._done(RRUpdate(ns, name, status, ok, summary, terms, figures), now)

@@ -310,6 +310,9 @@ class ContainerTarget:
     name: str
     cpu: float | None
     memory: float | None
+    # limits, where the recommender changes the declared ones (None: left as declared)
+    cpu_limit: float | None = None
+    memory_limit: float | None = None
 
 
 def cpu_quantity(cores: float) -> str:
@@ -328,5 +331,13 @@ def recommend_resources(targets: Sequence[ContainerTarget]) -> dict[str, Any]:
             target[names.RESOURCE_CPU] = cpu_quantity(t.cpu)
         if t.memory is not None:
             target[names.RESOURCE_MEMORY] = memory_quantity(t.memory)
-        recs.append({"containerName": t.name, "requests": {"target": target}})
+        entry: dict[str, Any] = {"containerName": t.name, "requests": {"target": target}}
+        limits: dict[str, str] = {}
+        if t.cpu_limit is not None:
+            limits[names.RESOURCE_CPU] = cpu_quantity(t.cpu_limit)
+        if t.memory_limit is not None:
+            limits[names.RESOURCE_MEMORY] = memory_quantity(t.memory_limit)
+        if limits:
+            entry["limits"] = {"target": limits}
+        recs.append(entry)
     return {"containerRecommendations": recs}

@@ -2,8 +2,9 @@
 `controllers.resize`), execute.
 
 One reconcile runs Katalyst's three sub-controllers in their order on one snapshot of the
-informer caches: the in-tree recommender (SPD -> VPARec), vparec (VPARec -> KVPA status)
-and vpa (KVPA -> workload, pods, status). The KVPA status vparec computes is handed to the
+informer caches: the in-tree recommenders (SPD -> VPARec for `AvgLoadToCpuRequest`; usage
+from Prometheus -> VPARec for `pykatalyst`, every `vpa_interval_s`), vparec (VPARec -> KVPA
+status) and vpa (KVPA -> workload, pods, status). The KVPA status vparec computes is handed to the
 vpa decision in memory, so each KVPA gets one status write per reconcile.
 
 The executor only applies the plan: VPARec creates/patches/deletes, KVPA metadata and
@@ -34,10 +35,20 @@ from pykatalyst.cluster.protocol import (
     TooManyRequests,
 )
 from pykatalyst.controllers import kvpa as kv
-from pykatalyst.controllers import resize, vparec
+from pykatalyst.controllers import oom_record, resize, vparec
 from pykatalyst.controllers.backstop import _Bucket as Bucket
 from pykatalyst.controllers.kvpa import KVPAInputs, KVPAOutcome, PodAction
 from pykatalyst.controllers.resize import ResizeConfig, ResizeMemory
+from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig, oom_events
+from pykatalyst.controllers.usage_recommend import (
+    SourceUnavailable,
+    UsageSource,
+    source_for,
+    template_resources,
+)
+from pykatalyst.recommend import OOMEvent
+from pykatalyst.recommend.ensemble import PykatalystSettings
+from pykatalyst.recommend.prometheus import PrometheusError
 
 PLUGIN: Final = "vpa"
 EVENT_RESIZE: Final = "ResizeRequested"
@@ -110,9 +121,23 @@ class VPAController:
         config: ResizeConfig | None = None,
         *,
         registry: CollectorRegistry | None = None,
+        rr_config: ResourceRecommendConfig | None = None,
+        source: UsageSource | None = None,
+        settings: PykatalystSettings | None = None,
     ) -> None:
         self.cluster = cluster
         self.config = config if config is not None else ResizeConfig()
+        # pykatalyst's recommender: where usage comes from, how often, with what settings
+        self.rr_config = rr_config if rr_config is not None else ResourceRecommendConfig()
+        rc = self.rr_config
+        self.source = (
+            source
+            if source is not None
+            else source_for(rc.prometheus_url, rc.prometheus_timeout_s, rc.prometheus_base_filter)
+        )
+        self.settings = settings if settings is not None else PykatalystSettings()
+        self._recommend_due: dict[str, float] = {}
+        self._changed_at: dict[str, float] = {}
         self._kvpas = Informer(cluster, names.KATALYST_VERTICAL_POD_AUTOSCALER)
         self._recs = Informer(cluster, names.VPA_RECOMMENDATION)
         self._spds = Informer(cluster, names.SERVICE_PROFILE_DESCRIPTOR)
@@ -186,11 +211,20 @@ class VPAController:
             owner = vparec.owner_kvpa(rec, by_ns.get(str(_meta(rec).get("namespace")), {}))
             if not isinstance(owner, str):
                 rec_of[_key(owner)] = rec
+        oom: list[OOMEvent] | None = None
+        for key in set(self._recommend_due) - set(kvpas):
+            self._recommend_due.pop(key, None)
+            self._changed_at.pop(key, None)
         for key, k in kvpas.items():
-            if vparec.recommender_of(k) != vpa.RECOMMENDER_AVG_LOAD_TO_CPU:
-                continue
-            inputs = vparec.RecommendInputs(k, rec_of.get(key), self._spd_for(k))
-            action = vparec.decide_recommend(inputs)
+            name = vparec.recommender_of(k)
+            action: vparec.RecommendAction | None = None
+            if name == vpa.RECOMMENDER_AVG_LOAD_TO_CPU:
+                inputs = vparec.RecommendInputs(k, rec_of.get(key), self._spd_for(k))
+                action = vparec.decide_recommend(inputs)
+            elif name == vparec.RECOMMENDER_PYKATALYST and now >= self._recommend_due.get(key, 0):
+                self._recommend_due[key] = now + self.rr_config.vpa_interval_s
+                oom = oom if oom is not None else self._oom(now)
+                action = self._usage_recommend(key, k, rec_of.get(key), oom, now)
             if action is not None:
                 actions.append(action)
         outcomes = []
@@ -205,6 +239,47 @@ class VPAController:
             if (_meta(k).get("annotations") or {}).get(names.VPA_REC_NAME_ANNOTATION) != want:
                 rec_names[key] = want
         return vparec.VPARecPlan(now, tuple(actions), tuple(outcomes), rec_names)
+
+    def _oom(self, now: float) -> list[OOMEvent]:
+        """Katalyst's OOM records (the ConfigMap the ResourceRecommend controller keeps) with
+        the kills the pods show now; read only, never written here."""
+        try:
+            cm: JSON | None = self.cluster.get(
+                names.CONFIG_MAP, names.OOM_RECORD_CONFIG_MAP, names.KUBE_SYSTEM_NAMESPACE
+            )
+        except ApiError:  # NotFound included: no records yet
+            cm = None
+        records = oom_record.read(cm, names.OOM_RECORD_KEY)
+        return oom_events(oom_record.merge(records, oom_record.observed(self._pods.list()), now))
+
+    def _usage_recommend(
+        self,
+        key: str,
+        kvpa: Mapping[str, Any],
+        rec: Mapping[str, Any] | None,
+        oom: list[OOMEvent],
+        now: float,
+    ) -> vparec.RecommendAction | None:
+        """Gather the workload's usage and decide its VPARec with pykatalyst's recommender."""
+        ns = str(_meta(kvpa).get("namespace"))
+        ref = (kvpa.get("spec") or {}).get("targetRef") or {}
+        workload = self._workload(ns, ref) if isinstance(ref, Mapping) else None
+        if workload is None:
+            return None  # the vpa decision says so on the KVPA
+        begin = now - min(self.settings.history_s, self.rr_config.max_history_s)
+        series: Mapping[str, Any] | None = None
+        error = ""
+        try:
+            series = self.source.read(ns, str(ref.get("name")), str(ref.get("kind")), begin, now)
+        except (PrometheusError, SourceUnavailable) as exc:
+            error = str(exc)
+        inputs = vparec.UsageInputs(
+            kvpa, rec, series, template_resources(workload), oom, error, self._changed_at.get(key)
+        )
+        action = vparec.decide_usage_recommend(inputs, self.settings, now)
+        if action is not None and (action.spec is not None or action.create is not None):
+            self._changed_at[key] = now
+        return action
 
     def _spd_for(self, kvpa: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The SPD of the KVPA's workload: the one its annotation names, else the one
@@ -279,7 +354,9 @@ class VPAController:
             elif a.create is not None:
                 self._try(run, f"create {what}", self.cluster.create, kind, a.create, a.namespace)
             elif a.spec is not None:
-                body = {"spec": a.spec}
+                body: JSON = {"spec": a.spec}
+                if a.annotations:
+                    body["metadata"] = {"annotations": dict(a.annotations)}
                 self._try(run, f"spec {what}", self.cluster.patch, kind, a.name, body, a.namespace)
             else:
                 ref = self._kvpa_ref(f"{a.namespace}/{a.name}", a.kvpa_uid)

@@ -14,6 +14,9 @@ Katalyst's `vparec` sub-controller, as pure decisions:
 - the KVPA carries `vpa.katalyst.kubewharf.io/recName`, removed when no VPARec matches.
 
 And the `resourceRecommend` sub-controller: a KVPA whose `algorithmPolicy.recommender` is
+`pykatalyst` gets a VPARec with each container's cpu and memory requests (and limits) from
+pykatalyst's recommender over the workload's usage (`decide_usage_recommend`, the same call
+the ResourceRecommend controller makes); one whose recommender is
 `AvgLoadToCpuRequest` gets a VPARec (its name, an ownerReference to it, its labels) with
 one cpu request per container: the time-weighted mean of `pod_cpu_load_1min` over the
 `avg` entry of its workload's SPD `status.aggMetrics` (Σ load·window / Σ window). A VPARec
@@ -23,17 +26,30 @@ whose KVPA is gone, or names no recommender, is deleted (Katalyst's cleanVPARec)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from pykatalyst.api import duration, names, vpa
 from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.api.vpa import ContainerPolicy, KVPAError
 from pykatalyst.controllers.kvpa import set_condition
+from pykatalyst.controllers.rr_status import cpu_quantity, memory_quantity
+from pykatalyst.controllers.usage_recommend import recommend_container, terms_text
+from pykatalyst.recommend import (
+    CurrentResources,
+    OOMEvent,
+    Recommendation,
+    RecommendationNotReady,
+    UsageSeries,
+    get_recommender,
+    match_oom_records,
+)
+from pykatalyst.recommend.ensemble import PykatalystSettings
 
 JSON = dict[str, Any]
 CPU_LOAD_METRIC: Final = "pod_cpu_load_1min"
 AGGREGATOR_AVG: Final = "avg"
+RECOMMENDER_PYKATALYST: Final = "pykatalyst"
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -290,6 +306,7 @@ class RecommendAction:
     delete: bool = False
     message: str = ""
     kvpa_uid: str = ""
+    annotations: Mapping[str, str] | None = None  # set with the spec (the terms behind it)
 
     def to_json(self) -> JSON:
         what = "delete" if self.delete else "create" if self.create else "update"
@@ -305,9 +322,12 @@ def recommend_spec(loads: Mapping[str, Quantity]) -> JSON:
     }
 
 
-def new_rec(kvpa: Mapping[str, Any], spec: JSON) -> JSON:
+def new_rec(
+    kvpa: Mapping[str, Any], spec: JSON, annotations: Mapping[str, str] | None = None
+) -> JSON:
     meta = _meta(kvpa)
     kind = names.KATALYST_VERTICAL_POD_AUTOSCALER
+    extra: JSON = {"annotations": dict(annotations)} if annotations else {}
     return {
         "apiVersion": names.VPA_RECOMMENDATION.api_version,
         "kind": names.VPA_RECOMMENDATION.kind,
@@ -315,6 +335,7 @@ def new_rec(kvpa: Mapping[str, Any], spec: JSON) -> JSON:
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
             "labels": dict(meta.get("labels") or {}),
+            **extra,
             "ownerReferences": [
                 {
                     "apiVersion": kind.api_version,
@@ -350,6 +371,162 @@ def decide_recommend(inputs: RecommendInputs) -> RecommendAction | None:
         return None
     rname = str(_meta(inputs.rec).get("name"))
     return RecommendAction(ns, rname, spec=spec, message="cpu requests from the avg load")
+
+
+# --- pykatalyst's recommender -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UsageInputs:
+    """What pykatalyst's recommender reads for one KVPA: its VPARec (None: none yet), the
+    workload's usage per container (None: the source failed and `error` says why), what
+    the pod template declares per container, the OOM records, and when this controller
+    last changed the VPARec's spec (None: not since it started)."""
+
+    kvpa: Mapping[str, Any]
+    rec: Mapping[str, Any] | None
+    series: Mapping[str, UsageSeries] | None
+    template: Mapping[str, CurrentResources]
+    oom: Sequence[OOMEvent] = ()
+    error: str = ""
+    changed_at: float | None = None
+
+
+def policy_settings(base: PykatalystSettings, policy: ContainerPolicy | None) -> PykatalystSettings:
+    """The settings for one container: the policy's minAllowed / maxAllowed (so an OOM
+    bump never asks for more than maxAllowed) and its controlledValues."""
+    if policy is None:
+        return base
+    update: dict[str, Any] = {
+        "controlled_values": "RequestsOnly"
+        if policy.controlled_values == vpa.VALUES_REQUESTS
+        else "RequestsAndLimits"
+    }
+    for field_name, bounds, resource in (
+        ("min_allowed_cpu", policy.min_allowed, names.RESOURCE_CPU),
+        ("min_allowed_memory", policy.min_allowed, names.RESOURCE_MEMORY),
+        ("max_allowed_cpu", policy.max_allowed, names.RESOURCE_CPU),
+        ("max_allowed_memory", policy.max_allowed, names.RESOURCE_MEMORY),
+    ):
+        if resource in bounds:
+            update[field_name] = bounds[resource].as_float()
+    return base.model_copy(update=update)
+
+
+def _figure(part: Any, resource: str) -> float | None:
+    res = part.get("resources") if isinstance(part, Mapping) else None
+    raw = res.get(resource) if isinstance(res, Mapping) else None
+    try:
+        return Quantity.parse(str(raw)).as_float() if raw is not None else None
+    except QuantityError:
+        return None
+
+
+def _pair(
+    req: float | None, lim: float | None, d_req: float | None, d_lim: float | None
+) -> tuple[float | None, float | None]:
+    """One resource's current (request, limit): the last recommendation where it has a
+    request (its limit, or the declared one in the declared ratio), else as declared."""
+    if req is None:
+        return d_req, d_lim
+    if lim is None and d_lim is not None and d_req:
+        lim = req * d_lim / d_req
+    return req, lim if lim is not None else d_lim
+
+
+def current_of(inputs: UsageInputs, container: str) -> CurrentResources | None:
+    """What the container runs with now as far as the recommender is concerned: what the
+    VPARec last recommended (the pods are resized to it), else what the template declares."""
+    declared = inputs.template.get(container) or CurrentResources()
+    spec = (inputs.rec or {}).get("spec")
+    entries = spec.get("containerRecommendations") if isinstance(spec, Mapping) else None
+    last = next(
+        (
+            e
+            for e in entries or []
+            if isinstance(e, Mapping) and e.get("containerName") == container
+        ),
+        None,
+    )
+    if last is None:
+        return replace(declared, changed_at=inputs.changed_at)
+    cpu = _pair(
+        _figure(last.get("requests"), names.RESOURCE_CPU),
+        _figure(last.get("limits"), names.RESOURCE_CPU),
+        declared.cpu_request,
+        declared.cpu_limit,
+    )
+    mem = _pair(
+        _figure(last.get("requests"), names.RESOURCE_MEMORY),
+        _figure(last.get("limits"), names.RESOURCE_MEMORY),
+        declared.memory_request,
+        declared.memory_limit,
+    )
+    return CurrentResources(cpu[0], mem[0], cpu[1], mem[1], inputs.changed_at, declared.throttled)
+
+
+def _entry(container: str, r: Recommendation) -> JSON:
+    req: dict[str, str] = {}
+    lim: dict[str, str] = {}
+    pairs = ((req, r.cpu_request, r.memory_request), (lim, r.cpu_limit, r.memory_limit))
+    for out, cpu, mem in pairs:
+        if cpu is not None:
+            out[names.RESOURCE_CPU] = cpu_quantity(cpu)
+        if mem is not None:
+            out[names.RESOURCE_MEMORY] = memory_quantity(mem)
+    entry: JSON = {"containerName": container, "requests": {"resources": req}}
+    if lim:
+        entry["limits"] = {"resources": lim}
+    return entry
+
+
+def decide_usage_recommend(
+    inputs: UsageInputs, settings: PykatalystSettings, now: float
+) -> RecommendAction | None:
+    """Pure: pykatalyst's recommendation for one KVPA naming it, as its VPARec's spec (and
+    the terms behind it as an annotation); a message alone when it cannot recommend (the
+    source failed, or a container's history is too short); None when nothing changes."""
+    meta = _meta(inputs.kvpa)
+    ns, name, uid = (str(meta.get(k) or "") for k in ("namespace", "name", "uid"))
+    if inputs.series is None:
+        return RecommendAction(ns, name, message=f"usage: {inputs.error}", kvpa_uid=uid)
+    try:
+        parsed = vpa.read_kvpa(inputs.kvpa)
+    except KVPAError:
+        return None  # the vpa decision reports it on the KVPA
+    engine = get_recommender(RECOMMENDER_PYKATALYST)
+    entries: list[JSON] = []
+    terms: dict[str, Any] = {}
+    for container in sorted(inputs.template):
+        policy = parsed.policies.get(container) or parsed.policies.get("*")
+        series = inputs.series.get(container) or UsageSeries.of([], [], [])
+        events = match_oom_records(inputs.oom, ns, parsed.target_name, container)
+        try:
+            r = recommend_container(
+                engine,
+                series,
+                now,
+                policy_settings(settings, policy),
+                events,
+                current_of(inputs, container),
+            )
+        except RecommendationNotReady as exc:
+            message = f"container {container}: {exc.message}"
+            return RecommendAction(ns, name, message=message, kvpa_uid=uid)
+        entries.append(_entry(container, r))
+        terms[container] = {"recommender": r.recommender, **r.to_json()["terms"]}
+    if not entries:
+        message = "the workload's pod template has no containers"
+        return RecommendAction(ns, name, message=message, kvpa_uid=uid)
+    spec: JSON = {"containerRecommendations": entries}
+    ann = {names.RECOMMENDATION_TERMS_ANNOTATION: terms_text(terms, now)}
+    if inputs.rec is None:
+        return RecommendAction(ns, name, create=new_rec(inputs.kvpa, spec, ann), message="created")
+    if inputs.rec.get("spec") == spec:
+        return None
+    rname = str(_meta(inputs.rec).get("name"))
+    why = "requests and limits from pykatalyst's recommender"
+    return RecommendAction(ns, rname, spec=spec, message=why, annotations=ann)
 
 
 def stale_recs(

@@ -16,7 +16,8 @@ Public API (everything here is importable from ``pykatalyst.recommend``):
 - ``Recommendation`` — ``cpu_request`` (cores), ``memory_request`` (bytes), ``cpu_limit``,
   ``memory_limit`` (``None`` where not set), ``terms``: per resource a ``ResourceTerms``
   (percentile, half-life, margin, sample count and span, the raw estimate, the OOM bump that
-  set it, the chosen model, notes). ``to_json()`` gives the wire form.
+  set it, the chosen model, its replay cost and the runners-up, notes). ``to_json()`` gives
+  the wire form.
 - ``KatalystSettings`` — bufferPercent per resource, ``decayHalfLife`` hours, the controlled
   resources and when the processor's tasks started; ``match_oom_records`` applies Katalyst's
   OOM-record matching (namespace, container, pod-name prefix).
@@ -44,6 +45,7 @@ from pykatalyst.recommend.model import (
     Recommendation,
     RecommendationNotReady,
     ResourceTerms,
+    RunnerUp,
     UsageSeries,
 )
 from pykatalyst.recommend.registry import Recommender, get_recommender, recommender_names
@@ -63,6 +65,7 @@ __all__ = [
     "RecommendationNotReady",
     "Recommender",
     "ResourceTerms",
+    "RunnerUp",
     "UsageSeries",
     "build_histogram",
     "get_recommender",

@@ -33,10 +33,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from pykatalyst.recommend.histogram import BucketLayout, build_histogram
 from pykatalyst.recommend.model import (
@@ -48,102 +46,20 @@ from pykatalyst.recommend.model import (
     Recommendation,
     RecommendationNotReady,
     ResourceTerms,
+    RunnerUp,
     UsageSeries,
 )
+from pykatalyst.recommend.settings import DAY, HOUR, ModelGrid, PykatalystSettings
+
+__all__ = ["ModelGrid", "PykatalystRecommender", "PykatalystSettings", "oom_needed"]
 
 NAME = "pykatalyst"
-HOUR = 3600.0
-DAY = 86400.0
-MIB = 1024.0 * 1024.0
-GIB = 1024.0 * MIB
-
-
-class ModelGrid(BaseModel):
-    """The candidate models of one resource and how a replay scores them."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    half_lives_hours: tuple[float, ...] = Field(description="Histogram half-lives tried, hours.")
-    percentiles: tuple[float, ...] = Field(description="Percentiles tried, in (0, 1].")
-    margins: tuple[float, ...] = Field(description="Margins tried (0.1 = +10 %).")
-    shortfall_weight: float = Field(
-        description="Cost of one unit of usage above the request, relative to one of slack."
-    )
-    underprovision_weight: float = Field(
-        description="Cost of being under-provisioned all the time, in the resource's units "
-        "(cores, bytes): the slack worth paying to avoid it. An absolute rate, so small "
-        "workloads buy coverage cheaply and large ones stay tight."
-    )
-    change_weight: float = Field(
-        0.002, ge=0, description="Cost of one request change, in units of mean usage × history."
-    )
-
-
-class PykatalystSettings(BaseModel):
-    """Every constant of the pykatalyst recommender. Defaults are the benchmark's choice."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    resources: tuple[str, ...] = Field((CPU, MEMORY), description="Resources recommended.")
-    cpu: ModelGrid = Field(
-        default_factory=lambda: ModelGrid(
-            half_lives_hours=(12.0, 48.0),
-            percentiles=(0.9, 0.95, 0.99, 1.0),
-            margins=(0.0, 0.1, 0.2, 0.4),
-            shortfall_weight=2.0,
-            underprovision_weight=12.0,
-        ),
-        description="Cpu candidates and costs (underprovision_weight in cores).",
-    )
-    memory: ModelGrid = Field(
-        default_factory=lambda: ModelGrid(
-            half_lives_hours=(24.0, 96.0),
-            percentiles=(0.8, 0.9, 0.95, 0.99),
-            margins=(0.0, 0.05),
-            shortfall_weight=4.0,
-            underprovision_weight=1.0 * GIB,
-        ),
-        description="Memory candidates and costs (underprovision_weight in bytes; a shortfall "
-        "is an OOM when the limit equals the request).",
-    )
-    bucket_growth: float = Field(0.02, gt=0, le=0.5, description="Histogram bucket growth.")
-    history_s: float = Field(14 * DAY, gt=0, description="Samples older than this are ignored.")
-    min_history_s: float = Field(
-        6 * HOUR, ge=0, description="Not ready until the samples span this long."
-    )
-    replay_window_s: float = Field(3 * DAY, gt=0, description="How far back the replay goes.")
-    replay_step_s: float = Field(2 * HOUR, gt=0, description="Replay points are this far apart.")
-    memory_peak_window_s: float = Field(HOUR, gt=0, description="Memory peaks are taken per ...")
-    memory_floor_window_s: float = Field(HOUR, ge=0, description="Floor: the peak of the last ...")
-    memory_floor_margin: float = Field(0.0, ge=0, description="... times (1 + this).")
-    min_cpu: float = Field(0.01, ge=0, description="Smallest cpu request, cores.")
-    min_memory: float = Field(32 * MIB, ge=0, description="Smallest memory request, bytes.")
-    max_allowed_cpu: float | None = Field(None, description="maxAllowed cpu, cores.")
-    max_allowed_memory: float | None = Field(None, description="maxAllowed memory, bytes.")
-    min_allowed_cpu: float | None = Field(None, description="minAllowed cpu, cores.")
-    min_allowed_memory: float | None = Field(None, description="minAllowed memory, bytes.")
-    oom_bump_ratio: float = Field(1.2, ge=1, description="After an OOM: at least x × this ...")
-    oom_min_bump_bytes: float = Field(100 * MIB, ge=0, description="... and x + this.")
-    oom_bump_half_life_s: float = Field(
-        12 * HOUR, gt=0, description="The OOM bump's excess over the estimate halves this often."
-    )
-    oom_window_s: float = Field(7 * DAY, gt=0, description="OOMs older than this are ignored.")
-    cpu_schedule: bool = Field(False, description="Follow a daily cpu pattern (in-place only).")
-    schedule_min_days: float = Field(3.0, gt=1, description="History needed for a schedule.")
-    schedule_min_autocorrelation: float = Field(
-        0.6, ge=-1, le=1, description="Day-lag autocorrelation of hourly means that counts."
-    )
-    change_threshold: float = Field(
-        0.1, ge=0, description="Hysteresis: change only when the request moves by more."
-    )
-    min_change_interval_s: float = Field(900.0, ge=0, description="... and not more often.")
-    memory_grow_fraction: float = Field(
-        0.1, ge=0, le=1, description="Grow at once when memory is within this of its limit."
-    )
-    controlled_values: Literal["RequestsAndLimits", "RequestsOnly"] = Field(
-        "RequestsAndLimits",
-        description="RequestsAndLimits: limits keep the declared ratio; RequestsOnly: untouched.",
-    )
+# Numerical guards, not settings: the smallest mean usage a change is costed against, the
+# tie-break that prefers the smaller model when costs are equal, and the absolute part of
+# a replayed change's threshold (so a zero request moving to zero is no change).
+_TINY_USAGE = 1e-9
+_TIE_BREAK = 1e-6
+_TINY_CHANGE = 1e-12
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,18 +72,15 @@ class _Choice:
     cost: float
 
 
-def _layout(first: float, max_value: float, growth: float) -> BucketLayout:
-    return BucketLayout(max_value=max_value, first_bucket_size=first, ratio=1.0 + growth)
+_LAYOUTS: dict[tuple[float, float, float], BucketLayout] = {}
 
 
-_LAYOUTS: dict[tuple[str, float], BucketLayout] = {}
-
-
-def layout_for(resource: str, growth: float) -> BucketLayout:
-    key = (resource, growth)
+def layout_for(grid: ModelGrid, growth: float) -> BucketLayout:
+    """The histogram layout of a resource's grid (first bucket, largest value) and growth."""
+    key = (grid.first_bucket, grid.max_value, growth)
     if key not in _LAYOUTS:
-        _LAYOUTS[key] = (
-            _layout(0.001, 1000.0, growth) if resource == CPU else _layout(1e6, 1e12, growth)
+        _LAYOUTS[key] = BucketLayout(
+            max_value=grid.max_value, first_bucket_size=grid.first_bucket, ratio=1.0 + growth
         )
     return _LAYOUTS[key]
 
@@ -199,8 +112,9 @@ def _select(
     grid: ModelGrid,
     layout: BucketLayout,
     settings: PykatalystSettings,
-) -> _Choice:
-    """Replay every candidate over the recent history and keep the cheapest."""
+) -> tuple[_Choice, tuple[_Choice, ...]]:
+    """Replay every candidate over the recent history; the cheapest, and the next
+    ``terms_runners_up`` cheapest for the explanation."""
     start = max(float(t[0]) + settings.min_history_s, now - settings.replay_window_s)
     points = np.arange(start, now, settings.replay_step_s)
     points = np.append(points, now)  # the last point is the recommendation itself
@@ -213,30 +127,38 @@ def _select(
     interval = np.searchsorted(points, t, side="left") - 1
     scored = (interval >= 0) & (interval < k - 1)
     iv, xv = interval[scored], x[scored]
-    mean_use = max(float(np.mean(xv)) if xv.size else float(np.mean(x)), 1e-9)
-    best: _Choice | None = None
+    mean_use = max(float(np.mean(xv)) if xv.size else float(np.mean(x)), _TINY_USAGE)
     nm, npc = margins.size, ps.size
+    # Ties go to the smaller model (lower margin, then lower percentile, shorter half-life).
+    tie = _TIE_BREAK * (np.arange(nm)[:, None] + np.arange(npc)[None, :]).ravel()
+    raw: list[FloatArray] = []
+    finals: list[FloatArray] = []
     for half_life_h in grid.half_lives_hours:
-        half_life = half_life_h * HOUR
-        w = np.exp2((t - now) / half_life)
+        w = np.exp2((t - now) / (half_life_h * HOUR))
         table = _percentile_table(layout, buckets, seg, w, k, ps)  # (k, P)
         recs = (table[:, None, :] * (1 + margins)[None, :, None]).reshape(k, nm * npc)
-        cost = _replay_cost(recs[:-1], iv, xv, mean_use, grid)
-        # Ties go to the smaller model (lower margin, then lower percentile).
-        cost = cost + 1e-6 * (np.arange(nm)[:, None] + np.arange(npc)[None, :]).ravel()
-        j = int(np.argmin(cost))
-        if best is None or float(cost[j]) < best.cost:
-            mi, pi = divmod(j, npc)
-            est, margin = float(table[-1, pi]), float(margins[mi])
-            best = _Choice(
-                est * (1 + margin), est, half_life, float(ps[pi]), margin, float(cost[j])
-            )
-    assert best is not None
-    return best
+        raw.append(_replay_cost(recs[:-1], iv, xv, mean_use, grid, settings.change_threshold))
+        finals.append(table[-1])
+    ranked = np.concatenate([cost + tie for cost in raw])
+    order = np.argsort(ranked, kind="stable")[: 1 + settings.terms_runners_up]
+    choices = []
+    for j in order:
+        h, rest = divmod(int(j), nm * npc)
+        mi, pi = divmod(rest, npc)
+        est, margin = float(finals[h][pi]), float(margins[mi])
+        half_life = grid.half_lives_hours[h] * HOUR
+        cost = float(raw[h][rest])
+        choices.append(_Choice(est * (1 + margin), est, half_life, float(ps[pi]), margin, cost))
+    return choices[0], tuple(choices[1:])
 
 
 def _replay_cost(
-    recs: FloatArray, iv: np.ndarray, xv: FloatArray, mean_use: float, grid: ModelGrid
+    recs: FloatArray,
+    iv: np.ndarray,
+    xv: FloatArray,
+    mean_use: float,
+    grid: ModelGrid,
+    change_threshold: float,
 ) -> FloatArray:
     """Cost per percentile column of applying ``recs[j]`` to the usage of interval j."""
     if iv.size == 0:
@@ -247,7 +169,7 @@ def _replay_cost(
     slack = np.maximum(diff, 0).sum(axis=0) / n
     short = np.maximum(-diff, 0).sum(axis=0) / n
     under = np.count_nonzero(diff < 0, axis=0) / n
-    jumps = np.abs(np.diff(recs, axis=0)) > 0.1 * np.abs(recs[:-1]) + 1e-12
+    jumps = np.abs(np.diff(recs, axis=0)) > change_threshold * np.abs(recs[:-1]) + _TINY_CHANGE
     changes = jumps.sum(axis=0) if recs.shape[0] > 1 else np.zeros(recs.shape[1])
     cost: FloatArray = (
         slack
@@ -278,17 +200,19 @@ def _daily_schedule(
     hourly = np.divide(sums, counts, out=np.full(sums.size, np.nan), where=counts > 0)
     a, b = hourly[24:], hourly[:-24]
     ok = ~(np.isnan(a) | np.isnan(b))
-    if ok.sum() < 48 or np.std(a[ok]) == 0 or np.std(b[ok]) == 0:
+    if ok.sum() < settings.schedule_min_pairs or np.std(a[ok]) == 0 or np.std(b[ok]) == 0:
         return None
     corr = float(np.corrcoef(a[ok], b[ok])[0, 1])
     if not corr >= settings.schedule_min_autocorrelation:
         return None
-    # Samples whose hour of day is within an hour of the coming hour, decayed as chosen.
+    # Samples of earlier days around the coming hour's time of day, decayed as chosen.
     phase = ((t - now) % DAY) / HOUR
-    near = (phase >= 23.0) | (phase <= 2.0)
-    if near.sum() < 6:
+    near = (phase >= 24.0 - settings.schedule_hours_before) | (
+        phase <= settings.schedule_hours_after
+    )
+    if near.sum() < settings.schedule_min_samples:
         return None
-    layout = layout_for(CPU, settings.bucket_growth)
+    layout = layout_for(settings.cpu, settings.bucket_growth)
     w = np.exp2((t[near] - now) / choice.half_life_s)
     value = build_histogram(layout, x[near], w).percentile(choice.percentile)
     return value * (1 + choice.margin), f"daily schedule (day-lag autocorrelation {corr:.2f})"
@@ -302,11 +226,20 @@ def _clip(value: float, low: float | None, high: float | None) -> float:
     return value
 
 
-def _terms(choice: _Choice, t: FloatArray, samples: int, notes: list[str]) -> ResourceTerms:
-    model = (
+def _model(choice: _Choice) -> str:
+    return (
         f"half-life {choice.half_life_s / HOUR:g}h p{100 * choice.percentile:g} "
         f"+{100 * choice.margin:g}%"
     )
+
+
+def _terms(
+    choice: _Choice,
+    others: tuple[_Choice, ...],
+    t: FloatArray,
+    samples: int,
+    notes: list[str],
+) -> ResourceTerms:
     return ResourceTerms(
         percentile=choice.percentile,
         half_life_s=choice.half_life_s,
@@ -314,8 +247,10 @@ def _terms(choice: _Choice, t: FloatArray, samples: int, notes: list[str]) -> Re
         samples=samples,
         span_s=float(t[-1] - t[0]) if t.size else 0.0,
         estimate=choice.estimate,
-        model=model,
+        model=_model(choice),
         notes=tuple(notes),
+        cost=choice.cost,
+        runners_up=tuple(RunnerUp(_model(o), o.value, o.cost) for o in others),
     )
 
 
@@ -323,7 +258,8 @@ def _recommend_cpu(
     series: UsageSeries, now: float, settings: PykatalystSettings
 ) -> tuple[float, ResourceTerms]:
     t, x = series.timestamps, series.cpu
-    choice = _select(t, x, now, settings.cpu, layout_for(CPU, settings.bucket_growth), settings)
+    layout = layout_for(settings.cpu, settings.bucket_growth)
+    choice, others = _select(t, x, now, settings.cpu, layout, settings)
     value, notes = choice.value, []
     if settings.cpu_schedule:
         scheduled = _daily_schedule(t, x, now, choice, settings)
@@ -334,7 +270,7 @@ def _recommend_cpu(
     clipped = _clip(value, settings.min_allowed_cpu, settings.max_allowed_cpu)
     if clipped != value:
         notes.append(f"clipped to the allowed range: {clipped:.3f} cores")
-    return clipped, _terms(choice, t, t.size, notes)
+    return clipped, _terms(choice, others, t, t.size, notes)
 
 
 def oom_needed(event: OOMEvent, settings: PykatalystSettings) -> float:
@@ -368,8 +304,8 @@ def _recommend_memory(
     series: UsageSeries, now: float, settings: PykatalystSettings, oom_events: Sequence[OOMEvent]
 ) -> tuple[float, ResourceTerms]:
     t, x = _window_peaks(series.timestamps, series.memory, settings.memory_peak_window_s)
-    layout = layout_for(MEMORY, settings.bucket_growth)
-    choice = _select(t, x, now, settings.memory, layout, settings)
+    layout = layout_for(settings.memory, settings.bucket_growth)
+    choice, others = _select(t, x, now, settings.memory, layout, settings)
     value, notes = choice.value, []
     recent = series.memory[series.timestamps >= now - settings.memory_floor_window_s]
     if recent.size:
@@ -388,7 +324,7 @@ def _recommend_memory(
     clipped = _clip(value, settings.min_allowed_memory, settings.max_allowed_memory)
     if clipped != value:
         notes.append(f"clipped to the allowed range: {clipped:.0f} bytes")
-    terms = _terms(choice, t, series.timestamps.size, notes)
+    terms = _terms(choice, others, t, series.timestamps.size, notes)
     if bump is not None:
         terms = replace(terms, oom_bump=clipped)
     return clipped, terms

@@ -117,6 +117,18 @@ class CurrentResources:
 
 
 @dataclass(frozen=True, slots=True)
+class RunnerUp:
+    """A candidate model that lost: what it would have asked for, and its replay cost."""
+
+    model: str
+    value: float
+    cost: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "value": self.value, "cost": self.cost}
+
+
+@dataclass(frozen=True, slots=True)
 class ResourceTerms:
     """Why one resource got its figure: the statistic, its inputs and what adjusted it."""
 
@@ -132,6 +144,11 @@ class ResourceTerms:
     model: str = ""
     """The chosen candidate model, for recommenders that choose one."""
     notes: tuple[str, ...] = ()
+    cost: float | None = None
+    """The chosen model's replay cost (the resource's units: mean slack plus weighted
+    shortfall, under-provisioning and changes), for recommenders that choose one."""
+    runners_up: tuple[RunnerUp, ...] = ()
+    """The next cheapest models, cheapest first."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -145,6 +162,10 @@ class ResourceTerms:
         }
         if self.model:
             data["model"] = self.model
+        if self.cost is not None:
+            data["cost"] = self.cost
+        if self.runners_up:
+            data["runners_up"] = [r.to_json() for r in self.runners_up]
         if self.notes:
             data["notes"] = list(self.notes)
         return data

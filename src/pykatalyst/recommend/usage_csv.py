@@ -6,11 +6,14 @@ Header and columns (any column order, extra columns ignored): ``workload``, ``co
 container's samples are sorted by time, and two samples of one container at the same time
 are an error.
 
-Memory stays bounded whatever the file's size: rows are parsed one at a time into compact
-per-container numpy buffers; samples at or after ``at`` are skipped, and only the last
-``history_s`` before the newest sample of each container are kept (older ones are dropped
-as the buffers fill). ``max_samples`` caps what is held in all. Any bad row stops the read
-with a ``UsageFileError`` naming the line, the field, the value and what is accepted.
+Memory stays bounded whatever the file's size: rows are parsed one at a time into flat
+numpy columns shared by all containers (about 36 bytes a sample; a container costs its
+name and an id, no buffer of its own); samples at or after ``at`` are skipped, and only
+the last ``history_s`` before the newest sample of each container are kept (older ones
+are dropped whenever the columns fill). ``max_samples`` caps what is held in all. The
+answer is a ``UsageTable``: a read-only mapping whose series are views into one set of
+sorted columns (24 bytes a sample), made when asked for. Any bad row stops the read with
+a ``UsageFileError`` naming the line, the field, the value and what is accepted.
 """
 
 from __future__ import annotations
@@ -20,8 +23,7 @@ import gzip
 import io
 import math
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -31,8 +33,9 @@ from pykatalyst.recommend.model import UsageSeries
 
 COLUMNS = ("workload", "container", "timestamp", "cpu", "memory")
 DEFAULT_HISTORY_S = 30 * 86400.0
-DEFAULT_MAX_SAMPLES = 10_000_000  # about 0.3-0.6 GB of numpy buffers at most
-_CHUNK = 4096
+DEFAULT_MAX_SAMPLES = 10_000_000  # about 0.4 GB of numpy columns at most
+_FIRST_CAPACITY = 1024
+_EMPTY = np.empty(0)
 
 
 class UsageFileError(ValueError):
@@ -53,44 +56,94 @@ class UsageFileError(ValueError):
         )
 
 
-@dataclass(slots=True)
-class _Buffer:
-    """One container's samples as they arrive: flat numpy chunks, trimmed when full."""
+class _Columns:
+    """Every sample as it arrives, in flat numpy columns tagged with its container's id;
+    full columns are trimmed to each container's history, then doubled. About 36 bytes a
+    sample and no per-container buffer, so a million containers cost what their samples
+    and names do."""
 
-    times: np.ndarray = field(default_factory=lambda: np.empty(_CHUNK))
-    cpu: np.ndarray = field(default_factory=lambda: np.empty(_CHUNK))
-    memory: np.ndarray = field(default_factory=lambda: np.empty(_CHUNK))
-    lines: np.ndarray = field(default_factory=lambda: np.empty(_CHUNK, dtype=np.int64))
-    size: int = 0
-    newest: float = -math.inf
+    def __init__(self, capacity: int = _FIRST_CAPACITY) -> None:
+        self.t: np.ndarray = np.empty(capacity)
+        self.cpu: np.ndarray = np.empty(capacity)
+        self.memory: np.ndarray = np.empty(capacity)
+        self.line: np.ndarray = np.empty(capacity, dtype=np.int64)
+        self.who: np.ndarray = np.empty(capacity, dtype=np.int32)
+        self.size = 0
 
-    def append(self, t: float, cpu: float, memory: float, line: int) -> None:
-        if self.size == self.times.size:
-            self._grow()
+    @property
+    def capacity(self) -> int:
+        return int(self.t.size)
+
+    def append(self, who: int, t: float, cpu: float, memory: float, line: int) -> None:
         i = self.size
-        self.times[i], self.cpu[i], self.memory[i], self.lines[i] = t, cpu, memory, line
-        self.size += 1
-        self.newest = max(self.newest, t)
+        self.t[i], self.cpu[i], self.memory[i], self.line[i], self.who[i] = (
+            t,
+            cpu,
+            memory,
+            line,
+            who,
+        )
+        self.size = i + 1
 
-    def _grow(self) -> None:
-        n = self.times.size * 2
-        for name in ("times", "cpu", "memory", "lines"):
+    def _columns(self) -> tuple[str, ...]:
+        return ("t", "cpu", "memory", "line", "who")
+
+    def trim(self, newest: np.ndarray, history_s: float) -> None:
+        """Drop the samples older than ``history_s`` before their container's newest."""
+        n = self.size
+        keep = self.t[:n] >= newest[self.who[:n]] - history_s
+        kept = int(np.count_nonzero(keep))
+        if kept < n:
+            for name in self._columns():
+                column = getattr(self, name)
+                column[:kept] = column[:n][keep]
+            self.size = kept
+
+    def resize(self, capacity: int) -> None:
+        for name in self._columns():
             old = getattr(self, name)
-            new = np.empty(n, dtype=old.dtype)
+            new = np.empty(capacity, dtype=old.dtype)
             new[: self.size] = old[: self.size]
             setattr(self, name, new)
 
-    def trim(self, history_s: float) -> int:
-        """Drop samples older than ``history_s`` before the newest; returns how many."""
-        keep = self.times[: self.size] >= self.newest - history_s
-        kept = int(np.count_nonzero(keep))
-        dropped = self.size - kept
-        if dropped:
-            for name in ("times", "cpu", "memory", "lines"):
-                array = getattr(self, name)
-                array[:kept] = array[: self.size][keep]
-            self.size = kept
-        return dropped
+
+class _Reader:
+    """The state of one read: container ids, each container's newest time, the columns."""
+
+    def __init__(self, name: str, history_s: float, max_samples: int) -> None:
+        self.name, self.history_s, self.max_samples = name, history_s, max_samples
+        self.ids: dict[tuple[str, str], int] = {}
+        self.newest = np.full(_FIRST_CAPACITY, -math.inf)
+        self.columns = _Columns()
+
+    def add(self, line: int, row: Row) -> None:
+        key = (row[0], row[1])
+        who = self.ids.get(key)
+        if who is None:
+            who = self.ids[key] = len(self.ids)
+            if who == self.newest.size:
+                self.newest = np.concatenate([self.newest, np.full(who, -math.inf)])
+        if row[2] > self.newest[who]:
+            self.newest[who] = row[2]
+        if self.columns.size == self.columns.capacity:
+            self._room(line)
+        self.columns.append(who, row[2], row[3], row[4], line)
+
+    def _room(self, line: int) -> None:
+        cols = self.columns
+        cols.trim(self.newest, self.history_s)
+        cap = self.max_samples + 1
+        if cols.size >= cap:
+            raise UsageFileError(
+                self.name,
+                line,
+                "rows",
+                None,
+                f"at most {self.max_samples} samples within the history kept "
+                f"({self.history_s / 86400:g} days per container); narrow it with --at",
+            )
+        if 2 * cols.size > cols.capacity and cols.capacity < cap:
+            cols.resize(min(2 * cols.capacity, cap))
 
 
 def _open_text(path: Path) -> IO[str]:
@@ -151,10 +204,10 @@ def _rows(
             empty = "workload" if not workload else "container"
             raise UsageFileError(name, line, empty, "", "a non-empty name")
         t = _number(name, line, "timestamp", ts, non_negative=False)
-        if at is not None and t >= at:
-            continue
         c = _number(name, line, "cpu", cpu, non_negative=True)
         m = _number(name, line, "memory", memory, non_negative=True)
+        if at is not None and t >= at:
+            continue  # checked all the same: a bad file is bad whatever --at says
         yield line, (workload, container, t, c, m)
 
 
@@ -164,49 +217,74 @@ def read_usage_csv(
     at: float | None = None,
     history_s: float = DEFAULT_HISTORY_S,
     max_samples: int = DEFAULT_MAX_SAMPLES,
-) -> dict[tuple[str, str], UsageSeries]:
+) -> UsageTable:
     """The usage series per (workload, container) in the file, streamed (see the module)."""
     path = Path(path)
     name = str(path)
-    buffers: dict[tuple[str, str], _Buffer] = {}
-    held = 0
+    reader = _Reader(name, history_s, max_samples)
     try:
         with _open_text(path) as handle:
-            reader = csv.reader(handle)
-            index = _header(name, reader)
-            for line, row in _rows(name, reader, index, at):
-                buffer = buffers.setdefault((row[0], row[1]), _Buffer())
-                buffer.append(row[2], row[3], row[4], line)
-                held += 1
-                if buffer.size == buffer.times.size:
-                    held -= buffer.trim(history_s)
-                if held > max_samples:
-                    raise UsageFileError(
-                        name,
-                        line,
-                        "rows",
-                        None,
-                        f"at most {max_samples} samples within the history kept "
-                        f"({history_s / 86400:g} days per container); narrow it with --at",
-                    )
+            rows = csv.reader(handle)
+            index = _header(name, rows)
+            for line, row in _rows(name, rows, index, at):
+                reader.add(line, row)
     except (UnicodeDecodeError, csv.Error, EOFError, OSError, zlib.error) as error:
         raise UsageFileError(name, None, "file", None, f"UTF-8 CSV or gzip ({error})") from None
-    return {key: _finish(name, key, buffer, history_s) for key, buffer in buffers.items()}
+    return _finish(reader)
 
 
-def _finish(path: str, key: tuple[str, str], buffer: _Buffer, history_s: float) -> UsageSeries:
-    buffer.trim(history_s)
-    n = buffer.size
-    order = np.argsort(buffer.times[:n], kind="stable")
-    times = buffer.times[:n][order]
-    same = np.flatnonzero(np.diff(times) == 0)
+class UsageTable(Mapping[tuple[str, str], UsageSeries]):
+    """The series of every container, read-only, in the order containers first appeared.
+    Each series is a view into one set of sorted columns, built when asked for."""
+
+    def __init__(
+        self,
+        ids: dict[tuple[str, str], int],
+        starts: np.ndarray,
+        columns: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
+        self._ids = ids  # in the order containers first appeared: id 0, 1, ...
+        self._starts = starts
+        self._columns = columns
+
+    def __getitem__(self, key: tuple[str, str]) -> UsageSeries:
+        i = self._ids[key]
+        lo, hi = int(self._starts[i]), int(self._starts[i + 1])
+        t, cpu, memory = self._columns
+        return UsageSeries(t[lo:hi], cpu[lo:hi], memory[lo:hi])
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def _finish(reader: _Reader) -> UsageTable:
+    """Sort the columns by container then time (stable), one column at a time, freeing each
+    unsorted column as its sorted copy is made; two samples of one container at one time
+    name the second line."""
+    cols = reader.columns
+    cols.trim(reader.newest, reader.history_s)
+    n = cols.size
+    order = np.lexsort((cols.t[:n], cols.who[:n]))
+    who, t = cols.who[:n][order], cols.t[:n][order]
+    cols.who = cols.t = _EMPTY
+    same = np.flatnonzero((np.diff(t) == 0) & (np.diff(who) == 0))
     if same.size:
-        line = int(buffer.lines[:n][order][same[0] + 1])
+        i = int(same[0]) + 1
+        key = next(k for k, v in reader.ids.items() if v == int(who[i]))
         raise UsageFileError(
-            path,
-            line,
+            reader.name,
+            int(cols.line[order[i]]),
             "timestamp",
-            repr(float(times[same[0]])),
+            repr(float(t[i])),
             f"one sample per time for workload {key[0]!r} container {key[1]!r}",
         )
-    return UsageSeries(times, buffer.cpu[:n][order].copy(), buffer.memory[:n][order].copy())
+    cols.line = _EMPTY
+    cpu = cols.cpu[:n][order]
+    cols.cpu = _EMPTY
+    memory = cols.memory[:n][order]
+    cols.memory = _EMPTY
+    starts = np.searchsorted(who, np.arange(len(reader.ids) + 1), side="left")
+    return UsageTable(reader.ids, starts, (t, cpu, memory))

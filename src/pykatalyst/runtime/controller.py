@@ -42,6 +42,7 @@ from pykatalyst.controllers.resource_recommend import (
 from pykatalyst.controllers.spd import SPDConfig, SPDController
 from pykatalyst.controllers.vertical import VPAController
 from pykatalyst.predict.client import Predictor
+from pykatalyst.recommend.settings import PykatalystSettings
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep
 from pykatalyst.runtime.leader import LeaderElector, LeaderState
 
@@ -173,6 +174,7 @@ class ControllerRunner:
         orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
         spd_config: SPDConfig | None = None,
         rr_config: ResourceRecommendConfig | None = None,
+        recommender_settings: PykatalystSettings | None = None,
         resize: ResizeConfig | None = None,
         ihpa_config: IHPAConfig | None = None,
         history: HistorySource | None = None,
@@ -192,6 +194,7 @@ class ControllerRunner:
         self.orphan_grace_s = orphan_grace_s
         self.spd_config = spd_config
         self.rr_config = rr_config
+        self.recommender_settings = recommender_settings
         self.resize = resize
         self.ihpa_config = ihpa_config
         self.history = history
@@ -245,13 +248,24 @@ class ControllerRunner:
                 self.cluster, node_selector=self.node_selector, skips=self.skips
             )
         if name == names.CONTROLLER_VPA:
-            return VPAController(self.cluster, self.resize, registry=self.registry)
+            return VPAController(
+                self.cluster,
+                self.resize,
+                registry=self.registry,
+                rr_config=self.rr_config,
+                settings=self.recommender_settings,
+            )
         if name == names.CONTROLLER_KCC:
             return KCCController(self.cluster, node_selector=self.node_selector, skips=self.skips)
         if name == names.CONTROLLER_SPD:
             return SPDController(self.cluster, self.spd_config, skips=self.skips)
         if name == names.CONTROLLER_RESOURCE_RECOMMEND:
-            return ResourceRecommendController(self.cluster, self.rr_config, registry=self.registry)
+            return ResourceRecommendController(
+                self.cluster,
+                self.rr_config,
+                registry=self.registry,
+                settings=self.recommender_settings,
+            )
         if name == names.CONTROLLER_IHPA:
             return HorizontalScaling(
                 self.cluster, self.ihpa_config, history=self.history, predictor=self.predictor
