@@ -486,6 +486,8 @@ PLUGIN_NODE_RESOURCE_TOPOLOGY: Final = "NodeResourceTopology"
 PLUGIN_NODE_OVERCOMMITMENT: Final = "NodeOvercommitment"
 # pykatalyst's device-aware plugin: shared and whole GPUs placed per card
 PLUGIN_GPU_SHARE: Final = "GPUShare"
+# pykatalyst's own: net_bandwidth placed NIC by NIC (docs/scheduler.md "NICs").
+PLUGIN_NIC_BANDWIDTH: Final = "NICBandwidth"
 DEFAULT_SCHEDULER_NAME: Final = "katalyst-scheduler"
 
 # --- agent ------------------------------------------------------------------------------

@@ -32,10 +32,16 @@ from pykatalyst.scheduler.plugins.base import (
     PluginContext,
 )
 from pykatalyst.scheduler.plugins.gpu import GPU_RESERVATION
+from pykatalyst.scheduler.plugins.nic import NIC_RESERVATION
 from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.queue import RequeueHint
-from pykatalyst.scheduler.snapshot import GPUReservation, NodeSnapshot, NUMAReservation
+from pykatalyst.scheduler.snapshot import (
+    GPUReservation,
+    NICReservation,
+    NodeSnapshot,
+    NUMAReservation,
+)
 
 NO_NODES_MESSAGE: Final = "no nodes available to schedule pods"
 MIN_FEASIBLE_NODES_TO_FIND: Final = 100
@@ -117,6 +123,7 @@ class CycleResult:
     # the chosen node's score per plugin (weighted), for explaining the choice
     scores: dict[str, int] = field(default_factory=dict)
     gpu: GPUReservation | None = None
+    nic: NICReservation | None = None
     # what Reserve wants written on the pod before its Binding
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -292,6 +299,7 @@ class Framework:
                 return refused
         result.numa = result.state.get(NUMA_RESERVATION)
         result.gpu = result.state.get(GPU_RESERVATION)
+        result.nic = result.state.get(NIC_RESERVATION)
         notes = result.state.get(BIND_ANNOTATIONS)
         result.annotations = dict(notes) if notes is not None else {}
         return None
