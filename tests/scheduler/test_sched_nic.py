@@ -19,7 +19,7 @@ from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import load_config_text
 from pykatalyst.scheduler.scheduler import Scheduler
 from pykatalyst.topology.machine import CPUTopology
-from tests.scheduler.sched_helpers import add_cnr, add_node, add_pod, cnr, node, pod
+from tests.scheduler.sched_helpers import add_cnr, add_node, add_pod, cnr, events_for, node, pod
 
 BW = names.RESOURCE_NET_BANDWIDTH
 TOPO = CPUTopology.synthetic(2, 4, 2)  # two sockets, one NUMA node each
@@ -206,3 +206,80 @@ def test_no_nic_is_ever_over_committed(speeds: list[int], asks: list[tuple[int, 
         if ns == names.NETNS_ANTI_HOST:
             assert not host
     assert all(held[n] <= allocatable[n] for n in held)
+
+
+# the zones the scheduler chooses are the pod's NUMA binding (under Katalyst's default,
+# `All`, every zone is reserved and the agent picks: every socket is the pod's)
+TOPO_PROFILE = (
+    PROFILE
+    + "      - name: NodeResourceTopology\n"
+    + "  pluginConfig:\n  - name: NodeResourceTopology\n    args:\n"
+    + "      reservedZones: Chosen\n"
+)
+
+
+def numa_cluster(nic_speeds: tuple[int, int]) -> MemoryCluster:
+    """One node, two sockets of one NUMA node each; NUMA 0 too small for a 2-cpu pod; a
+    NIC per socket (eth0 on socket 0, eth1 on socket 1) of the given line rates."""
+    nics = [
+        NicDevice("eth0", speed_mbps=nic_speeds[0], numa=0),
+        NicDevice("eth1", speed_mbps=nic_speeds[1], numa=1),
+    ]
+    per_socket = nic_zones(capacities(nics, NicsConfig()), (), TOPO)
+    tree = []
+    for s, cpu in ((0, "1"), (1, "8")):
+        numa = {
+            "type": names.ZONE_NUMA,
+            "name": str(s),
+            "resources": {
+                "allocatable": {"cpu": cpu, "memory": "16Gi"},
+                "capacity": {"cpu": cpu, "memory": "16Gi"},
+            },
+        }
+        tree.append({"type": names.ZONE_SOCKET, "name": str(s), "children": [numa, *per_socket[s]]})
+    c = MemoryCluster()
+    add_node(c, node("n1", cpu="9", memory="32Gi"))
+    add_cnr(c, cnr("n1", zones=tree, policy=names.TOPOLOGY_POLICY_SINGLE_NUMA_CONTAINER))
+    return c
+
+
+def numa_bw_pod(name: str, restricted: bool) -> dict[str, Any]:
+    net = {names.ENH_TOPOLOGY_AFFINITY_RESTRICTED: "true"} if restricted else {}
+    p = pod(
+        name,
+        {"cpu": "2", "memory": "1Gi", BW: "1000"},
+        qos=names.QOS_DEDICATED_CORES,
+        memory_enhancement={names.ENH_NUMA_BINDING: "true"},
+        annotations={names.NETWORK_ENHANCEMENT_ANNOTATION: json.dumps(net)},
+        scheduler="nic",
+    )
+    return p
+
+
+def run_topo(c: MemoryCluster, pods: list[dict[str, Any]]) -> None:
+    s = Scheduler(c, load_config_text(TOPO_PROFILE))
+    for p in pods:
+        add_pod(c, p)
+    s.run_until_idle(0.0)
+
+
+def test_a_numa_bound_pod_gets_the_nic_on_its_numa_nodes_socket() -> None:
+    c = numa_cluster((25000, 25000))
+    run_topo(c, [numa_bw_pod("bound", restricted=False)])
+    assert placed(c, "bound") == ("n1", "eth1")  # NUMA 1 is the one that fits: socket 1
+    reason = c.get(names.POD, "bound", "default")["metadata"]["annotations"][
+        names.NIC_SELECTION_REASON_ANNOTATION
+    ]
+    assert "on socket 1 (the pod's NUMA binding)" in reason
+
+
+def test_topology_affinity_restricted_refuses_a_nic_on_another_socket() -> None:
+    c = numa_cluster((25000, 1000))  # socket 1's NIC gives out 900 Mbps: too little
+    run_topo(c, [numa_bw_pod("loose", restricted=False)])
+    assert placed(c, "loose") == ("n1", "eth0")  # not restricted: another socket's NIC
+    c = numa_cluster((25000, 1000))
+    run_topo(c, [numa_bw_pod("strict", restricted=True)])
+    assert placed(c, "strict") == ("", "")  # refused at Reserve: a FailedScheduling Event
+    (event,) = events_for(c, "strict")
+    assert event["reason"] == "FailedScheduling"
+    assert "topology_affinity_restricted" in event["message"]

@@ -15,6 +15,7 @@ from typing import Final
 
 import numpy as np
 
+from pykatalyst.api import names
 from pykatalyst.scheduler import registry as reg
 from pykatalyst.scheduler.config import ResolvedProfile
 from pykatalyst.scheduler.plugins.base import (
@@ -165,7 +166,12 @@ class Framework:
             for n in profile.plugins_at(reg.SCORE)
             if not isinstance(self.plugins[n], NoOpPlugin)
         ]
-        self.reservers = at(reg.RESERVE)
+        # The NUMA zones are chosen before the devices: GPUShare and NICBandwidth place a
+        # NUMA-bound pod's cards and NIC by the zones NodeResourceTopology reserved,
+        # whatever order a profile lists them in.
+        self.reservers = sorted(
+            at(reg.RESERVE), key=lambda p: p.name != names.PLUGIN_NODE_RESOURCE_TOPOLOGY
+        )
         # scorers whose PreScore does something (the base's always lets the score run)
         self._pre_scorers = {
             p.name for p, _ in self.scorers if reg.PRE_SCORE in reg.hook_points(type(p))
