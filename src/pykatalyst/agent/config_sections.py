@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pykatalyst.agent.host.base import IoLimit
+from pykatalyst.agent.host.devices import repeated
+from pykatalyst.agent.host.nics import nic_identifier
 from pykatalyst.agent.io_policy import LevelIo, misordered
 from pykatalyst.api import names
 from pykatalyst.api.units import Bytes, Seconds
@@ -356,8 +358,7 @@ class NicsConfig(Section):
 
     @model_validator(mode="after")
     def _unique(self) -> NicsConfig:
-        ids = [f"{n.netns}-{n.name}" if n.netns else n.name for n in self.interfaces]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        dup = repeated([nic_identifier(n.netns, n.name) for n in self.interfaces])
         if dup:
             raise ValueError(f"interfaces: (netns, name) must be unique; repeated: {dup}")
         return self
@@ -392,8 +393,7 @@ class DevicesConfig(Section):
 
     @model_validator(mode="after")
     def _unique(self) -> DevicesConfig:
-        ids = [g.id for g in self.gpus]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        dup = repeated([g.id for g in self.gpus])
         if dup:
             raise ValueError(f"gpus: ids must be unique; repeated: {dup}")
         return self

@@ -12,7 +12,7 @@ them, so per-pod-spec results over them can be cached until it moves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -157,6 +157,41 @@ class _CNRNic:
     host: list[bool] = field(default_factory=list)
     used: list[int] = field(default_factory=list)
     consumers: set[str] = field(default_factory=set)
+
+
+_NUMA_ROWS: Final = (
+    "numa_id",
+    "numa_socket",
+    "numa_cpu_alloc",
+    "numa_mem_alloc",
+    "numa_cpu_used",
+    "numa_mem_used",
+    "numa_socket_bits",
+)
+_GPU_ROWS: Final = ("gpu_cap", "gpu_used", "gpu_free", "gpu_numa", "gpu_socket", "gpu_model")
+_NIC_ROWS: Final = ("nic_cap", "nic_used", "nic_free", "nic_socket", "nic_host")
+
+
+def _device_use(
+    used: Sequence[int],
+    ids: Sequence[str],
+    consumers: set[str],
+    records: Iterable[PodRecord],
+    held: Callable[[PodRecord], Iterable[tuple[str, int]]],
+) -> list[int]:
+    """Per device of a node (its CNR's order): what the CNR's allocations hold (`used`)
+    plus what `held` says each pod the CNR does not list yet holds, as (device id,
+    amount) pairs; ids the node does not have are ignored."""
+    out = list(used)
+    pos = {did: i for i, did in enumerate(ids)}
+    for rec in records:
+        if rec.uid in consumers:
+            continue
+        for did, value in held(rec):
+            i = pos.get(did)
+            if i is not None:
+                out[i] += value
+    return out
 
 
 class NodeSnapshot:
@@ -323,44 +358,34 @@ class NodeSnapshot:
     def cnr_taints_on(self, slot: int) -> tuple[CNRTaint, ...]:
         return self._cnr_taints_of.get(self.names[slot], ())
 
+    def _add_rows(self, arrays: tuple[str, ...], have: int, want: int) -> None:
+        """Grow the per-zone (or per-device) arrays `arrays` from `have` rows to `want`."""
+        if want <= have:
+            return
+        for name in arrays:
+            arr = getattr(self, name)
+            more = np.zeros((want - have, self._cap), arr.dtype)
+            setattr(self, name, np.vstack([arr, more]))
+
     def _ensure_numa_rows(self, z: int) -> None:
-        while self.numa_z < z:
-            for name in (
-                "numa_id",
-                "numa_socket",
-                "numa_cpu_alloc",
-                "numa_mem_alloc",
-                "numa_cpu_used",
-                "numa_mem_used",
-                "numa_socket_bits",
-            ):
-                arr = getattr(self, name)
-                setattr(self, name, np.vstack([arr, np.zeros((1, self._cap), arr.dtype)]))
-            self.numa_id[self.numa_z, :] = -1
-            self.numa_z += 1
+        if z <= self.numa_z:
+            return
+        self._add_rows(_NUMA_ROWS, self.numa_z, z)
+        self.numa_id[self.numa_z : z, :] = -1
+        self.numa_z = z
 
     def _ensure_gpu_rows(self, z: int) -> None:
-        while self.gpu_z < z:
-            for name in (
-                "gpu_cap",
-                "gpu_used",
-                "gpu_free",
-                "gpu_numa",
-                "gpu_socket",
-                "gpu_model",
-            ):
-                arr = getattr(self, name)
-                setattr(self, name, np.vstack([arr, np.zeros((1, self._cap), arr.dtype)]))
-            self.gpu_numa[self.gpu_z, :] = -1
-            self.gpu_model[self.gpu_z, :] = -1
-            self.gpu_z += 1
+        if z <= self.gpu_z:
+            return
+        self._add_rows(_GPU_ROWS, self.gpu_z, z)
+        self.gpu_numa[self.gpu_z : z, :] = -1
+        self.gpu_model[self.gpu_z : z, :] = -1
+        self.gpu_z = z
 
     def _ensure_nic_rows(self, z: int) -> None:
-        while self.nic_z < z:
-            for name in ("nic_cap", "nic_used", "nic_free", "nic_socket", "nic_host"):
-                arr = getattr(self, name)
-                setattr(self, name, np.vstack([arr, np.zeros((1, self._cap), arr.dtype)]))
-            self.nic_z += 1
+        if z > self.nic_z:
+            self._add_rows(_NIC_ROWS, self.nic_z, z)
+            self.nic_z = z
 
     def gpu_model_code(self, model: str) -> int:
         code = self.gpu_models.get(model)
@@ -619,28 +644,31 @@ class NodeSnapshot:
             self.gpu_model[:k, slot] = [self.gpu_model_code(m) if m else -1 for m in gpus.model]
         self._refresh_gpu(name, slot)
 
+    def _set_use(self, kind: str, slot: int, used: Sequence[int]) -> None:
+        """The `<kind>_used` and `<kind>_free` rows of a node's devices (none: nothing free)."""
+        use, free, cap = (getattr(self, f"{kind}_{part}") for part in ("used", "free", "cap"))
+        use[:, slot] = 0
+        use[: len(used), slot] = used
+        free[:, slot] = cap[:, slot] - use[:, slot] if used else 0
+
     def _refresh_gpu(self, name: str, slot: int) -> None:
         """Card use = what the CNR reports + what this scheduler reserved (or read off a
         pod's selection annotation) for pods the CNR does not list yet."""
         self.gpu_gen += 1
-        self.gpu_used[:, slot] = 0
         gpus = self._cnr_gpu.get(name)
         if gpus is None or not gpus.ids:
-            self.gpu_free[:, slot] = 0
+            self._set_use("gpu", slot, ())
             return
-        used = list(gpus.used)
-        pos = {cid: i for i, cid in enumerate(gpus.ids)}
-        for rec in self.pods_by_node.get(name, {}).values():
+        full = dict(zip(gpus.ids, gpus.full, strict=True))
+
+        def held(rec: PodRecord) -> list[tuple[str, int]]:
             res = rec.gpu
-            if res is None or rec.uid in gpus.consumers:
-                continue
-            for cid in res.ids:
-                i = pos.get(cid)
-                if i is not None:
-                    used[i] += gpus.full[i] if res.share == WHOLE else res.share
-        k = len(used)
-        self.gpu_used[:k, slot] = used
-        self.gpu_free[:, slot] = self.gpu_cap[:, slot] - self.gpu_used[:, slot]
+            if res is None:
+                return []
+            return [(c, full.get(c, 0) if res.share == WHOLE else res.share) for c in res.ids]
+
+        used = _device_use(gpus.used, gpus.ids, gpus.consumers, self.pods_on(name), held)
+        self._set_use("gpu", slot, used)
 
     def _apply_nics(self, name: str, slot: int) -> None:
         nics = self._cnr_nic.get(name)
@@ -659,22 +687,18 @@ class NodeSnapshot:
     def _refresh_nics(self, name: str, slot: int) -> None:
         """NIC use = what the CNR's allocations hold + what this scheduler reserved (or
         read off a pod's nic_selection_result) for pods the CNR does not list yet."""
-        self.nic_used[:, slot] = 0
         nics = self._cnr_nic.get(name)
         if nics is None or not nics.ids:
-            self.nic_free[:, slot] = 0
+            self._set_use("nic", slot, ())
             return
-        used = list(nics.used)
-        pos = {nid: i for i, nid in enumerate(nics.ids)}
-        for rec in self.pods_by_node.get(name, {}).values():
-            res = rec.nic
-            if res is None or rec.uid in nics.consumers:
-                continue
-            i = pos.get(res.nic)
-            if i is not None:
-                used[i] += res.mbps
-        self.nic_used[: len(used), slot] = used
-        self.nic_free[:, slot] = self.nic_cap[:, slot] - self.nic_used[:, slot]
+        used = _device_use(
+            nics.used,
+            nics.ids,
+            nics.consumers,
+            self.pods_on(name),
+            lambda rec: [] if rec.nic is None else [(rec.nic.nic, rec.nic.mbps)],
+        )
+        self._set_use("nic", slot, used)
 
     def nic_ids(self, node: str) -> list[str]:
         nics = self._cnr_nic.get(node)

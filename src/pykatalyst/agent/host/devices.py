@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,11 @@ NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # VGA-compatible controller, 3D controller
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def repeated(ids: Sequence[str]) -> list[str]:
+    """The ids that occur more than once, sorted."""
+    return sorted(i for i, n in Counter(ids).items() if n > 1)
 
 
 class DeviceUnavailable(Exception):
@@ -87,8 +93,7 @@ class SyntheticDevices:
 
     def gpus(self) -> tuple[GpuDevice, ...]:
         cards = tuple(sorted(self._load(), key=lambda g: g.id))
-        ids = [g.id for g in cards]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        dup = repeated([g.id for g in cards])
         if dup:
             raise DeviceUnavailable(f"devices.gpus: ids must be unique; repeated: {dup}")
         return cards

@@ -33,6 +33,7 @@ from pykatalyst.agent.host.devices import (
     _int,
     _read,
     pcie_switch_of,
+    repeated,
 )
 
 UNKNOWN_SPEED = -1
@@ -102,8 +103,7 @@ class SyntheticNics:
 
     def nics(self) -> tuple[NicDevice, ...]:
         out = tuple(sorted(self._load(), key=nic_order))
-        ids = [n.identifier for n in out]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        dup = repeated([n.identifier for n in out])
         if dup:
             raise DeviceUnavailable(f"devices.nic.interfaces: repeated interfaces: {dup}")
         return out
