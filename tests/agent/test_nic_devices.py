@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pykatalyst.agent import nic
 from pykatalyst.agent.agent import Agent
-from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.config import AgentConfig, load_config
 from pykatalyst.agent.config_sections import DevicesConfig, NicsConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.devices import DeviceUnavailable
@@ -221,6 +221,17 @@ def test_synthetic_nics_follow_the_config_file(tmp_path: Path) -> None:
     assert [n.healthy for n in source.nics()] == [False, True]
     path.write_text("devices: {nic: {interfaces: [{name: x}]}}")  # refused: last good list
     assert len(source.nics()) == 2
+
+
+def test_the_example_declares_three_nics_and_the_reserve_lands_on_eth0() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "agent" / "synthetic-nics.yaml"
+    cfg = load_config(example).devices
+    caps = nic.capacities(nic.nic_source(cfg, example).nics(), cfg.nic)
+    assert [(c.nic.identifier, c.allocatable) for c in caps] == [
+        ("eth0", 21500),
+        ("eth1", 22500),
+        ("ns2-eth0", 22500),
+    ]
 
 
 # --- zones --------------------------------------------------------------------------------

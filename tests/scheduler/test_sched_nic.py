@@ -6,8 +6,10 @@ stays Pending with the reason, and no NIC is ever over-committed."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,8 +17,11 @@ from pykatalyst.agent.config_sections import NicsConfig
 from pykatalyst.agent.host.nics import NicDevice
 from pykatalyst.agent.nic import capacities, nic_zones
 from pykatalyst.api import names
+from pykatalyst.cli.explain_pod import explain_pod
+from pykatalyst.cli.explain_render import print_pod
 from pykatalyst.cluster.memory import MemoryCluster
-from pykatalyst.scheduler.config import load_config_text
+from pykatalyst.scheduler.config import load_config, load_config_text
+from pykatalyst.scheduler.extender import ExtenderService
 from pykatalyst.scheduler.scheduler import Scheduler
 from pykatalyst.topology.machine import CPUTopology
 from tests.scheduler.sched_helpers import add_cnr, add_node, add_pod, cnr, events_for, node, pod
@@ -174,6 +179,53 @@ def test_a_restarted_scheduler_reads_the_bound_pods_nics_back() -> None:
     run(c, [bw_pod("a", 20000)])
     run(c, [bw_pod("b", 5000)])  # a fresh scheduler; the CNR lists no allocation yet
     assert "no NIC with enough net_bandwidth free" in pending_message(c, "b")
+
+
+def test_the_example_profile_places_bandwidth_pods() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "scheduler"
+    cfg = load_config(example / "katalyst-scheduler-nic.yaml")
+    c = cluster({"n1": [HOST]})
+    s = Scheduler(c, cfg)
+    p = bw_pod("web", 3000)
+    p["spec"]["schedulerName"] = "katalyst-scheduler"
+    add_pod(c, p)
+    s.run_until_idle(0.0)
+    assert placed(c, "web") == ("n1", "eth0")
+
+
+def test_explain_pod_says_which_nic_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    c = cluster({"n1": [HOST, OTHER]})
+    run(c, [bw_pod("web", 3000, names.NETNS_ANTI_HOST)])
+    report = explain_pod(c, "default", "web", 0.0)
+    nic = report["nic"]
+    assert (nic["mbps_asked"], nic["selection"]) == (3000, "ns2-eth0")
+    assert "namespace_type anti_host_ns" in nic["why"]
+    assert nic["nic"]["socket"] == "1" and not nic["nic"]["reports_this_pod"]
+    print_pod(report)
+    shown = capsys.readouterr().out
+    assert "why this NIC" in shown and "ns2-eth0" in shown
+    assert explain_pod(c, "default", "web", 0.0)["gpu"] is None
+
+
+def test_the_extender_filters_per_nic_and_writes_the_selection_at_bind() -> None:
+    c = cluster({"n1": [HOST], "n2": [HOST]})
+    s = Scheduler(c, load_config_text(PROFILE))
+    busy = bw_pod("busy", 20000)
+    busy["spec"]["nodeName"] = "n1"
+    busy["metadata"]["annotations"][names.NIC_SELECTION_RESULT_ANNOTATION] = "eth0"
+    add_pod(c, busy)
+    uid_p = add_pod(c, bw_pod("p", 5000))["metadata"]["uid"]
+    ext = ExtenderService(s, "nic")
+    args = {"Pod": {"metadata": {"name": "p", "namespace": "default"}}, "NodeNames": ["n1", "n2"]}
+    out = ext.filter(args, 0.0)
+    assert out["NodeNames"] == ["n2"]
+    assert "no NIC with enough net_bandwidth free" in out["FailedNodes"]["n1"]
+    bind = {"PodName": "p", "PodNamespace": "default", "PodUID": uid_p, "Node": "n2"}
+    assert ext.bind(bind, 0.0) == {"Error": ""}
+    assert placed(c, "p") == ("n2", "eth0")
+    uid_q = add_pod(c, bw_pod("q", 20000))["metadata"]["uid"]
+    refused = ext.bind({**bind, "PodName": "q", "PodUID": uid_q}, 0.0)
+    assert "no NIC with enough net_bandwidth free" in refused["Error"]
 
 
 @settings(max_examples=25, deadline=None)
