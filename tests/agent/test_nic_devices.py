@@ -5,11 +5,12 @@ pods holding bandwidth."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.agent import nic
@@ -124,6 +125,46 @@ def test_speed_reads_any_text_as_a_positive_rate_or_unknown(text: str) -> None:
     assert value == UNKNOWN_SPEED or value > 0
     if value > 0:
         assert value == int(text.strip())
+
+
+_IFACES = st.lists(
+    st.tuples(
+        st.sampled_from(["pci", "virtio", "virtual", "bond"]),
+        st.sampled_from(["25000", "-1", "", "100000", "x"]),
+        st.integers(-1, 3),
+        st.sampled_from(["up", "down"]),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_IFACES)
+def test_sysfs_reports_exactly_the_physical_interfaces_as_written(
+    ifaces: list[tuple[str, str, int, str]],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        sys = Path(tmp) / "sys"
+        (sys / "class" / "net").mkdir(parents=True)
+        want = {}
+        bonds = []
+        for i, (kind, speed, numa, state) in enumerate(ifaces):
+            name = f"if{i}"
+            device = None
+            if kind in ("pci", "virtio"):
+                device = _pci(sys, "pci0000:00", "0000:00:01.0", f"0000:01:{i:02x}.0", numa=numa)
+                if kind == "virtio":
+                    device = device / f"virtio{i}"
+                    device.mkdir()
+            _iface(sys, name, device, speed=speed, state=state)
+            if kind == "bond":
+                bonds.append(name)
+            if kind != "virtual":
+                rate = int(speed) if speed.lstrip("-").isdigit() and int(speed) > 0 else -1
+                want[name] = (rate, numa if device is not None else -1, state == "up")
+        (sys / "class" / "net" / "bonding_masters").write_text(" ".join(bonds) + "\n")
+        got = {n.name: (n.speed_mbps, n.numa, n.healthy) for n in SysfsNics(str(sys)).nics()}
+    assert got == want
 
 
 _BDFS = st.builds(

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
-from pydantic import BaseModel
 
 from pykatalyst.api import names
 from pykatalyst.scheduler import registry as reg
@@ -36,7 +35,6 @@ from pykatalyst.scheduler.plugins.base import (
     CycleState,
     Key,
     Plugin,
-    PluginContext,
 )
 from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import PodInfo
@@ -85,9 +83,6 @@ class _Nics:
 @reg.register(names.PLUGIN_NIC_BANDWIDTH)
 class NICBandwidth(Plugin):
     requeue = REQUEUE_RESOURCES
-
-    def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
-        super().__init__(args, ctx)
 
     @staticmethod
     def _rule(pod: PodInfo) -> tuple[str, str]:
