@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Protocol
 
 from pykatalyst.agent.host.devices import (
-    _BDF,
+    BDF,
     DeviceUnavailable,
-    _int,
-    _read,
     pcie_switch_of,
+    read_int,
+    read_text,
     repeated,
 )
 
@@ -117,17 +117,17 @@ def pci_function_of(resolved_device: Path) -> Path | None:
     for a PCI NIC, its parent for a virtio NIC (`.../0000:00:03.0/virtio2`); None when no
     PCI function is on the path."""
     path = resolved_device
-    while path.name and not _BDF.match(path.name):
+    while path.name and not BDF.match(path.name):
         if path.parent == path:
             return None
         path = path.parent
-    return path if _BDF.match(path.name) else None
+    return path if BDF.match(path.name) else None
 
 
 def speed_of(text: str | None) -> int:
     """sysfs `speed` in Mbps; UNKNOWN_SPEED when unreadable or negative (virtio says -1,
     a link that is down makes the read fail)."""
-    value = _int(text, UNKNOWN_SPEED)
+    value = read_int(text, UNKNOWN_SPEED)
     return value if value > 0 else UNKNOWN_SPEED
 
 
@@ -138,16 +138,16 @@ def read_nic(net_dir: Path, name: str, bonds: frozenset[str] = frozenset()) -> N
     function = pci_function_of(device.resolve()) if device.exists() else None
     if function is None and name not in bonds:
         return None
-    numa = _int(_read(device / "numa_node"), -1)
+    numa = read_int(read_text(device / "numa_node"), -1)
     if numa < 0 and function is not None:
-        numa = _int(_read(function / "numa_node"), -1)
+        numa = read_int(read_text(function / "numa_node"), -1)
     return NicDevice(
         name=name,
-        speed_mbps=speed_of(_read(entry / "speed")),
+        speed_mbps=speed_of(read_text(entry / "speed")),
         numa=max(numa, -1),
         pcie_switch=pcie_switch_of(function) if function is not None else "",
         pci_address=function.name if function is not None else "",
-        healthy=_read(entry / "operstate") == "up",
+        healthy=read_text(entry / "operstate") == "up",
     )
 
 
@@ -165,7 +165,7 @@ class SysfsNics:
             entries = sorted(os.listdir(net_dir))
         except OSError as exc:
             raise DeviceUnavailable(f"cannot list {net_dir}: {exc.strerror}") from None
-        bonds = frozenset((_read(net_dir / BONDING_MASTERS) or "").split())
+        bonds = frozenset((read_text(net_dir / BONDING_MASTERS) or "").split())
         out = []
         for name in entries:
             if name == BONDING_MASTERS:
