@@ -2,7 +2,8 @@
 # Build the upstream Kubernetes test infrastructure from the Go module proxy into a cache
 # outside the repository, keyed by version: kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet, kubectl (k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3),
-# crictl (sigs.k8s.io/cri-tools) and helm (helm.sh/helm/v3).
+# crictl (sigs.k8s.io/cri-tools), helm (helm.sh/helm/v3) and metrics-server
+# (sigs.k8s.io/metrics-server, the plain HPA's cpu metric in the autoscaling e2e).
 #
 #   bash scripts/k8s-build.sh            build what is missing, print the bin directory
 #
@@ -14,6 +15,7 @@ K8S_VERSION=${K8S_VERSION:-v1.34.4}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.34.0}
 HELM_VERSION=${HELM_VERSION:-v3.19.5}
+METRICS_SERVER_VERSION=${METRICS_SERVER_VERSION:-v0.8.0}
 CACHE=${PYKATALYST_CACHE:-$HOME/.cache/pykatalyst}
 DEST="$CACHE/k8s-$K8S_VERSION"
 BIN="$DEST/bin"
@@ -97,6 +99,8 @@ build_module_cmd() {
 build_kubernetes
 build_etcd
 build_module_cmd crictl sigs.k8s.io/cri-tools "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
+build_module_cmd metrics-server sigs.k8s.io/metrics-server "$METRICS_SERVER_VERSION" \
+    sigs.k8s.io/metrics-server/cmd/metrics-server
 if [ "${PYKATALYST_BUILD_HELM:-1}" = 1 ]; then
     build_module_cmd helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 fi

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pykatalyst.agent.config import (
     AgentConfig,
@@ -13,7 +14,10 @@ from pykatalyst.agent.config import (
     parse_config,
     reclaim_setting,
 )
+from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
+from pykatalyst.api.qos import parse_pod_qos
+from pykatalyst.api.qos_model import CPUBurst, PodQoS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent" / "agent-config.yaml"
 
@@ -211,3 +215,80 @@ def test_admin_qos_overlap_switch_overlays_the_cpu_policy() -> None:
     # an AdminQoSConfiguration that does not mention it leaves it alone
     silent = AdminQoSConfiguration.from_json({"metadata": {"name": "b", "namespace": "default"}})
     assert base.with_admin_qos(silent).cpu.overlap_reclaim_with_share is False
+
+
+# A Katalyst user's cpu burst defaults: the KatalystCustomConfig that registers the kind
+# and the AdminQoSConfiguration that sets them (katalyst-api's field names).
+KATALYST_CPU_BURST = """
+apiVersion: config.katalyst.kubewharf.io/v1alpha1
+kind: KatalystCustomConfig
+metadata:
+  name: admin-qos-configuration
+spec:
+  targetType:
+    group: config.katalyst.kubewharf.io
+    resource: adminqosconfigurations
+    version: v1alpha1
+---
+apiVersion: config.katalyst.kubewharf.io/v1alpha1
+kind: AdminQoSConfiguration
+metadata:
+  name: default
+  namespace: default
+spec:
+  config:
+    fineGrainedResourceConfig:
+      cpuBurstConfig:
+        defaultCPUBurstPercent: 30
+        enableDedicatedCoresDefaultCPUBurst: true
+        enableSharedCoresDefaultCPUBurst: false
+"""
+
+
+def burst_pod(level: str, cpu_enhancement: str | None = None) -> PodQoS:
+    ann = {names.QOS_LEVEL_ANNOTATION: level}
+    if level == names.QOS_DEDICATED_CORES:
+        ann[names.MEMORY_ENHANCEMENT_ANNOTATION] = '{"numa_binding": "true"}'
+    if cpu_enhancement is not None:
+        ann[names.CPU_ENHANCEMENT_ANNOTATION] = cpu_enhancement
+    res = {"cpu": "2", "memory": "1Gi"}
+    app = {"name": "app", "resources": {"requests": res, "limits": res}}
+    return parse_pod_qos({"metadata": {"annotations": ann}, "spec": {"containers": [app]}})
+
+
+def test_admin_qos_cpu_burst_defaults_reach_the_cpu_burst_decision() -> None:
+    kcc, raw = yaml.safe_load_all(KATALYST_CPU_BURST)
+    assert kcc["spec"]["targetType"]["resource"] == names.ADMIN_QOS_CONFIGURATION.plural
+    base = AgentConfig()
+    cfg = base.with_admin_qos(AdminQoSConfiguration.from_json(raw)).cpu
+    dedicated, shared = burst_pod(names.QOS_DEDICATED_CORES), burst_pod(names.QOS_SHARED_CORES)
+    # Katalyst's defaults: the policy stays default, the percent is 100
+    assert base.cpu.cpu_burst(dedicated, 0) == CPUBurst(names.CPU_BURST_POLICY_DEFAULT, 100)
+    # the configuration's: dedicated static, shared closed (even the only shared pod), 30 %
+    assert cfg.cpu_burst(dedicated, 1) == CPUBurst(names.CPU_BURST_POLICY_STATIC, 30)
+    assert cfg.cpu_burst(shared, 1) == CPUBurst(names.CPU_BURST_POLICY_CLOSED, 30)
+    # a policy or percent the pod declares stands
+    declared = burst_pod(names.QOS_DEDICATED_CORES, '{"cpu_burst_policy": "closed"}')
+    assert cfg.cpu_burst(declared, 0).policy == names.CPU_BURST_POLICY_CLOSED
+    own = burst_pod(names.QOS_SHARED_CORES, '{"cpu_burst_percent": "70"}')
+    assert cfg.cpu_burst(own, 2).percent == 70
+    # shared on: static only for the node's only shared pod
+    raw["spec"]["config"]["fineGrainedResourceConfig"]["cpuBurstConfig"] = {
+        "enableSharedCoresDefaultCPUBurst": True
+    }
+    on = base.with_admin_qos(AdminQoSConfiguration.from_json(raw)).cpu
+    assert on.cpu_burst(shared, 1).policy == names.CPU_BURST_POLICY_STATIC
+    assert on.cpu_burst(shared, 2).policy == names.CPU_BURST_POLICY_CLOSED
+    # fields left out keep the agent's values
+    assert on.default_cpu_burst_percent == 100 and on.dedicated_cores_default_cpu_burst is None
+
+
+def test_an_out_of_range_cpu_burst_percent_is_refused_with_the_field_named() -> None:
+    _, raw = yaml.safe_load_all(KATALYST_CPU_BURST)
+    raw["spec"]["config"]["fineGrainedResourceConfig"]["cpuBurstConfig"] = {
+        "defaultCPUBurstPercent": 150
+    }
+    with pytest.raises(ValueError, match="defaultCPUBurstPercent"):
+        AdminQoSConfiguration.from_json(raw)
+    with pytest.raises(ConfigError, match="default_cpu_burst_percent"):
+        parse_config({"cpu": {"default_cpu_burst_percent": -1}})

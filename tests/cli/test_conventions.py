@@ -26,7 +26,9 @@ from pykatalyst.cli.main import app
 
 KEBAB = re.compile(r"^--[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 # names that say "an amount of time": such an option takes a Go duration
-TIME_WORDS = re.compile(r"(seconds|-s$|interval|period|timeout|after$|duration|deadline|grace)")
+TIME_WORDS = re.compile(
+    r"(seconds|-s$|days|interval|period|timeout|after$|duration|deadline|grace)"
+)
 # names that say "where a server listens": spelled --listen HOST:PORT
 SERVE_WORDS = re.compile(r"(^--port$|-port$|^--bind-address$|-address$)")
 
@@ -58,12 +60,31 @@ def _annotation(param: Any) -> Any:
 
 
 def _daemon(cmd: Any) -> bool:
-    return bool({"--listen", "--embedded"} & _flags(cmd))
+    """A command that runs until stopped: it serves (`--listen`), may run on a cluster of its
+    own (`--embedded`), has a pass to run `--once`, or talks to a cluster (`--kubeconfig`)
+    without printing a report (a command that reads a cluster once prints one, `-o`)."""
+    flags = _flags(cmd)
+    if {"--listen", "--embedded", "--once"} & flags:
+        return True
+    return "--kubeconfig" in flags and not {"-o", "--output"} & flags
 
 
 def test_the_walk_finds_every_command() -> None:
     expected = {"agent", "apiserver", "controller", "demo", "explain", "explain node"}
     assert expected | {"explain pod", "scheduler", "sim", "validate", "webhook"} <= set(COMMANDS)
+
+
+def test_every_daemon_is_held_to_the_loop_rule() -> None:
+    daemons = {path for path, cmd in COMMANDS.items() if _daemon(cmd)}
+    assert daemons == {
+        "agent",
+        "apiserver",
+        "controller",
+        "device-plugin",
+        "metrics",
+        "scheduler",
+        "webhook",
+    }
 
 
 @pytest.mark.parametrize("path", sorted(COMMANDS))

@@ -484,3 +484,34 @@ def test_over_http_through_a_kubeconfig_it_reads_the_same(world: World, tmp_path
 
 def _timeless(report: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in report.items() if k not in ("time", "health")}
+
+
+def test_pod_cpu_burst_follows_the_admin_qos_configuration_of_its_node(world: World) -> None:
+    # Katalyst's cpuBurstConfig, in the AdminQoSConfiguration the node's CustomNodeConfig
+    # names: a dedicated pod whose policy is default bursts statically by 40 %; a shared
+    # pod is closed, as it is not the node's only shared pod (web, and bad read as shared)
+    assert pod_report(world, "db")["qos"]["cpu_burst"] == {
+        "policy": names.CPU_BURST_POLICY_DEFAULT,
+        "percent": 100,
+        "source": "default/colocation",
+    }
+    burst = {"defaultCPUBurstPercent": 40, "enableDedicatedCoresDefaultCPUBurst": True}
+    burst["enableSharedCoresDefaultCPUBurst"] = True
+    patch = {"spec": {"config": {"fineGrainedResourceConfig": {"cpuBurstConfig": burst}}}}
+    world.cluster.patch(names.ADMIN_QOS_CONFIGURATION, "colocation", patch, "default")
+    try:
+        db = pod_report(world, "db")["qos"]["cpu_burst"]
+        web = pod_report(world, "web")["qos"]["cpu_burst"]
+    finally:
+        gone = {"spec": {"config": {"fineGrainedResourceConfig": None}}}
+        world.cluster.patch(names.ADMIN_QOS_CONFIGURATION, "colocation", gone, "default")
+    assert (db["policy"], db["percent"]) == (names.CPU_BURST_POLICY_STATIC, 40)
+    assert (web["policy"], web["percent"]) == (names.CPU_BURST_POLICY_CLOSED, 40)
+    # a pod on a node without a CustomNodeConfig: Katalyst's defaults
+    world.cluster.create(names.POD, pod_json("alone", node="node-2"), "default")
+    try:
+        alone = pod_report(world, "alone")["qos"]["cpu_burst"]
+    finally:
+        world.cluster.delete(names.POD, "alone", "default", grace_period_seconds=0)
+    assert alone["policy"] == names.CPU_BURST_POLICY_DEFAULT and alone["percent"] == 100
+    assert alone["source"].startswith("Katalyst's defaults")

@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import ssl
+import subprocess
 import threading
 import urllib.error
 import urllib.parse
@@ -33,12 +34,14 @@ from tests.e2e.conftest import (
     WORKLOAD_IMAGE,
     Component,
     Kubectl,
+    _tool,
     component_kubeconfig,
     wait_until,
 )
 from tests.e2e.fake_nodes import free_port
 
 APISERVICE = "v1beta1.external.metrics.k8s.io"
+RESOURCE_APISERVICE = "v1beta1.metrics.k8s.io"
 QPS = 300.0
 
 
@@ -160,8 +163,91 @@ def metrics_api(
         kubectl.run("delete", "apiservice", APISERVICE, "--wait=false", check=False)
 
 
-def _deployment(name: str, namespace: str) -> dict[str, Any]:
+@pytest.fixture
+def metrics_server(
+    kubectl: Kubectl, kubeconfig: str, namespace: str, tmp_path: Path
+) -> Iterator[None]:
+    """Upstream metrics-server (built by scripts/k8s-build.sh) as a host process, serving
+    metrics.k8s.io through its APIService: the plain HPA's cpu metric."""
+    binary = _tool("metrics-server")
+    node = kubectl.json("get", "nodes")["items"][0]["metadata"]["name"]
+    if socket.gethostbyname(node) != "127.0.0.1":
+        pytest.skip(
+            f"node {node} does not resolve to 127.0.0.1, where this cluster's kubelet listens"
+        )
+    ip, port = _host_ip(), free_port()
+    log = (tmp_path / "metrics-server.log").open("ab")
+    args = [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        f"--bind-address={ip}",
+        f"--secure-port={port}",
+        f"--cert-dir={tmp_path / 'metrics-server-certs'}",
+        "--kubelet-insecure-tls",
+        "--kubelet-preferred-address-types=Hostname",
+        "--metric-resolution=10s",
+        "--kubelet-request-timeout=5s",
+    ]
+    proc = subprocess.Popen(
+        [binary, *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    name = "metrics-server"
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"ports": [{"port": 443, "targetPort": port, "protocol": "TCP"}]},
+    }
+    endpoints = {
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {"name": name, "namespace": namespace},
+        "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": port, "protocol": "TCP"}]}],
+    }
+    apiservice = {  # as metrics-server's own manifests register it
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": RESOURCE_APISERVICE},
+        "spec": {
+            "group": "metrics.k8s.io",
+            "version": "v1beta1",
+            "service": {"namespace": namespace, "name": name, "port": 443},
+            "insecureSkipTLSVerify": True,
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+        },
+    }
+    try:
+        for obj in (service, endpoints, apiservice):
+            kubectl.apply(obj)
+
+        def available() -> bool:
+            assert proc.poll() is None, (tmp_path / "metrics-server.log").read_text()[-3000:]
+            got = kubectl.json("get", "apiservice", RESOURCE_APISERVICE)
+            conds = got.get("status", {}).get("conditions") or []
+            return any(c["type"] == "Available" and c["status"] == "True" for c in conds)
+
+        wait_until("metrics.k8s.io Available", available, 90)
+        yield
+    finally:
+        kubectl.run("delete", "apiservice", RESOURCE_APISERVICE, "--wait=false", check=False)
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _deployment(name: str, namespace: str, burn: bool = False) -> dict[str, Any]:
     res = {"cpu": "10m", "memory": "16Mi"}
+    limits = {"cpu": "20m", "memory": "16Mi"} if burn else res
+    command = ["sh", "-c", "while :; do :; done"] if burn else ["sleep", "3600"]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -177,8 +263,8 @@ def _deployment(name: str, namespace: str) -> dict[str, Any]:
                         {
                             "name": "c",
                             "image": WORKLOAD_IMAGE,
-                            "command": ["sleep", "3600"],
-                            "resources": {"requests": res, "limits": res},
+                            "command": command,
+                            "resources": {"requests": res, "limits": limits},
                         }
                     ],
                 },
@@ -342,3 +428,105 @@ def test_the_real_hpa_scales_from_predicted_spd_agg_metrics(
     assert "User 'e2e-nobody' cannot list resource 'spd_agg_metrics'" in body["message"]
     status = kubectl.json("get", "ihpa", "web", "-n", namespace).get("status", {})
     assert status.get("desiredReplicas") == 3
+
+
+def _cpu_hpa(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": 1,
+            "maxReplicas": 3,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": 50},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _cpu_ihpa(name: str, namespace: str) -> str:
+    # Katalyst's IHPA with a native metric only, passed through to its HPA as written.
+    return f"""
+apiVersion: autoscaling.katalyst.kubewharf.io/v1alpha2
+kind: IntelligentHorizontalPodAutoscaler
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  scaleStrategy: Auto
+  autoscaler:
+    scaleTargetRef:
+      apiVersion: apps/v1
+      kind: Deployment
+      name: {name}
+    minReplicas: 1
+    maxReplicas: 3
+    metrics:
+    - metric:
+        type: Resource
+        resource:
+          name: cpu
+          target:
+            type: Utilization
+            averageUtilization: 50
+"""
+
+
+def test_a_plain_hpa_and_an_ihpa_scale_side_by_side_from_metrics_server(
+    kubectl: Kubectl,
+    namespace: str,
+    components: Callable[..., Component],
+    metrics_server: None,
+) -> None:
+    """The plain HPA users run today, its cpu metric from upstream metrics-server, beside an
+    IHPA whose native cpu metric pykatalyst passes through: the real HPA controller scales
+    both Deployments, whose pods use twice their cpu request (ceil(1 x 200 / 50) = 4,
+    capped at 3)."""
+    kubectl.run("apply", "-f", str(REPO / "deploy" / "manifests" / "controller-rbac.yaml"))
+    for name in ("plain", "viaihpa"):
+        kubectl.apply(_deployment(name, namespace, burn=True))
+    kubectl.apply(_cpu_hpa("plain", namespace))
+    kubectl.apply(_cpu_ihpa("viaihpa", namespace))
+    ctl = components(
+        "controller",
+        "controller",
+        "--kubeconfig",
+        component_kubeconfig("controller"),
+        "--controllers=ihpa",
+        "--no-leader-elect",
+        "--period",
+        "2s",
+    )
+
+    def pod_cpu() -> list[Any]:
+        path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods"
+        proc = kubectl.run("get", "--raw", path, check=False)
+        items = json.loads(proc.stdout).get("items", []) if proc.returncode == 0 else []
+        return [c["usage"]["cpu"] for i in items for c in i["containers"]]
+
+    usage = wait_until("pod cpu from metrics-server", pod_cpu, 120, interval=2)
+    assert usage, usage
+
+    def replicas() -> dict[str, int]:
+        assert ctl.alive(), ctl.log()
+        got = {
+            n: kubectl.json("get", "deploy", n, "-n", namespace)["spec"]["replicas"]
+            for n in ("plain", "viaihpa")
+        }
+        if got == {"plain": 3, "viaihpa": 3}:
+            return got
+        raise AssertionError(f"replicas {got}")
+
+    wait_until("both Deployments scaled to 3", replicas, 180, interval=3)
+    hpa = kubectl.json("get", "hpa", "ihpa-viaihpa", "-n", namespace)
+    assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    current = hpa.get("status", {}).get("currentMetrics") or []
+    assert current and current[0]["resource"]["current"]["averageUtilization"] > 50, current

@@ -203,7 +203,11 @@ def test_prometheus_queries_are_katalysts_and_split(prometheus: str) -> None:
     assert mem_query["query"].startswith("container_memory_working_set_bytes{")
 
 
-def test_prometheus_form_of_the_command(prometheus: str) -> None:
+@pytest.mark.parametrize(
+    "history", [["--history", "72h"], ["--history-days", "3"]], ids=["go", "old-days"]
+)
+def test_prometheus_form_of_the_command(prometheus: str, history: list[str]) -> None:
+    at = T0 + 3 * 86400
     result = runner.invoke(
         app,
         [
@@ -215,17 +219,40 @@ def test_prometheus_form_of_the_command(prometheus: str) -> None:
             "--workload",
             "web",
             "--at",
-            str(T0 + 3 * 86400),
-            "--history-days",
-            "3",
+            str(at),
+            *history,
             "-o",
             "json",
         ],
     )
     assert result.exit_code == 0, result.output
-    row = json.loads(result.output)["recommendations"][0]
+    row = json.loads(result.stdout)["recommendations"][0]
     assert (row["workload"], row["container"]) == ("web", "app")
     assert 1.0 <= row["cpu_request"] <= 1.5
+    # three days of history read, whichever spelling said so
+    assert min(float(q["start"]) for q in FakePrometheus.queries) == pytest.approx(T0)
+    warned = "--history-days is deprecated" in result.stderr
+    assert warned is (history[0] == "--history-days")
+    if warned:
+        assert "use --history DURATION" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("history", "message"),
+    [
+        (["--history", "8d"], "--history"),
+        (["--history", "0s"], "--history: accepted: a duration above 0"),
+        (["--history-days", "-1"], "--history-days: accepted: a duration above 0"),
+    ],
+)
+def test_a_bad_history_is_refused_naming_the_option(
+    prometheus: str, history: list[str], message: str
+) -> None:
+    args = ["recommend", "--from-prometheus", prometheus, "--workload", "web", *history]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert FakePrometheus.queries == []  # nothing read
 
 
 @pytest.mark.parametrize("mode", ["garbage", "error"])

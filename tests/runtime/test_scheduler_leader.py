@@ -147,3 +147,60 @@ def test_no_pod_is_bound_twice_whatever_replica_dies_when(kills: list[tuple[str,
         clock.advance(1)
     assert len(_bound(cluster)) == 2 * pending
     assert len(cluster.binds) == len({p for _, p in cluster.binds}) == 2 * pending
+
+
+class ReadLog(BindLog):
+    """A BindLog that also remembers who read pods and nodes (lists and watches)."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__(clock)
+        self.reads: list[tuple[str, str]] = []
+
+    def list(self, kind: Any, *args: Any, **kwargs: Any) -> Any:
+        if kind in (names.POD, names.NODE):
+            self.reads.append((self.caller, "list"))
+        return super().list(kind, *args, **kwargs)
+
+    def watch(self, kind: Any, *args: Any, **kwargs: Any) -> Any:
+        if kind in (names.POD, names.NODE):
+            self.reads.append((self.caller, "watch"))
+        return super().watch(kind, *args, **kwargs)
+
+
+def test_with_delay_cache_until_active_a_follower_reads_nothing_until_it_leads() -> None:
+    clock = VirtualClock(1000.0)
+    cluster = ReadLog(clock)
+    for i in range(3):
+        cluster.create(names.NODE, node(f"n{i}"))
+    hosts = {}
+    for who, delay in (("a", False), ("b", True), ("c", False)):
+        elector = LeaderElector(
+            cluster, who, name=names.SCHEDULER_LEASE_NAME, namespace="katalyst-system", config=CFG
+        )
+        hosts[who] = scheduler_host(
+            Scheduler(cluster),
+            clock,
+            interval_s=1.0,
+            schedule=True,
+            report=lambda _outcome: None,
+            elector=elector,
+            delay_cache=delay,
+        )
+    _add_pods(cluster, "first", 3)
+    for _ in range(5):
+        _step(cluster, hosts, clock.now())
+        clock.advance(1)
+    assert {who for who, _ in cluster.binds} == {"a"}
+    readers = {who for who, _ in cluster.reads}
+    # c follows with its caches synced (a quick takeover); b, delaying, reads nothing
+    assert readers == {"a", "c"}
+    # a dies; b and c race for the lease: make b the only candidate left
+    del hosts["a"], hosts["c"]
+    _add_pods(cluster, "second", 2)
+    for _ in range(int(CFG.lease_duration_s + 2 * CFG.retry_period_s) + 2):
+        _step(cluster, hosts, clock.now())
+        clock.advance(1)
+    assert ("b", "list") in cluster.reads  # the caches filled once it led
+    by_b = {p for who, p in cluster.binds if who == "b"}
+    assert by_b == {"default/second-0", "default/second-1"}
+    assert len(cluster.binds) == len({p for _, p in cluster.binds}) == 5

@@ -262,3 +262,18 @@ def test_once_schedules_what_is_pending_and_exits(tmp_path: Path) -> None:
         f"bound default/p{i} -> n0" for i in range(3)
     ]
     assert runner.invoke(app, ["scheduler", "--embedded", "--extender", "--once"]).exit_code == 2
+
+
+def test_fields_without_effect_are_told_at_start_and_in_print_config(tmp_path: Path) -> None:
+    f = tmp_path / "sched.yaml"
+    f.write_text(GOOD + "parallelism: 32\nenableProfiling: true\n")
+    result = runner.invoke(app, ["scheduler", "--config", str(f), "--print-config"])
+    assert result.exit_code == 0, result.output
+    printed = yaml.safe_load(result.stdout)
+    assert set(printed["notImplemented"]) == {"parallelism", "enableProfiling"}
+    args = ["scheduler", "--config", str(f), "--embedded", "--no-leader-elect"]
+    result = runner.invoke(app, [*args, "--stop-after", "100ms", "--interval", "50ms"])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    assert [n.split()[1] for n in notes] == ["parallelism", "enableProfiling"]
+    assert all("is accepted and has no effect" in n for n in notes)

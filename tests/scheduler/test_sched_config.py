@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pykatalyst.api import names
 from pykatalyst.scheduler.config import (
+    NO_EFFECT,
     NodeResourcesFitArgs,
     QoSAwareNodeResourcesFitArgs,
     SchedulerConfigError,
@@ -333,3 +334,50 @@ def test_client_connection_qps_and_burst(qps: float, burst: int) -> None:
         HEAD + yaml.safe_dump({"clientConnection": config.to_json()["clientConnection"]})
     )
     assert (again.client_qps, again.client_burst) == (config.client_qps, config.client_burst)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ("parallelism: 32\n", "parallelism"),
+        ("enableProfiling: false\n", "enableProfiling"),
+        ("enableContentionProfiling: false\n", "enableContentionProfiling"),
+        (
+            "clientConnection: {contentType: application/vnd.kubernetes.protobuf}\n",
+            "clientConnection.contentType",
+        ),
+        (
+            "clientConnection: {acceptContentTypes: 'application/json'}\n",
+            "clientConnection.acceptContentTypes",
+        ),
+    ],
+)
+def test_fields_without_effect_are_accepted_and_said_to_have_none(body: str, field: str) -> None:
+    config = load_config_text(cfg(body))
+    assert config.no_effect == (field,)
+    listed = config.to_json()["notImplemented"]
+    assert list(listed) == [field] and listed[field] == NO_EFFECT[field]
+    # a file that does not set it is not told about it
+    assert "notImplemented" not in default_config().to_json()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ("parallelism: 0\n", "parallelism"),
+        ("enableProfiling: [1]\n", "enableProfiling"),
+        ("enableContentionProfiling: {}\n", "enableContentionProfiling"),
+        ("clientConnection: {contentType: [json]}\n", "clientConnection.contentType"),
+        ("delayCacheUntilActive: sometimes\n", "delayCacheUntilActive"),
+    ],
+)
+def test_those_fields_are_still_checked(body: str, field: str) -> None:
+    assert field in error_of(cfg(body))
+
+
+def test_delay_cache_until_active_is_read_and_printed() -> None:
+    assert default_config().delay_cache_until_active is False
+    config = load_config_text(cfg("delayCacheUntilActive: true\n"))
+    assert config.delay_cache_until_active is True
+    assert config.no_effect == ()
+    assert config.to_json()["delayCacheUntilActive"] is True

@@ -269,3 +269,44 @@ def test_native_policy_takes_the_lowest_zone_that_fits() -> None:
     # the dynamic policy with LeastAllocated picks the emptiest zone instead
     d = dedicated("d", "2")
     assert reserve(fw(), d, snap) in ((2,), (3,))
+
+
+def test_a_burst_of_exclusive_pods_waits_for_the_agent_under_katalysts_reservation() -> None:
+    # Katalyst's reservedZones: All (the default): two exclusive pods pending together on a
+    # node of two free zones; the first is reserved on every zone, so the second waits
+    # until the agent reports the first in the CNR, then takes the other zone
+    clock = VirtualClock()
+    cluster = MemoryCluster(clock)
+    add_node(cluster, node("n0", cpu="16", memory="32Gi"))
+    two = [[(0, "4", "8Gi"), (1, "4", "8Gi")]]
+    add_cnr(cluster, cnr("n0", zones=numa_zones(two), policy=SINGLE))
+    profile = NUMA_PROFILE.replace("args: {reservedZones: Chosen}", "args: {}")
+    sched = Scheduler(cluster, load_config_text(profile), record_scheduled_events=False)
+    uids = {}
+    for name in ("a", "b"):
+        uids[name] = add_pod(
+            cluster,
+            pod(
+                name,
+                {"cpu": "2", "memory": "1Gi"},
+                qos="dedicated_cores",
+                memory_enhancement={"numa_binding": "true", "numa_exclusive": "true"},
+                scheduler="katalyst-scheduler",
+            ),
+        )["metadata"]["uid"]
+    first = {o.pod: o for o in sched.run_until_idle(clock.now())}
+    bound = [p for p, o in first.items() if o.node == "n0"]
+    waiting = [p for p, o in first.items() if o.node is None]
+    assert len(bound) == 1 and len(waiting) == 1
+    assert "NUMA" in first[waiting[0]].message
+    # the agent pins the first pod to zone 0, whole, and reports it
+    name = bound[0].rpartition("/")[2]
+    held = {0: [(f"default/{name}/{uids[name]}", "4", "8Gi")]}
+    raw = cluster.get(names.CUSTOM_NODE_RESOURCE, "n0")
+    raw["status"] = cnr("n0", zones=numa_zones(two, held), policy=SINGLE)["status"]
+    cluster.update_status(names.CUSTOM_NODE_RESOURCE, raw)
+    clock.advance(60)
+    later = {o.pod: o for o in sched.run_until_idle(clock.now())}
+    assert later[waiting[0]].node == "n0"
+    # reserved, as Katalyst does, on every zone until the agent reports where it went
+    assert later[waiting[0]].numa is not None and later[waiting[0]].numa.numa_ids == (0, 1)

@@ -11,18 +11,20 @@ policy has no handler scores 0.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
-from pykatalyst.scheduler.framework import Framework
+from pykatalyst.scheduler.framework import CycleResult, Framework
 from pykatalyst.scheduler.plugins.base import CycleState
+from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import pod_info
 from pykatalyst.scheduler.snapshot import NodeSnapshot
 from tests.scheduler.sched_helpers import cnr, framework, node, numa_zones, pod
@@ -68,7 +70,9 @@ def score_nodes(policy: str) -> NodeSnapshot:
     return snap
 
 
-def nrt_framework(strategy: str, policy: str, reserved: str = "All") -> Framework:
+def nrt_framework(
+    strategy: str, policy: str, reserved: str = "All", aligned: tuple[str, ...] = ("cpu", "memory")
+) -> Framework:
     cfg = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -85,7 +89,7 @@ def nrt_framework(strategy: str, policy: str, reserved: str = "All") -> Framewor
                         "name": "NodeResourceTopology",
                         "args": {
                             "scoringStrategy": {"type": strategy},
-                            "alignedResources": ["cpu", "memory"],
+                            "alignedResources": list(aligned),
                             "resourcePluginPolicy": policy,
                             "reservedZones": reserved,
                         },
@@ -214,15 +218,29 @@ def containers(
     enhancement: dict[str, str] | None = None,
     extra: dict[str, str] | None = None,
     name: str = "p",
+    inits: tuple[tuple[str, str], ...] = (),
 ) -> dict[str, Any]:
-    """A pod with one container per request (the first is the main one)."""
+    """A pod with one container per request (the first is the main one), and an init
+    container per `inits` request."""
     raw = kpod(*requests[0], enhancement, qos, name=name)
     first = raw["spec"]["containers"][0]
     raw["spec"]["containers"] = [
         {**first, "name": f"c{i}", "resources": {"requests": r, "limits": r}}
         for i, r in enumerate({"cpu": cpu, "memory": mem, **(extra or {})} for cpu, mem in requests)
     ]
+    if inits:
+        raw["spec"]["initContainers"] = [
+            {**first, "name": f"i{i}", "resources": {"requests": r, "limits": r}}
+            for i, r in enumerate({"cpu": cpu, "memory": mem} for cpu, mem in inits)
+        ]
     return raw
+
+
+# a 2-cpu app container after a 4-cpu init container. Katalyst's container-level
+# handlers (native and dynamic) walk spec.containers only, so the init container is never
+# placed and the 2 cpus fit a zone of every node; at pod scope the native handler fits
+# the pod's effective request (4 cpus, 8 GiB, the init container's), as for a 4-cpu pod
+INIT = {"inits": (("4", "8Gi"),)}
 
 
 OK, NO = True, False
@@ -238,6 +256,18 @@ FILTERS = [
     ("native pod without whole cpus", SINGLE, "native", containers(("350m", "8Gi")), [OK] * 5),
     ("native pod with a resource zones do not hold", SINGLE, "native",
      containers(("4", "8Gi"), extra={"a/b": "200Gi"}), [OK, NO, OK, NO, NO]),
+    ("native pod with an init container, container-level single numa", SINGLE, "native",
+     containers(("2", "4Gi"), **INIT), [OK] * 5),
+    ("native pod with an init container, pod-level single numa",
+     names.TOPOLOGY_POLICY_SINGLE_NUMA_POD, "native", containers(("2", "4Gi"), **INIT),
+     [OK, NO, OK, NO, NO]),
+    ("dedicated numa_binding with an init container, single numa", SINGLE, "dynamic",
+     containers(("2", "4Gi"), qos=DEDICATED, enhancement=BINDING, **INIT), [OK] * 5),
+    ("dedicated numa_binding with an init container, numeric", NUMERIC, "dynamic",
+     containers(("2", "4Gi"), qos=DEDICATED, enhancement=BINDING, **INIT), [OK] * 5),
+    ("dedicated numa_exclusive with an init container, numeric", NUMERIC, "dynamic",
+     containers(("2", "4Gi"), qos=DEDICATED, enhancement=EXCLUSIVE, **INIT),
+     [OK, OK, OK, OK, OK]),
     ("dedicated numa_binding, single numa", SINGLE, "dynamic",
      containers(("4", "8Gi"), qos=DEDICATED, enhancement=BINDING), [OK, NO, OK, NO, NO]),
     ("dedicated numa_binding, numeric", NUMERIC, "dynamic",
@@ -304,11 +334,12 @@ def reserve_node(policy: str = SINGLE, zones: tuple[str, str] = ("4", "8Gi")) ->
     return snap
 
 
-def reserve_on(f: Framework, raw: dict[str, Any], snap: NodeSnapshot) -> None:
+def reserve_on(f: Framework, raw: dict[str, Any], snap: NodeSnapshot) -> CycleResult:
     p = pod_info(raw)
     result = f.schedule(p, snap)
     assert result.node == "n" and f.reserve(p, result, snap) is None
     snap.assume(p, "n", result.numa)
+    return result
 
 
 def test_reserve_keeps_the_pod_off_every_zone_until_unreserve() -> None:
@@ -319,9 +350,14 @@ def test_reserve_keeps_the_pod_off_every_zone_until_unreserve() -> None:
     snap = reserve_node()
     raw = kpod("2", "4Gi", EXCLUSIVE, DEDICATED, name="p0")
     assert bool(plugin.filter(pod_info(raw), CycleState(), snap)[0])  # type: ignore[index]
-    reserve_on(f, raw, snap)
+    result = reserve_on(f, raw, snap)
+    assert result.state.get(NUMA_RESERVATION) is not None
     again = pod_info(kpod("2", "4Gi", EXCLUSIVE, DEDICATED, name="p1"))
     assert not bool(plugin.filter(again, CycleState(), snap)[0])  # type: ignore[index]
+    # unreserve as the scheduler does when the binding fails: the plugins' Unreserve,
+    # then the pod leaves the cache
+    f.unreserve(pod_info(raw), result, snap)
+    assert result.state.get(NUMA_RESERVATION) is None
     snap.forget_pod("uid-p0")
     assert bool(plugin.filter(again, CycleState(), snap)[0])  # type: ignore[index]
 
@@ -441,3 +477,152 @@ def test_container_scope_filter_is_the_greedy_placement(
     assert mask is not None
     want = [greedy_reference(zones, ctrs) for zones in nodes]
     assert [bool(v) for v in mask] == want
+
+
+def busy_sockets(shape: list[int], busy: set[int]) -> NodeSnapshot:
+    """One NumericContainerLevel node: sockets of `shape[s]` zones of 2 cpus and 4 GiB,
+    numbered in order; the zones in `busy` hold a dedicated pod's cpu."""
+    ids = iter(range(sum(shape)))
+    layout = [[(next(ids), "2", "4Gi") for _ in range(k)] for k in shape]
+    used = {z: [(f"ns/holder{z}/uid-h{z}", "1", "1Gi")] for z in busy}
+    snap = NodeSnapshot(capacity=1)
+    snap.upsert_node(node("n", cpu="64", memory="64Gi"))
+    snap.upsert_cnr(cnr("n", zones=numa_zones(layout, used), policy=NUMERIC))
+    return snap
+
+
+def test_an_exclusive_pod_takes_only_its_fewest_zones() -> None:
+    # Katalyst's numeric handler hints only sets of the fewest zones the request needs
+    # (`minNumaNodeCount`; larger sets are not preferred and the aligned resources must
+    # agree on a preferred one), and a set no larger than a socket stays on one socket.
+    # Three sockets of two 2-cpu zones, zones 1, 3 and 5 busy: a 4-cpu exclusive pod needs
+    # two zones, every free pair spans sockets, and zones 0, 2 and 4 are too many: refused
+    plugin = nrt_framework("MostAllocated", "dynamic").plugins["NodeResourceTopology"]
+    raw = containers(("4", "1Gi"), qos=DEDICATED, enhancement=EXCLUSIVE)
+    mask = plugin.filter(pod_info(raw), CycleState(), busy_sockets([2, 2, 2], {1, 3, 5}))
+    assert mask is not None and not bool(mask[0])
+    # with socket 1 wholly free the pod takes its two zones
+    f = nrt_framework("MostAllocated", "dynamic", reserved="Chosen")
+    snap = busy_sockets([2, 2, 2], {1, 5})
+    p = pod_info(raw)
+    result = f.schedule(p, snap)
+    assert result.node == "n" and f.reserve(p, result, snap) is None
+    assert result.numa is not None and result.numa.numa_ids == (2, 3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 3).flatmap(
+        lambda per: st.tuples(
+            st.lists(st.just(per), min_size=1, max_size=3),
+            st.sets(st.integers(0, 8)),
+            st.integers(1, 2 * per + 1),
+        )
+    )
+)
+@example(([2, 2, 2], {1, 3, 5}, 4))
+@example(([3, 3], {0, 4}, 4))
+def test_exclusive_numeric_filter_is_katalysts_fewest_zone_rule(
+    case: tuple[list[int], set[int], int],
+) -> None:
+    # written plainly from Katalyst's resourceHints: a set of exactly ceil(cpus / 2) zones
+    # (2-cpu zones; the 1 GiB asked needs one zone), every zone in it free, on one socket
+    # when it is no larger than a socket
+    shape, busy, cpus = case
+    total = sum(shape)
+    busy = {z for z in busy if z < total}
+    plugin = nrt_framework("MostAllocated", "dynamic").plugins["NodeResourceTopology"]
+    raw = containers((str(cpus), "1Gi"), qos=DEDICATED, enhancement=EXCLUSIVE)
+    mask = plugin.filter(pod_info(raw), CycleState(), busy_sockets(shape, busy))
+    socket_of = [s for s, k in enumerate(shape) for _ in range(k)]
+    k = min(-(-cpus // 2), total)
+    want = 2 * total >= cpus and any(
+        not busy & set(combo) and (k > shape[0] or len({socket_of[z] for z in combo}) == 1)
+        for combo in itertools.combinations(range(total), k)
+    )
+    assert mask is not None and bool(mask[0]) is want
+
+
+# Where pykatalyst decides otherwise on purpose (docs/katalyst-differences.md)
+
+
+def test_a_dedicated_pod_is_fitted_in_whole_cores() -> None:
+    # the agent gives a dedicated pod whole cpus: 1200m needs 2 cpus, and zones with
+    # 1.5 cpus free cannot hold it (Katalyst's filter compares the 1.2 cpus and passes)
+    plugin = nrt_framework("MostAllocated", "dynamic").plugins["NodeResourceTopology"]
+    snap = NodeSnapshot(capacity=1)
+    snap.upsert_node(node("n", cpu="16", memory="64Gi"))
+    used = {z: [(f"ns/h{z}/uid-h{z}", "500m", "1Gi")] for z in (0, 1)}
+    zones = numa_zones([[(0, "2", "4Gi"), (1, "2", "4Gi")]], used)
+    snap.upsert_cnr(cnr("n", zones=zones, policy=SINGLE))
+    for cpu, fits in (("1200m", False), ("1", True)):
+        raw = containers((cpu, "1Gi"), qos=DEDICATED, enhancement=BINDING)
+        mask = plugin.filter(pod_info(raw), CycleState(), snap)
+        assert mask is not None and bool(mask[0]) is fits
+
+
+def test_native_resources_the_zones_do_not_carry_are_not_checked() -> None:
+    # ephemeral-storage and hugepages are not in the CNR's zones: Katalyst's single-NUMA
+    # handler refuses any container asking for them; here only cpu and memory are fitted
+    plugin = nrt_framework("MostAllocated", "native").plugins["NodeResourceTopology"]
+    extra = {"ephemeral-storage": "1Gi", "hugepages-2Mi": "64Mi"}
+    mask = plugin.filter(
+        pod_info(containers(("4", "8Gi"), extra=extra)), CycleState(), filter_nodes(SINGLE)
+    )
+    assert mask is not None and [bool(v) for v in mask] == [OK, NO, OK, NO, NO]
+
+
+def test_allocations_of_pods_the_scheduler_does_not_know_count_as_used() -> None:
+    # zone 0 is held by a shared pod the scheduler knows (elastic: free for a dedicated
+    # pod), zone 1 by a consumer it has not seen (Katalyst counts only the dedicated pods
+    # of its cache, so both zones would look free there)
+    snap = NodeSnapshot(capacity=1)
+    snap.upsert_node(node("n", cpu="16", memory="64Gi"))
+    shared = pod("web", {"cpu": "2", "memory": "1Gi"}, uid="uid-web", node_name="n")
+    snap.observe_pod(pod_info(shared))
+    used = {0: [("default/web/uid-web", "2", "1Gi")], 1: [("default/ghost/uid-ghost", "2", "1Gi")]}
+    zones = numa_zones([[(0, "2", "4Gi"), (1, "2", "4Gi")]], used)
+    snap.upsert_cnr(cnr("n", zones=zones, policy=SINGLE))
+    f = nrt_framework("MostAllocated", "dynamic", reserved="Chosen")
+    p = pod_info(containers(("2", "1Gi"), qos=DEDICATED, enhancement=BINDING))
+    result = f.schedule(p, snap)
+    assert result.node == "n" and f.reserve(p, result, snap) is None
+    assert result.numa is not None and result.numa.numa_ids == (0,)
+
+
+def test_native_policy_counts_every_cnr_allocation_and_drops_the_reservation() -> None:
+    # Katalyst's native handlers read the CNR unfiltered (its cache is asked with no pod
+    # filter under `native`): a Guaranteed pod the agent reports on zone 0 holds zone 0
+    # only, once listed, so a 4-cpu pod still fits zone 1; under `dynamic` the same
+    # allocation is a shared pod's and holds nothing
+    f = nrt_framework("MostAllocated", "native")
+    plugin = f.plugins["NodeResourceTopology"]
+    snap = reserve_node()
+    reserve_on(f, kpod("2", "4Gi", name="p1"), snap)
+    big = pod_info(kpod("4", "8Gi", name="p2"))
+    # reserved on every zone until the CNR lists it: 2 of 4 cpus free on each
+    assert not bool(plugin.filter(big, CycleState(), snap)[0])  # type: ignore[index]
+    zones = numa_zones(
+        [[(0, "4", "8Gi"), (1, "4", "8Gi")]], {0: [("default/p1/uid-p1", "2", "4Gi")]}
+    )
+    snap.upsert_cnr(cnr("n", zones=zones, policy=SINGLE))
+    assert bool(plugin.filter(big, CycleState(), snap)[0])  # type: ignore[index]
+    slot = snap.index["n"]
+    assert [int(v) for v in snap.numa_cpu_used_all[:2, slot]] == [2000, 0]
+    assert [int(v) for v in snap.numa_cpu_used[:2, slot]] == [0, 0]
+    # a second 4-cpu pod after the first: zone 1 is reserved now, zone 0 half used
+    reserve_on(f, kpod("4", "8Gi", name="p3"), snap)
+    assert not bool(plugin.filter(big, CycleState(), snap)[0])  # type: ignore[index]
+
+
+def test_native_policy_fits_every_resource_whatever_is_aligned() -> None:
+    # Katalyst's native handlers check each resource a container asks for against the
+    # zone; alignedResources only makes a resource exclusive there. With only cpu aligned,
+    # 2 cpus and 12 GiB still need a zone with 12 GiB free: none of 8 GiB zones has it
+    raw = containers(("2", "12Gi"))
+    for policy in (SINGLE, names.TOPOLOGY_POLICY_SINGLE_NUMA_POD):
+        plugin = nrt_framework("MostAllocated", "native", aligned=("cpu",)).plugins[
+            "NodeResourceTopology"
+        ]
+        mask = plugin.filter(pod_info(raw), CycleState(), filter_nodes(policy))
+        assert mask is not None and not mask.any()

@@ -33,6 +33,7 @@ from pykatalyst.agent.eviction.config import EvictionConfig
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.problems import one_line
+from pykatalyst.api.qos_model import CPUBurst, PodQoS
 from pykatalyst.api.units import Bytes, Cores, Seconds
 from pykatalyst.api.yamlio import load_yaml
 from pykatalyst.topology.cpuset import CPUSet
@@ -66,6 +67,34 @@ class CpuPolicyConfig(_Section):
         "(Katalyst's allowSharedCoresOverlapReclaimedCores, off by default as in Katalyst: "
         "on machines with hyperthreads batch on a service's sibling threads slows it)",
     )
+    default_cpu_burst_percent: int = Field(
+        names.DEFAULT_CPU_BURST_PERCENT,
+        ge=0,
+        le=100,
+        description="cpu burst percent of a pod whose cpu_enhancement names none "
+        "(Katalyst's defaultCPUBurstPercent)",
+    )
+    dedicated_cores_default_cpu_burst: bool | None = Field(
+        None,
+        description="a dedicated pod whose cpu burst policy is default: true static, false "
+        "closed, unset left default (Katalyst's enableDedicatedCoresDefaultCPUBurst)",
+    )
+    shared_cores_default_cpu_burst: bool | None = Field(
+        None,
+        description="a shared pod whose cpu burst policy is default: true static when it is "
+        "the node's only shared pod (else closed), false closed, unset left default "
+        "(Katalyst's enableSharedCoresDefaultCPUBurst)",
+    )
+
+    def cpu_burst(self, qos: PodQoS, shared_pods: int) -> CPUBurst:
+        """The cpu burst Katalyst's cpu plugin gives the pod `qos` on a node running
+        `shared_pods` active shared_cores pods, under these defaults."""
+        return qos.cpu_burst(
+            self.default_cpu_burst_percent,
+            self.dedicated_cores_default_cpu_burst,
+            self.shared_cores_default_cpu_burst,
+            sole_shared=shared_pods == 1,
+        )
 
     @model_validator(mode="after")
     def _reserved_list(self) -> CpuPolicyConfig:
@@ -479,13 +508,7 @@ class AgentConfig(_Section):
     def with_admin_qos(self, aqc: AdminQoSConfiguration) -> AgentConfig:
         """Overlay the fields the AdminQoSConfiguration sets (unset ones keep their value)."""
         rrc = aqc.spec.config.reclaimed_resource_config
-        cpu_adv = aqc.spec.config.advisor_config.cpu_advisor_config
-        base = self._with_provision(aqc)
-        if "allow_shared_cores_overlap_reclaimed_cores" in cpu_adv.model_fields_set:
-            overlap = cpu_adv.allow_shared_cores_overlap_reclaimed_cores
-            base = base.model_copy(
-                update={"cpu": base.cpu.model_copy(update={"overlap_reclaim_with_share": overlap})}
-            )
+        base = self._with_provision(aqc)._with_cpu(aqc)
         if "reclaimed_resource_config" not in aqc.spec.config.model_fields_set:
             return base
         adv: dict[str, Any] = {}
@@ -534,6 +557,29 @@ class AgentConfig(_Section):
         data["advisor"].update(adv)
         data["reporter"].update(rep)
         return AgentConfig.model_validate(data)
+
+    def _with_cpu(self, aqc: AdminQoSConfiguration) -> AgentConfig:
+        """The cpu policy's fields the AdminQoSConfiguration sets: the overlap switch and
+        the cpu burst defaults (`fineGrainedResourceConfig.cpuBurstConfig`)."""
+        cpu: dict[str, Any] = {}
+        cpu_adv = aqc.spec.config.advisor_config.cpu_advisor_config
+        if "allow_shared_cores_overlap_reclaimed_cores" in cpu_adv.model_fields_set:
+            cpu["overlap_reclaim_with_share"] = cpu_adv.allow_shared_cores_overlap_reclaimed_cores
+        fine = aqc.spec.config.fine_grained_resource_config
+        burst = fine.cpu_burst_config if fine is not None else None
+        if burst is not None:
+            # a field left out keeps its value (Katalyst applies only the fields given)
+            for field, ours in (
+                ("default_cpu_burst_percent", "default_cpu_burst_percent"),
+                ("enable_dedicated_cores_default_cpu_burst", "dedicated_cores_default_cpu_burst"),
+                ("enable_shared_cores_default_cpu_burst", "shared_cores_default_cpu_burst"),
+            ):
+                value = getattr(burst, field)
+                if value is not None:
+                    cpu[ours] = value
+        if not cpu:
+            return self
+        return self.model_copy(update={"cpu": self.cpu.model_copy(update=cpu)})
 
     def _with_provision(self, aqc: AdminQoSConfiguration) -> AgentConfig:
         """The provision policy (the AQC's annotation) and the share pools' indicator

@@ -356,6 +356,26 @@ class AdvisorConfig(KubeModel):
     memory_advisor_config: MemoryAdvisorConfig = Field(default_factory=MemoryAdvisorConfig)
 
 
+class CPUBurstConfig(KubeModel):
+    """`fineGrainedResourceConfig.cpuBurstConfig`: the cpu burst a pod gets when its
+    cpu_enhancement leaves the policy at `default` or names no percent."""
+
+    default_cpu_burst_percent: int | None = Field(
+        None, ge=0, le=100, alias="defaultCPUBurstPercent"
+    )
+    enable_dedicated_cores_default_cpu_burst: bool | None = Field(
+        None, alias="enableDedicatedCoresDefaultCPUBurst"
+    )
+    enable_shared_cores_default_cpu_burst: bool | None = Field(
+        None, alias="enableSharedCoresDefaultCPUBurst"
+    )
+
+
+class FineGrainedResourceConfig(KubeModel):
+    cpu_burst_config: CPUBurstConfig | None = None
+    cpu_weight_config: dict[str, Any] | None = None
+
+
 class AdminQoSConfig(KubeModel):
     reclaimed_resource_config: ReclaimedResourceConfig = Field(
         default_factory=ReclaimedResourceConfig
@@ -363,7 +383,7 @@ class AdminQoSConfig(KubeModel):
     qrm_plugin_config: dict[str, Any] | None = None
     eviction_config: EvictionConfig = Field(default_factory=EvictionConfig)
     advisor_config: AdvisorConfig = Field(default_factory=AdvisorConfig)
-    fine_grained_resource_config: dict[str, Any] | None = None
+    fine_grained_resource_config: FineGrainedResourceConfig | None = None
 
 
 class AdminQoSSpec(GenericConfigSpec):

@@ -10,6 +10,11 @@ does yet (`note`). A component that starts acting on a feature flips its entry: 
 - `config_fields` explains config fields by it;
 - the README's table is `markdown_table()` (`python -m pykatalyst.api.support` prints it,
   and a test compares the two).
+
+`tests/api/test_support_matches_code.py` holds the list to the code: every kind, enhancement
+and resource a row gives is defined in `api/names.py`, every enhancement and Katalyst
+resource name there has a row, a row that is acted on is read by a component its `by`
+names, and one that is not is read by none.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ FEATURES: tuple[Feature, ...] = (
         "5 QoS classes × 4 priority classes, other names",
         "Katalyst's annotations and enhancements, read unchanged; on a stock kubelet",
         by="agent, scheduler, webhook",
+        enhancements=(names.ENH_CPUSET_POOL, names.ENH_OOM_PRIORITY),
     ),
     Feature(
         "stock-kubelet",
@@ -85,6 +91,7 @@ FEATURES: tuple[Feature, ...] = (
         "`batch-cpu`, `batch-memory` (slo-controller)",
         "every published figure carries its terms (`katalyst explain node`)",
         by="agent",
+        resources=(names.RECLAIMED_MILLICPU, names.RECLAIMED_MEMORY),
     ),
     Feature(
         "numa",
@@ -94,6 +101,14 @@ FEATURES: tuple[Feature, ...] = (
         "yes (NodeNUMAResource)",
         "`numa_binding`, `numa_exclusive`, `numa_number`/`numa_ids` on the agent and scheduler",
         by="agent, scheduler",
+        enhancements=(
+            names.ENH_NUMA_BINDING,
+            names.ENH_NUMA_EXCLUSIVE,
+            names.ENH_NUMA_NUMBER,
+            names.ENH_NUMA_IDS,
+            names.ENH_ALIGN_BY_SOCKET,
+            names.ENH_DISTRIBUTE_EVENLY_ACROSS_NUMA,
+        ),
     ),
     Feature(
         "scheduler",
@@ -211,6 +226,7 @@ FEATURES: tuple[Feature, ...] = (
         "GPUShare plugin, handed to a stock kubelet by `katalyst device-plugin`; no NIC/RDMA "
         "pairing yet",
         by="scheduler, device-plugin, agent",
+        resources=(names.RESOURCE_NVIDIA_GPU, names.RESOURCE_GPU_MEMORY),
     ),
     Feature(
         "tmo",

@@ -6,8 +6,8 @@
   number of seconds is still read, with a deprecation warning.
 - `--leader-elect/--no-leader-elect`, on by default, on every daemon that elects.
 - `-o/--output` only for output formats (table, json).
-- Daemons (commands with `--listen` or `--embedded`) take `--once` and `--dry-run`, or
-  `LOOP_EXEMPTIONS` says why not.
+- Daemons (commands that serve, run against a cluster until stopped, or loop) take `--once`
+  and `--dry-run`, or `LOOP_EXEMPTIONS` says why not.
 - Old spellings stay for a release as hidden options listed in `DEPRECATED`, each warning
   when used (`deprecated_option`).
 
@@ -50,6 +50,7 @@ DEPRECATED: tuple[Deprecated, ...] = (
     Deprecated("scheduler", "--max-seconds", "--stop-after DURATION", "10"),
     Deprecated("webhook", "--max-seconds", "--stop-after DURATION", "10"),
     Deprecated("apiserver", "--bookmark-seconds", "--bookmark-interval DURATION", "60"),
+    Deprecated("recommend", "--history-days", "--history DURATION", "8"),
     Deprecated("sim", "-o", "--out/-d DIR (-o is for output formats)", "out"),
     Deprecated("demo", "-o", "--out/-d DIR (-o is for output formats)", "out"),
 )
@@ -73,6 +74,12 @@ LOOP_EXEMPTIONS: dict[tuple[str, str], str] = {
     ("webhook", "--dry-run"): (
         "it changes nothing itself (sideEffects: None); kube-apiserver's dry-run requests "
         "reach it marked as such"
+    ),
+    ("device-plugin", "--dry-run"): (
+        "what it changes (the cards a container gets, a pod's gpu_selection_result) it "
+        "changes in answer to the kubelet's Allocate calls, which come only once it has "
+        "registered; --once reads the cards and shows what it would advertise, registering "
+        "nothing"
     ),
     ("apiserver", "--once"): "it serves the embedded cluster until stopped: no pass to run",
     ("apiserver", "--dry-run"): "it is the cluster: a dry run is the client's (kubectl --dry-run)",

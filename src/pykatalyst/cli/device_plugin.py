@@ -14,16 +14,18 @@ import typer
 
 from pykatalyst.agent.config import ConfigError, load_config
 from pykatalyst.agent.deviceplugin.plugin import GpuPlugin
-from pykatalyst.agent.deviceplugin.server import PluginRunner
+from pykatalyst.agent.deviceplugin.proto import KUBELET_SOCKET
+from pykatalyst.agent.deviceplugin.server import SOCKETS, PluginRunner
 from pykatalyst.agent.gpu import device_source
+from pykatalyst.agent.host.devices import DeviceUnavailable
 from pykatalyst.agent.host.kubelet import PodResourcesClient
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
     IN_CLUSTER_OPTION,
     KUBECONFIG_OPTION,
-    cluster_from_options,
+    daemon_cluster,
 )
-from pykatalyst.cli.output import print_message
+from pykatalyst.cli.output import print_message, print_table
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.extras import MissingExtra, require
 
@@ -36,6 +38,14 @@ def device_plugin(
         Path | None,
         typer.Option("--config", help="The agent's configuration (YAML): its devices section."),
     ] = None,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once",
+            help="Read the cards once, print what would be advertised to the kubelet, and "
+            "exit: registers and serves nothing.",
+        ),
+    ] = False,
     kubeconfig: Path | None = KUBECONFIG_OPTION,
     in_cluster: bool = IN_CLUSTER_OPTION,
     context: str | None = CONTEXT_OPTION,
@@ -55,15 +65,21 @@ def device_plugin(
         print_message("error: devices.source is none: there are no cards to serve", stderr=True)
         raise typer.Exit(2)
     clock = RealClock()
+    cluster, _ = daemon_cluster(
+        "device-plugin", kubeconfig, in_cluster, context, False, clock, embeddable=False
+    )
     plugin = GpuPlugin(
         node,
-        cluster_from_options(kubeconfig, in_cluster, context, clock),
+        cluster,
         device_source(devices, config),
         PodResourcesClient(cfg.kubelet.pod_resources_socket, cfg.kubelet.timeout_s),
         devices,
         clock,
         {g.id: g.device_node for g in devices.gpus if g.device_node},
     )
+    if once:
+        _report(plugin, Path(devices.device_plugin.socket_dir))
+        return
     runner = PluginRunner(plugin, devices.device_plugin.socket_dir, devices.device_plugin.poll_s)
     stop = threading.Event()
 
@@ -73,6 +89,38 @@ def device_plugin(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     runner.run(stop)
+
+
+def _report(plugin: GpuPlugin, socket_dir: Path) -> None:
+    """`--once`: the cards as read now, the ids each resource would advertise, and whether
+    the kubelet is there to register with."""
+    try:
+        plugin.load()
+    except DeviceUnavailable as exc:
+        print_message(f"error: the cards cannot be read: {exc}", stderr=True)
+        raise typer.Exit(1) from None
+    ids = {r: plugin.advertised(r) for r in SOCKETS}
+    rows = [
+        [
+            card.id,
+            "yes" if card.healthy else "no",
+            "-" if card.numa < 0 else str(card.numa),
+            card.model or "-",
+            "-" if card.memory_mib is None else f"{card.memory_mib} MiB",
+        ]
+        for card in plugin.cards
+    ]
+    print_table(f"cards of {plugin.node}", ["card", "healthy", "NUMA", "model", "memory"], rows)
+    for resource, advertised in ids.items():
+        healthy = sum(a.healthy for a in advertised)
+        print_message(f"{resource}: {len(advertised)} ids ({healthy} healthy)")
+    kubelet = socket_dir / KUBELET_SOCKET
+    where = (
+        f"the kubelet's {kubelet} is there: serving would register with it"
+        if kubelet.exists()
+        else f"no {kubelet}: serving would wait for the kubelet"
+    )
+    print_message(f"{where}; --once registered and served nothing")
 
 
 def register(app: typer.Typer) -> None:

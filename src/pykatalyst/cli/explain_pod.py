@@ -7,7 +7,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.node_state import admin_qos_from_cnc
 from pykatalyst.api import names
+from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.objects import Pod
 from pykatalyst.api.qos import PodQoS, QoSProblem, inspect_pod_qos
 from pykatalyst.api.timefmt import rfc3339
@@ -53,7 +56,7 @@ def explain_pod(
         "phase": view.phase,
         "deleting": view.deletion_timestamp,
         "node": view.node_name or None,
-        "qos": qos_json(qos, found),
+        "qos": qos_json(qos, found, cpu_burst_json(cluster, view, qos, problems)),
         "placement": placement_json(cluster, view, qos, found, problems),
         "resource_recommends": resource_recommends_json(cluster, view, problems),
         "gpu": gpu_json(cluster, view, problems),
@@ -76,21 +79,58 @@ def _problem_json(p: QoSProblem) -> JSON:
     }
 
 
-def qos_json(qos: PodQoS, problems: list[QoSProblem]) -> JSON:
+def qos_json(qos: PodQoS, problems: list[QoSProblem], cpu_burst: JSON) -> JSON:
     """As `katalyst validate` reads it; `level` and `enhancements` mean nothing when
-    `valid` is false (the agent then leaves the pod as the kubelet placed it)."""
+    `valid` is false (the agent then leaves the pod as the kubelet placed it); `cpu_burst`
+    is `cpu_burst_json`'s."""
     errors = [_problem_json(p) for p in problems if p.severity == "error"]
     return {
         "valid": not errors,
         "level": qos.level,
         "enhancements": qos.enhancements.as_dict(),
-        # what Katalyst's cpu plugin would burst by (without a dynamic config); pykatalyst
-        # writes no cpu burst, as Katalyst's default --enable-cpu-burst=false
-        "cpu_burst": dataclasses.asdict(qos.cpu_burst()),
+        "cpu_burst": cpu_burst,
         "k8s_qos_class": qos.k8s_qos_class,
         "errors": errors,
         "warnings": [_problem_json(p) for p in problems if p.severity != "error"],
     }
+
+
+BURST_DEFAULTS = "Katalyst's defaults (no AdminQoSConfiguration)"
+
+
+def cpu_burst_json(cluster: Cluster, pod: Pod, qos: PodQoS, problems: list[str]) -> JSON:
+    """What Katalyst's cpu plugin would burst the pod by (pykatalyst writes no cpu burst,
+    as Katalyst's default --enable-cpu-burst=false): the pod's cpu_enhancement, else the
+    cpu burst defaults of the AdminQoSConfiguration in force on its node (the same
+    overlay as the agent's, `AgentConfig.with_admin_qos`); a shared pod's default burst
+    depends on whether it is the node's only active shared pod."""
+    cpu, source, shared = AgentConfig().cpu, BURST_DEFAULTS, 0
+    node = pod.node_name
+    if node:
+        warnings: list[str] = []
+        ref = admin_qos_from_cnc(cluster, node, warnings)
+        problems.extend(warnings)
+        if ref is not None:
+            ns, _, name = ref.partition("/")
+            try:
+                aqc = AdminQoSConfiguration.from_json(
+                    cluster.get(names.ADMIN_QOS_CONFIGURATION, name, ns)
+                )
+                cpu, source = AgentConfig().with_admin_qos(aqc).cpu, ref
+            except (ApiError, ValueError) as exc:
+                problems.append(f"cpu burst: AdminQoSConfiguration {ref} unusable: {exc}")
+        shared = _active_shared_pods(cluster, node, problems)
+    return {**dataclasses.asdict(cpu.cpu_burst(qos, shared)), "source": source}
+
+
+def _active_shared_pods(cluster: Cluster, node: str, problems: list[str]) -> int:
+    try:
+        pods = cluster.list(names.POD, None, field_selector=f"spec.nodeName={node}").items
+    except ApiError as exc:
+        problems.append(f"cannot list the pods of node {node}: {exc}")
+        return 0
+    active = (p for p in pods if Pod(p).phase not in ("Succeeded", "Failed"))
+    return sum(1 for p in active if inspect_pod_qos(p)[0].is_shared)
 
 
 def placement_json(

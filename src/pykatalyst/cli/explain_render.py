@@ -253,6 +253,15 @@ def print_pod(report: JSON) -> None:
         ["enhancements", _enhancements(qos["enhancements"]) if qos["valid"] else "-"],
         ["k8s QoS class", qos["k8s_qos_class"]],
     ]
+    burst = qos.get("cpu_burst")
+    if qos["valid"] and burst:
+        rows.append(
+            [
+                "cpu burst",
+                f"{burst['policy']}, {burst['percent']}% (Katalyst's, not written; "
+                f"from {burst['source']})",
+            ]
+        )
     placement = report["placement"]
     if placement is not None:
         rows += [

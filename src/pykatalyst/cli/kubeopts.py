@@ -63,15 +63,21 @@ def daemon_cluster(
     qps: float | None = None,
     burst: int | None = None,
     stderr: bool = True,
+    embeddable: bool = True,
 ) -> tuple[Cluster, ClusterSource]:
     """A daemon's cluster, found as kubectl finds it, announced in one line ("katalyst
-    COMMAND: cluster: ..."); contradicting options or no cluster end the command (exit 2)."""
+    COMMAND: cluster: ..."); contradicting options or no cluster end the command (exit 2).
+    `embeddable`: the command takes `--embedded` (the error then mentions it)."""
     try:
         source = find_cluster(kubeconfig, in_cluster, context=context, embedded=embedded)
         print_message(f"katalyst {command}: cluster: {source.describe()}", stderr=stderr)
         return open_cluster(source, clock=clock, qps=qps, burst=burst), source
     except ConnectError as exc:
-        hint = "" if "--embedded" in str(exc) else " (or --embedded: an empty in-memory cluster)"
+        hint = (
+            " (or --embedded: an empty in-memory cluster)"
+            if embeddable and "--embedded" not in str(exc)
+            else ""
+        )
         print_message(f"error: {exc}{hint}", stderr=True)
         raise typer.Exit(2) from None
 

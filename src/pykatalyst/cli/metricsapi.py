@@ -15,7 +15,7 @@ from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
     IN_CLUSTER_OPTION,
     KUBECONFIG_OPTION,
-    cluster_from_options,
+    daemon_cluster,
 )
 from pykatalyst.cli.listen import listen_address
 from pykatalyst.cli.output import print_message
@@ -86,7 +86,9 @@ def metrics(
     address = listen_address(listen)
     hosts = list(dict.fromkeys([*cert_hosts, address[0], "localhost", "127.0.0.1"]))
     clock = RealClock()
-    cluster = cluster_from_options(kubeconfig, in_cluster, context, clock)
+    cluster, _ = daemon_cluster(
+        "metrics", kubeconfig, in_cluster, context, False, clock, embeddable=False
+    )
     auth: RequestHeaderAuth | None = None
     ca = requestheader_client_ca_file
     names = tuple(n for n in requestheader_allowed_names.split(",") if n)

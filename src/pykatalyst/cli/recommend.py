@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
+from pykatalyst.cli.conventions import DURATION, old_option, parse_duration
 from pykatalyst.cli.output import OutputFormat, print_json, print_message, print_table
 from pykatalyst.recommend import (
     RecommendationNotReady,
@@ -91,6 +93,18 @@ def _print(rows: list[dict[str, Any]], output: OutputFormat, name: str) -> None:
     print_table(f"recommendations ({name})", columns, table)
 
 
+def _history_s(history: str, old_days: float | None) -> float:
+    """Seconds of usage history to read: `--history`, or the old `--history-days`."""
+    if old_days is None:
+        seconds, option = parse_duration(history, "--history"), "--history"
+    else:
+        seconds, option = old_days * DAY, "--history-days"
+    if not 0 < seconds < math.inf:
+        print_message(f"error: {option}: accepted: a duration above 0, e.g. 192h", stderr=True)
+        raise typer.Exit(2)
+    return seconds
+
+
 def recommend(
     usage: Path | None = typer.Option(  # noqa: B008
         None, "--usage", help="Usage CSV (gzip accepted): workload,container,timestamp,cpu,memory."
@@ -110,7 +124,13 @@ def recommend(
     namespace: str = typer.Option("default", "--namespace", help="With --from-prometheus."),
     workload: str | None = typer.Option(None, "--workload", help="With --from-prometheus."),
     kind: str = typer.Option("Deployment", "--kind", help="The workload's kind (pod pattern)."),
-    history_days: float = typer.Option(8.0, "--history-days", help="Prometheus history read."),
+    history: str = typer.Option(
+        "192h",
+        "--history",
+        metavar=DURATION,
+        help="With --from-prometheus: how much usage history to read, e.g. 192h (8 days).",
+    ),
+    old_history_days: Annotated[float | None, old_option("recommend", "--history-days")] = None,
 ) -> None:
     """Print the cpu and memory requests (and limits) a recommender would set, and why."""
     try:
@@ -118,6 +138,7 @@ def recommend(
     except ValueError as error:
         print_message(f"error: --recommender: {error}", stderr=True)
         raise typer.Exit(2) from None
+    history_s = _history_s(history, old_history_days)
     if (usage is None) == (from_prometheus is None):
         print_message(
             "error: give exactly one of --usage FILE or --from-prometheus URL", stderr=True
@@ -143,7 +164,7 @@ def recommend(
         client = PrometheusClient(from_prometheus or "")
         try:
             found = read_workload_usage(
-                client, namespace, workload, now - history_days * DAY, now, kind=kind
+                client, namespace, workload, now - history_s, now, kind=kind
             )
         except PrometheusError as error:
             print_message(f"error: {error}", stderr=True)

@@ -27,6 +27,7 @@ from pykatalyst.runtime.host import ServeError
 from pykatalyst.runtime.leader import LeaderConfig, LeaderElector
 from pykatalyst.runtime.scheduler import ONCE_NOT_LEADING, ServeSecurity, run_scheduler
 from pykatalyst.scheduler.config import (
+    NO_EFFECT,
     SchedulerConfig,
     SchedulerConfigError,
     default_config,
@@ -221,6 +222,8 @@ def scheduler(
     names_ = ", ".join(p.scheduler_name for p in cfg.profiles)
     mode = "extender" if extender else f"scheduling pods of {names_}"
     print_message(f"katalyst scheduler: {mode}")
+    for name in cfg.no_effect:
+        print_message(f"note: {name} is accepted and has no effect: {NO_EFFECT[name]}", stderr=True)
 
     def listening() -> None:
         if address is not None:
@@ -240,6 +243,7 @@ def scheduler(
             once=once,
             security=security,
             elector=elector,
+            delay_cache=cfg.delay_cache_until_active,
         )
     except ServeError as exc:
         print_message(f"error: --listen {listen}: {exc}", stderr=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pykatalyst.api import names
-from pykatalyst.cluster.protocol import Cluster, NotFound
+from pykatalyst.cluster.protocol import ApiError, Cluster, NotFound
 
 AUTH_CONFIG_MAP = "extension-apiserver-authentication"
 
@@ -50,6 +50,11 @@ def from_cluster(cluster: Cluster) -> RequestHeaderConfig:
         raise AuthConfigError(
             f"{names.KUBE_SYSTEM_NAMESPACE}/{AUTH_CONFIG_MAP} not found: the API server "
             "publishes no request-header CA (pass --requestheader-client-ca-file)"
+        ) from None
+    except ApiError as exc:
+        raise AuthConfigError(
+            f"cannot read {names.KUBE_SYSTEM_NAMESPACE}/{AUTH_CONFIG_MAP} (the request-header "
+            f"CA, or pass --requestheader-client-ca-file): {exc}"
         ) from None
     data = cm.get("data") or {}
     ca = str(data.get("requestheader-client-ca-file", ""))

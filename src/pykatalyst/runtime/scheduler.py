@@ -49,7 +49,10 @@ def scheduler_host(
     listen: tuple[str, int] | None = None,
     security: ServeSecurity = ServeSecurity(),
     elector: LeaderElector | None = None,
+    delay_cache: bool = False,
 ) -> ComponentHost:
+    """`delay_cache` (delayCacheUntilActive): with an elector, a follower keeps no caches;
+    they are filled by the first scheduling pass once it leads."""
     # Ticks run on the loop thread: the extender's handlers use the same scheduler cache
     # on that thread, so the two never interleave.
     host = ComponentHost("scheduler", clock=clock, elector=elector)
@@ -85,7 +88,7 @@ def scheduler_host(
             report(done)
 
     host.every(SCHEDULE, interval_s, tick, leader_only=elector is not None)
-    if elector is not None:
+    if elector is not None and not delay_cache:
         # A follower's caches follow the cluster, so that taking over costs no relist.
         host.every(SYNC, interval_s, sched.sync)
     if listen is not None:
@@ -120,10 +123,12 @@ def run_scheduler(
     security: ServeSecurity = ServeSecurity(),
     elector: LeaderElector | None = None,
     once: bool = False,
+    delay_cache: bool = False,
 ) -> int:
     """Serve and schedule until SIGTERM/SIGINT or `max_seconds` (exit code 0), or until
     this replica loses the lease (1). `once`: one scheduling pass over the pods pending
-    at the start, then 0 (ONCE_NOT_LEADING when another replica holds the lease)."""
+    at the start, then 0 (ONCE_NOT_LEADING when another replica holds the lease).
+    `delay_cache`: see `scheduler_host`."""
     host = scheduler_host(
         sched,
         clock,
@@ -134,11 +139,14 @@ def run_scheduler(
         listen=listen,
         security=security,
         elector=elector,
+        delay_cache=delay_cache,
     )
 
     def ready() -> None:
         if on_ready is not None:
             on_ready()
+        if elector is not None and delay_cache:
+            return  # the caches wait for the lease
         sched.sync(clock.now())
         # The first sync built the long-lived caches: keep the collector from re-walking them.
         gc.collect()

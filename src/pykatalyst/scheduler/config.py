@@ -143,6 +143,30 @@ DEFAULT_CLIENT_QPS: Final = 50.0
 DEFAULT_CLIENT_BURST: Final = 100
 
 
+# Fields of kube-scheduler's configuration that this scheduler accepts (and validates) but
+# that change nothing here, and why; `--print-config` lists those a file sets.
+NO_EFFECT: Final[dict[str, str]] = {
+    "parallelism": (
+        "kube-scheduler's number of goroutines filtering and scoring nodes; here each pass "
+        "over the nodes is one vectorised (numpy) computation in the scheduling thread"
+    ),
+    "enableProfiling": (
+        "kube-scheduler serves Go's profiler at /debug/pprof; this Python process serves no "
+        "profiler (attach py-spy to it instead)"
+    ),
+    "enableContentionProfiling": (
+        "Go's lock contention profile, part of /debug/pprof; there is no counterpart here"
+    ),
+    "clientConnection.contentType": (
+        "the API server is spoken to in JSON, the only encoding the Python client has; a "
+        "protobuf content type is not used"
+    ),
+    "clientConnection.acceptContentTypes": (
+        "the API server is spoken to in JSON, the only encoding the Python client has"
+    ),
+}
+
+
 class KubeSchedulerConfigurationModel(_Strict):
     apiVersion: str
     kind: str
@@ -477,6 +501,10 @@ class SchedulerConfig:
     client_qps: float = DEFAULT_CLIENT_QPS
     client_burst: int = DEFAULT_CLIENT_BURST
     kubeconfig: str = ""
+    # delayCacheUntilActive: with leader election, fill the caches only once leading
+    delay_cache_until_active: bool = False
+    # the fields of NO_EFFECT the file sets
+    no_effect: tuple[str, ...] = ()
 
     def profile(self, scheduler_name: str) -> ResolvedProfile | None:
         for p in self.profiles:
@@ -498,10 +526,13 @@ class SchedulerConfig:
                 "qps": self.client_qps if self.client_qps > 0 else -1,
                 "burst": self.client_burst,
             },
+            "delayCacheUntilActive": self.delay_cache_until_active,
             "profiles": [p.to_json() for p in self.profiles],
         }
         if self.extenders:
             out["extenders"] = [dict(e) for e in self.extenders]
+        if self.no_effect:
+            out["notImplemented"] = {f: NO_EFFECT[f] for f in self.no_effect}
         return out
 
     def to_yaml(self) -> str:
@@ -610,7 +641,16 @@ def resolve(raw: Mapping[str, Any], source: str = "") -> SchedulerConfig:
         client_qps=(0.0 if conn.qps < 0 else conn.qps if conn.qps > 0 else DEFAULT_CLIENT_QPS),
         client_burst=conn.burst or DEFAULT_CLIENT_BURST,
         kubeconfig=conn.kubeconfig,
+        delay_cache_until_active=model.delayCacheUntilActive,
+        no_effect=_fields_without_effect(model),
     )
+
+
+def _fields_without_effect(model: KubeSchedulerConfigurationModel) -> tuple[str, ...]:
+    """The fields of NO_EFFECT that the file sets, in NO_EFFECT's order."""
+    given = {*model.model_fields_set}
+    given |= {f"clientConnection.{f}" for f in model.clientConnection.model_fields_set}
+    return tuple(f for f in NO_EFFECT if f in given)
 
 
 def _top_level_problems(model: KubeSchedulerConfigurationModel) -> list[str]:

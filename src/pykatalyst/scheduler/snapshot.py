@@ -118,7 +118,8 @@ class PodRecord:
 
 @dataclass(slots=True)
 class _CNRNuma:
-    """What a node's CNR says about its NUMA zones, with its own consumers."""
+    """What a node's CNR says about its NUMA zones: per zone what the dedicated pods'
+    (and unknown consumers') allocations hold, and what every allocation holds."""
 
     ids: list[int] = field(default_factory=list)
     sockets: list[int] = field(default_factory=list)
@@ -126,7 +127,11 @@ class _CNRNuma:
     mem_alloc: list[int] = field(default_factory=list)
     cpu_used: list[int] = field(default_factory=list)
     mem_used: list[int] = field(default_factory=list)
-    consumers: set[str] = field(default_factory=set)
+    # every allocation, shared pods' included (what Katalyst's native policy counts), and
+    # every consumer the CNR lists
+    cpu_used_all: list[int] = field(default_factory=list)
+    mem_used_all: list[int] = field(default_factory=list)
+    listed: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -166,6 +171,8 @@ _NUMA_ROWS: Final = (
     "numa_mem_alloc",
     "numa_cpu_used",
     "numa_mem_used",
+    "numa_cpu_used_all",
+    "numa_mem_used_all",
     "numa_socket_bits",
 )
 _GPU_ROWS: Final = ("gpu_cap", "gpu_used", "gpu_free", "gpu_numa", "gpu_socket", "gpu_model")
@@ -235,6 +242,9 @@ class NodeSnapshot:
         self.numa_mem_alloc: I64 = np.zeros((0, cap), np.int64)
         self.numa_cpu_used: I64 = np.zeros((0, cap), np.int64)
         self.numa_mem_used: I64 = np.zeros((0, cap), np.int64)
+        # the same with every CNR allocation counted, shared pods' included (`native`)
+        self.numa_cpu_used_all: I64 = np.zeros((0, cap), np.int64)
+        self.numa_mem_used_all: I64 = np.zeros((0, cap), np.int64)
         self.numa_socket_bits: I64 = np.zeros((0, cap), np.int64)
         self.numa_per_socket: I32 = np.zeros(cap, np.int32)
         self.policy: npt.NDArray[np.int8] = np.zeros(cap, np.int8)
@@ -292,6 +302,8 @@ class NodeSnapshot:
             "numa_mem_alloc",
             "numa_cpu_used",
             "numa_mem_used",
+            "numa_cpu_used_all",
+            "numa_mem_used_all",
             "numa_socket_bits",
             "numa_per_socket",
             "policy",
@@ -713,27 +725,35 @@ class NodeSnapshot:
 
     def _refresh_numa(self, name: str, slot: int) -> None:
         """NUMA use = what the CNR reports + what this scheduler reserved for pods the CNR
-        does not list yet."""
-        self.numa_cpu_used[:, slot] = 0
-        self.numa_mem_used[:, slot] = 0
+        does not list yet (`numa_*_used`: dedicated pods' and unknown consumers'
+        allocations; `numa_*_used_all`: every allocation)."""
+        for arr in (
+            self.numa_cpu_used,
+            self.numa_mem_used,
+            self.numa_cpu_used_all,
+            self.numa_mem_used_all,
+        ):
+            arr[:, slot] = 0
         numa = self._cnr_numa.get(name)
         if numa is None or not numa.ids:
             return
         z = len(numa.ids)
-        cpu = list(numa.cpu_used)
-        mem = list(numa.mem_used)
+        cpu, mem = np.array(numa.cpu_used, np.int64), np.array(numa.mem_used, np.int64)
+        held_c, held_m = np.zeros(z, np.int64), np.zeros(z, np.int64)
         pos = {nid: i for i, nid in enumerate(numa.ids)}
         for rec in self.pods_by_node.get(name, {}).values():
             res = rec.numa
-            if res is None or rec.uid in numa.consumers:
+            if res is None or rec.uid in numa.listed:
                 continue
             for nid, c, m in zip(res.numa_ids, res.cpu, res.memory, strict=True):
                 i = pos.get(nid)
                 if i is not None:
-                    cpu[i] += c
-                    mem[i] += m
-        self.numa_cpu_used[:z, slot] = cpu
-        self.numa_mem_used[:z, slot] = mem
+                    held_c[i] += c
+                    held_m[i] += m
+        self.numa_cpu_used[:z, slot] = cpu + held_c
+        self.numa_mem_used[:z, slot] = mem + held_m
+        self.numa_cpu_used_all[:z, slot] = np.array(numa.cpu_used_all, np.int64) + held_c
+        self.numa_mem_used_all[:z, slot] = np.array(numa.mem_used_all, np.int64) + held_m
 
     # --- pods -----------------------------------------------------------------------------
 
@@ -900,21 +920,25 @@ def _read_numa(view: CustomNodeResource, snap: NodeSnapshot) -> _CNRNuma:
         mem = zone.allocatable.get(names.RESOURCE_MEMORY)
         out.cpu_alloc.append(cpu.milli_value() if cpu is not None else 0)
         out.mem_alloc.append(mem.value() if mem is not None else 0)
-        used_cpu = used_mem = 0
+        used_cpu = used_mem = all_cpu = all_mem = 0
         for consumer, reqs in zone.allocations:
             uid = consumer.rsplit("/", 1)[-1] if consumer else ""
+            c = reqs.get(names.RESOURCE_CPU)
+            m = reqs.get(names.RESOURCE_MEMORY)
+            c_milli = c.milli_value() if c is not None else 0
+            m_bytes = m.value() if m is not None else 0
+            all_cpu, all_mem = all_cpu + c_milli, all_mem + m_bytes
+            if uid:
+                out.listed.add(uid)
             rec = snap.pods.get(uid)
             # Only NUMA-bound dedicated pods hold cpus of a zone; shared pods are elastic.
             if rec is not None and not rec.dedicated_numa:
                 continue
-            if uid:
-                out.consumers.add(uid)
-            c = reqs.get(names.RESOURCE_CPU)
-            m = reqs.get(names.RESOURCE_MEMORY)
-            used_cpu += c.milli_value() if c is not None else 0
-            used_mem += m.value() if m is not None else 0
+            used_cpu, used_mem = used_cpu + c_milli, used_mem + m_bytes
         out.cpu_used.append(used_cpu)
         out.mem_used.append(used_mem)
+        out.cpu_used_all.append(all_cpu)
+        out.mem_used_all.append(all_mem)
     if len(set(out.ids)) != len(out.ids):
         raise ValueError("duplicate NUMA zone ids")
     policy = view.topology_policy

@@ -75,12 +75,18 @@ class GpuPlugin:
     # --- cards ---------------------------------------------------------------------------
 
     def poll(self) -> bool:
-        """Read the cards again; True when what is advertised changed."""
+        """Read the cards again; True when what is advertised changed. Cards that cannot be
+        read leave the last list (logged)."""
         try:
-            cards = self.source.gpus()
+            return self.load()
         except DeviceUnavailable as exc:
             log.warning("cards not read, the last list stays: %s", exc)
             return False
+
+    def load(self) -> bool:
+        """Read the cards again (DeviceUnavailable when they cannot be); True when what is
+        advertised changed."""
+        cards = self.source.gpus()
         with self._lock:
             changed = cards != self.cards
             self.cards = cards

@@ -14,12 +14,15 @@ lowest non-zero zone score, averaged over the containers.
 * single NUMA (SingleNUMANode* policies, and Numeric for non-exclusive pods): some zone
   has the request free;
 * numeric masks (NumericContainerLevel): a set of zones — `numa_ids` if given, exactly
-  `numa_number` zones if given, else at least the fewest zones whose allocatable holds the
-  request; a set no larger than a socket's zones must stay on one socket;
+  `numa_number` zones if given, else exactly the fewest zones whose allocatable holds the
+  request (Katalyst's: a larger set is never taken, even when the fewest are busy); a set
+  no larger than a socket's zones must stay on one socket;
 * exclusive (numa_exclusive): every zone of the set is completely free and the pod takes
   them whole;
 * reserve: until the CNR lists the pod, its effective request is charged to every zone of
-  the node (Katalyst's), or with `reservedZones: Chosen` to the zones chosen for it.
+  the node (Katalyst's), or with `reservedZones: Chosen` to the zones chosen for it;
+* used: under `dynamic` what dedicated pods' CNR allocations hold (shared pods are
+  elastic), under `native` every allocation (Katalyst reads the CNR unfiltered there).
 
 Zone sets are bitmasks over a node's zone positions, so each candidate set is checked on
 every node with a handful of integer array operations.
@@ -95,21 +98,39 @@ class _Zones:
     used_m: I64
     present: BOOL
     whole: BOOL
-    # native policy, several app containers: each placed on a zone of its own on the
-    # container-level nodes (`container_level`, per node)
+    # native policy: each app container placed on a zone in turn on the container-level
+    # nodes (`container_level`, per node)
     containers: tuple[Request, ...] = ()
     container_level: BOOL | None = None
 
 
-def _set_sizes(zs: _Zones, z: int) -> list[int]:
-    """The sizes of the zone sets to try, smallest first."""
+def _set_sizes(zs: _Zones, z: int) -> tuple[list[int], I64 | None]:
+    """The sizes of the zone sets to try, smallest first, and for an exclusive pod the
+    one size each node accepts (`fewest_zones`; Katalyst's numeric handler takes only
+    sets of the fewest zones that can hold the pod, never a larger one)."""
     if zs.numa_ids is not None:
-        return [len(zs.numa_ids)]
+        return [len(zs.numa_ids)], None
     if zs.numa_number is not None and zs.numa_number > 1:
-        return [zs.numa_number]
+        return [zs.numa_number], None
     if zs.exclusive:
-        return list(range(1, z + 1))
-    return [1]
+        need = fewest_zones(((zs.alloc_c, zs.req_cpu), (zs.alloc_m, zs.req_mem)), zs.present)
+        return list(range(1, z + 1)), need
+    return [1], None
+
+
+def fewest_zones(asked: Sequence[tuple[I64, int]], present: BOOL) -> I64:
+    """Per node (column): the fewest of its zones whose allocatable, largest first, holds
+    each amount asked (`asked`: per resource the zones' allocatable and the amount, in
+    the same unit; an amount of 0 is not counted); all its zones when they cannot."""
+    count = present.sum(axis=0).astype(np.int64)
+    need = np.ones(present.shape[1], np.int64)
+    for alloc, amount in asked:
+        if amount <= 0:
+            continue
+        largest_first = -np.sort(-np.where(present, alloc, 0), axis=0)
+        enough = np.cumsum(largest_first, axis=0) >= amount
+        need = np.maximum(need, np.where(enough.any(axis=0), enough.argmax(axis=0) + 1, count))
+    return need
 
 
 _EVAL: Final = Key[_Eval]("NodeResourceTopology/evaluation")
@@ -181,7 +202,8 @@ class NodeResourceTopology(Plugin):
     def _request(self, demand: ZoneDemand) -> Request:
         """What must fit in one zone set: under `dynamic` the main container's request
         (its cpus in whole cores, as the agent hands them out), under `native` the pod's
-        effective request."""
+        effective request (pod scope; at container scope the app containers are placed
+        one by one, `_place_containers`)."""
         if self.policy == "dynamic":
             cpu, mem = demand.main_request
             cpu = -(-cpu // 1000) * 1000
@@ -189,7 +211,20 @@ class NodeResourceTopology(Plugin):
             cpu, mem = demand.effective
         return self._aligned(cpu, mem)
 
+    def _used(self, snap: NodeSnapshot) -> tuple[I64, I64]:
+        """The zones' used cpu and memory as this policy counts them: under `dynamic` only
+        dedicated pods' allocations (shared pods are elastic), under `native` every
+        allocation (Katalyst's native handlers read the CNR unfiltered)."""
+        if self.policy == "native":
+            return snap.numa_cpu_used_all, snap.numa_mem_used_all
+        return snap.numa_cpu_used, snap.numa_mem_used
+
     def _aligned(self, cpu: int, mem: int) -> Request:
+        """The request the zones must hold: under `native` all of it (Katalyst's native
+        handlers check every resource asked for; `alignedResources` only makes a resource
+        exclusive there), under `dynamic` the aligned resources."""
+        if self.policy == "native":
+            return cpu, mem
         return (cpu if "cpu" in self.aligned else 0, mem if "memory" in self.aligned else 0)
 
     # --- evaluation -----------------------------------------------------------------------
@@ -208,7 +243,7 @@ class NodeResourceTopology(Plugin):
             cols = slice(0, snap.n)
         zs = self._zones(pod, snap, cols)
         z, n = snap.numa_z, len(zs.managed)
-        sizes = _set_sizes(zs, z)
+        sizes, need = _set_sizes(zs, z)
         combos = _combos(z, [1])
         best = np.full(n, -1, np.int64)
         best_score = np.full(n, -1, np.int64)
@@ -224,9 +259,9 @@ class NodeResourceTopology(Plugin):
                 break
             if zs.exclusive and not (undecided & (free_count >= size)).any():
                 break
-            found = self._zone_sets(
-                zs, snap, cols, size, undecided, (best, best_score), combos, ranked
-            )
+            # an exclusive pod: on each node only sets of its fewest zones
+            cand = undecided if need is None else undecided & (need == size)
+            found = self._zone_sets(zs, snap, cols, size, cand, (best, best_score), combos, ranked)
             # fewer zones win: nodes placed at this size are not offered larger sets
             undecided &= ~found
         fits = best >= 0
@@ -245,14 +280,15 @@ class NodeResourceTopology(Plugin):
     def _zones(self, pod: PodInfo, snap: NodeSnapshot, cols: slice | IDX) -> _Zones:
         count = snap.numa_count[cols]
         qos = pod.qos
-        used_c = snap.numa_cpu_used[:, cols]
-        used_m = snap.numa_mem_used[:, cols]
+        used_c, used_m = (u[:, cols] for u in self._used(snap))
         present = np.arange(snap.numa_z)[:, None] < count[None, :]
         demand = zone_demand(pod.raw)
         req_cpu, req_mem = self._request(demand)
         containers: tuple[Request, ...] = ()
         level: BOOL | None = None
-        if self.policy == "native" and len(demand.apps) > 1:
+        if self.policy == "native" and demand.apps:
+            # at container scope only the app containers are placed, one by one (init
+            # containers are not: Katalyst's handler walks spec.containers alone)
             containers = tuple(self._aligned(c, m) for c, m in demand.apps)
             level = snap.policy[cols] == POLICY_SINGLE_NUMA
         return _Zones(
@@ -458,9 +494,7 @@ class NodeResourceTopology(Plugin):
         exclusive = self.policy == "dynamic" and pod.is_numa_exclusive
         alloc = (snap.numa_cpu_alloc[:, idx], snap.numa_mem_alloc[:, idx])
         free = []
-        for a, used in zip(
-            alloc, (snap.numa_cpu_used[:, idx], snap.numa_mem_used[:, idx]), strict=True
-        ):
+        for a, used in zip(alloc, (u[:, idx] for u in self._used(snap)), strict=True):
             free.append(np.where(used == 0, a, 0) if exclusive else a - used)
         present = np.arange(snap.numa_z)[:, None] < count[None, :]
         zone = self._katalyst_zone_score(req, free[0], free[1])
@@ -469,7 +503,7 @@ class NodeResourceTopology(Plugin):
         best = _lowest_nonzero(zone)
         numeric = snap.policy[idx] == POLICY_NUMERIC
         if exclusive and numeric.any():
-            sets = self._fewest_zone_sets(req, alloc, free, present, count, best)
+            sets = self._fewest_zone_sets(req, alloc, free, present, best)
             best = np.where(numeric, sets, best)
         return best
 
@@ -517,21 +551,13 @@ class NodeResourceTopology(Plugin):
         alloc: tuple[I64, I64],
         free: list[I64],
         present: BOOL,
-        count: npt.NDArray[np.int32],
         one_zone: I64,
     ) -> I64:
         """Per node: the lowest non-zero score over the sets of exactly as many zones as
-        the request needs by the zones' allocatable (counted in zone order)."""
+        the request needs by the zones' allocatable (`fewest_zones`, as the filter)."""
         z, n = present.shape
-        first = [(r, a[0], sc) for r, a, sc in ((req[0], alloc[0], 1000), (req[1], alloc[1], 1))]
-        if z and all(r is None or bool((a >= r * sc).all()) for r, a, sc in first):
-            return one_zone  # the first zone of every node can hold it: sets of one
-        need = np.ones(n, np.int64)
-        for r, a, scale in ((req[0], alloc[0], 1000), (req[1], alloc[1], 1)):
-            if r is None:
-                continue
-            enough = np.cumsum(np.where(present, a, 0), axis=0) >= r * scale
-            need = np.maximum(need, np.where(enough.any(axis=0), enough.argmax(axis=0) + 1, count))
+        asked = [(a, (r or 0) * sc) for r, a, sc in zip(req, alloc, (1000, 1), strict=True)]
+        need = fewest_zones(asked, present)
         out = np.zeros(n, np.int64)
         for k in np.unique(need).tolist():
             rows = need == k
