@@ -8,9 +8,6 @@ asking more than is left stays Pending with the reason."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +24,7 @@ from tests.e2e.conftest import (
     component_kubeconfig,
     wait_until,
 )
-from tests.e2e.pykatalyst_e2e import running_pods, start_agent
+from tests.e2e.pykatalyst_e2e import explain_pod_json, running_pods, start_agent
 
 BW = names.RESOURCE_NET_BANDWIDTH
 SPEED = 10000  # the line rate assumed where sysfs has none: 9000 Mbps given out
@@ -62,20 +59,6 @@ def _nic_zones(kubectl: Kubectl, node: str) -> dict[str, Any]:
         for z in socket.get("children", [])
         if z.get("type") == names.ZONE_NIC
     }
-
-
-def _explain_nic(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
-    katalyst = str(Path(sys.executable).parent / "katalyst")
-    key = f"{namespace}/{name}"
-    done = subprocess.run(
-        [katalyst, "explain", "pod", key, "--kubeconfig", kubectl.kubeconfig, "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    nic: dict[str, Any] = json.loads(done.stdout)["nic"]
-    return nic
 
 
 def test_a_bandwidth_pod_gets_this_machines_nic_and_runs(
@@ -120,7 +103,7 @@ def test_a_bandwidth_pod_gets_this_machines_nic_and_runs(
     assert "3000 Mbps on" in ann[names.NIC_SELECTION_REASON_ANNOTATION]
 
     def reported() -> dict[str, Any]:
-        nic = _explain_nic(kubectl, namespace, "web")
+        nic = explain_pod_json(kubectl, namespace, "web")["nic"]
         if nic["nic"] and nic["nic"]["reports_this_pod"]:
             return nic
         raise AssertionError(f"explain pod web: {nic}")

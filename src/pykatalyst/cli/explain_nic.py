@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pykatalyst.api import names
 from pykatalyst.api.digest import digest_pod
-from pykatalyst.api.objects import CustomNodeResource, Pod
-from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
+from pykatalyst.api.objects import Pod
+from pykatalyst.cli.explain_gpu import node_zones, reports
+from pykatalyst.cluster.protocol import JSON, Cluster
 
 
 def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
@@ -25,12 +26,9 @@ def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
     }
     if not selection or not pod.node_name:
         return out
-    try:
-        cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, pod.node_name)
-    except ApiError as exc:
-        problems.append(f"cannot read the NIC zones of node {pod.node_name}: {exc}")
+    zones = node_zones(cluster, pod.node_name, names.ZONE_NIC, problems)
+    if zones is None:
         return out
-    zones = {z.name: z for z in CustomNodeResource(cnr).zones() if z.type == names.ZONE_NIC}
     zone = zones.get(selection)
     if zone is None:
         problems.append(f"NIC {selection} is not among node {pod.node_name}'s NIC zones")
@@ -41,6 +39,6 @@ def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
         "attributes": dict(zone.attributes),
         "allocatable": {k: str(v) for k, v in sorted(zone.allocatable.items())},
         "consumers": [c for c, _ in zone.allocations],
-        "reports_this_pod": any(c.rsplit("/", 1)[-1] == pod.uid for c, _ in zone.allocations),
+        "reports_this_pod": reports(zone, pod.uid),
     }
     return out
