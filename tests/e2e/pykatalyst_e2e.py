@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -254,3 +256,18 @@ def start_webhook(
 
     wait_until("the webhook's /readyz", ready, 60)
     return comp, url, ca
+
+
+def explain_pod_json(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    """`katalyst explain pod NS/NAME -o json`, run as a user runs it."""
+    katalyst = str(Path(sys.executable).parent / "katalyst")
+    key = f"{namespace}/{name}"
+    done = subprocess.run(
+        [katalyst, "explain", "pod", key, "--kubeconfig", kubectl.kubeconfig, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data

@@ -11,9 +11,6 @@ plugin told it: its NVIDIA_VISIBLE_DEVICES, CUDA_DEVICE_MEMORY_LIMIT and /dev/nv
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,7 @@ from tests.e2e.conftest import (
     component_kubeconfig,
     wait_until,
 )
-from tests.e2e.pykatalyst_e2e import running_pods, start_agent
+from tests.e2e.pykatalyst_e2e import explain_pod_json, running_pods, start_agent
 
 GPU = names.RESOURCE_NVIDIA_GPU
 MEM = names.RESOURCE_GPU_MEMORY
@@ -358,7 +355,7 @@ def test_katalyst_scheduler_chooses_the_cards_and_the_plugin_gives_them(
 
     # `katalyst explain pod` says which card and why, and that the CNR reports the pod on it
     def explained() -> dict[str, Any]:
-        gpu: dict[str, Any] = _explain_pod(kubectl, namespace, "a")["gpu"]
+        gpu: dict[str, Any] = explain_pod_json(kubectl, namespace, "a")["gpu"]
         if [c["id"] for c in gpu["cards"] if c["reports_this_pod"]] == [chosen["a"]]:
             return gpu
         raise AssertionError(f"explain pod a: {gpu}")
@@ -380,17 +377,3 @@ def test_katalyst_scheduler_chooses_the_cards_and_the_plugin_gives_them(
         assert _printed(kubectl, namespace, name)["cards"] == chosen[name]
     assert chosen["d"] != chosen["e"], chosen
     assert "Traceback" not in scheduler.log() + plugin.log() + agent.log()
-
-
-def _explain_pod(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
-    katalyst = str(Path(sys.executable).parent / "katalyst")
-    key = f"{namespace}/{name}"
-    done = subprocess.run(
-        [katalyst, "explain", "pod", key, "--kubeconfig", kubectl.kubeconfig, "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    data: dict[str, Any] = json.loads(done.stdout)
-    return data

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pykatalyst.agent import cpu_state, gpu, isolation, kubelet_cpu, net_policy, publish
+from pykatalyst.agent import cpu_state, gpu, isolation, kubelet_cpu, net_policy, nic, publish
 from pykatalyst.agent import decide as steps
 from pykatalyst.agent import tick as ticks
 from pykatalyst.agent.config import AgentConfig, reclaim_setting
@@ -41,6 +41,7 @@ from pykatalyst.agent.headroom import native_demand
 from pykatalyst.agent.host.base import Host, Knob, KnobValue, NetShape, PodCgroup
 from pykatalyst.agent.host.devices import DeviceSource, DeviceUnavailable
 from pykatalyst.agent.host.kubelet import KubeletDevicesView, KubeletUnavailable, KubeletView
+from pykatalyst.agent.host.nics import NicSource
 from pykatalyst.agent.inputs import (
     AgentState,
     EvictionInput,
@@ -93,6 +94,7 @@ class Agent:
         node_state: NodeState | None = None,
         devices: DeviceSource | None = None,
         device_view: KubeletDevicesView | None = None,
+        nics: NicSource | None = None,
     ) -> None:
         self.node_name = node_name
         self.cluster = cluster
@@ -130,6 +132,8 @@ class Agent:
         self.devices = devices
         self._device_view = device_view
         self._gpu_report: tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]]] = ({}, [])
+        self.nics = nics
+        self._nic_report: dict[int, list[dict[str, Any]]] = {}
         self.cpu_state_error: str | None = None
         self._cpu_rebuild = True  # until a checkpoint says where pods are
         self._cpu_checkpoint = cpu_state.checkpoint_for(
@@ -604,6 +608,9 @@ class Agent:
         if self.devices is not None:
             zones, props, terms["gpus"] = self._gpus()
             report = dataclasses.replace(report, gpu_zones=zones, resource_properties=props)
+        if self.nics is not None:
+            nic_zones, terms["nics"] = self._nic_zones()
+            report = dataclasses.replace(report, nic_zones=nic_zones)
         out = self.reporter.report(report, inp.now)
         out["overcommit"] = self.reporter.publish_overcommit(
             native_demand(inp, d.valid), self.config.overcommit, inp.now
@@ -635,6 +642,28 @@ class Agent:
         except DeviceUnavailable as exc:
             note = f"cards unreadable, last report kept: {exc}"
         return self._gpu_report[0], self._gpu_report[1], note
+
+    def _nic_zones(self) -> tuple[dict[int, list[dict[str, Any]]], str]:
+        """The NIC zones to report and how they were read (the last good ones while the
+        NICs cannot be read)."""
+        assert self.nics is not None
+        pods = [
+            nic.BandwidthPod(
+                s.namespace,
+                s.name,
+                s.uid,
+                s.digest.request(names.RESOURCE_NET_BANDWIDTH),
+                str(s.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION) or ""),
+            )
+            for s in self._specs.values()
+        ]
+        try:
+            self._nic_report = nic.node_nic_report(
+                self.nics, self.base_config.devices.nic, pods, self.topology
+            )
+        except DeviceUnavailable as exc:
+            return self._nic_report, f"NICs unreadable, last report kept: {exc}"
+        return self._nic_report, "NICs and holds read"
 
     def _emit_events(self, notes: Notes, now: float) -> frozenset[tuple[str, str, str]]:
         """Send the tick's Events; the Events sent so far, forgetting pods long gone."""

@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pykatalyst.agent.host.base import IoLimit
+from pykatalyst.agent.host.devices import repeated
+from pykatalyst.agent.host.nics import nic_identifier
 from pykatalyst.agent.io_policy import LevelIo, misordered
 from pykatalyst.api import names
 from pykatalyst.api.units import Bytes, Seconds
@@ -289,6 +291,79 @@ class DevicePluginConfig(Section):
     )
 
 
+NIC_SOURCES = ("none", "synthetic", "sysfs")
+
+
+class NicConfig(Section):
+    """One synthetic network interface (`devices.nic.source: synthetic`)."""
+
+    name: str = Field(min_length=1, description="the interface name, e.g. eth0")
+    netns: str = Field("", description="its network namespace ('' : the host's)")
+    speed_mbps: int = Field(gt=0, description="its line rate in Mbps (sysfs `speed`)")
+    numa: int = Field(0, ge=-1, description="its NUMA node (-1: none)")
+    pcie_switch: str = Field("", description="the PCIe switch it hangs off")
+    healthy: bool = Field(True, description="false: reported with no allocatable bandwidth")
+
+    @field_validator("name", "netns")
+    @classmethod
+    def _plain(cls, v: str) -> str:
+        if v != v.strip() or "/" in v or "," in v:
+            raise ValueError("no '/', no ',' and no surrounding blanks")
+        return v
+
+
+class NicsConfig(Section):
+    """The node's NICs and the bandwidth they give out (Katalyst's network resource
+    plugin: docs/devices.md "NICs and bandwidth")."""
+
+    source: str = Field(
+        "none", description="none | synthetic (the `interfaces` list) | sysfs (/sys/class/net)"
+    )
+    interfaces: tuple[NicConfig, ...] = Field(
+        (), description="the interfaces when source is synthetic"
+    )
+    egress_capacity_rate: float = Field(
+        names.DEFAULT_NIC_EGRESS_CAPACITY_RATE,
+        gt=0,
+        le=1,
+        description="share of the line rate given out as egress bandwidth "
+        "(Katalyst's --network-resource-plugin-egress-capacity-rate)",
+    )
+    ingress_capacity_rate: float = Field(
+        names.DEFAULT_NIC_INGRESS_CAPACITY_RATE,
+        gt=0,
+        le=1,
+        description="share of the line rate given out as ingress bandwidth "
+        "(Katalyst's --network-resource-plugin-ingress-capacity-rate)",
+    )
+    reserved_bandwidth_mbps: int = Field(
+        0,
+        ge=0,
+        description="Mbps kept back on the first interface "
+        "(Katalyst's --network-resource-plugin-reserved-bandwidth)",
+    )
+    unknown_speed_mbps: int = Field(
+        0,
+        ge=0,
+        description="the line rate assumed where sysfs gives none (virtio NICs); "
+        "0: such an interface gives out no bandwidth",
+    )
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        if v not in NIC_SOURCES:
+            raise ValueError(f"accepted: {', '.join(NIC_SOURCES)}; got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _unique(self) -> NicsConfig:
+        dup = repeated([nic_identifier(n.netns, n.name) for n in self.interfaces])
+        if dup:
+            raise ValueError(f"interfaces: (netns, name) must be unique; repeated: {dup}")
+        return self
+
+
 class DevicesConfig(Section):
     """The node's GPUs: where they are read from, and how they are reported and served."""
 
@@ -305,6 +380,9 @@ class DevicesConfig(Section):
     sys_root: str = Field("/sys", description="where sysfs is mounted")
     proc_root: str = Field("/proc", description="where procfs is mounted")
     device_plugin: DevicePluginConfig = Field(default_factory=DevicePluginConfig)
+    nic: NicsConfig = Field(
+        default_factory=NicsConfig, description="the NICs and their bandwidth (net_bandwidth)"
+    )
 
     @field_validator("source")
     @classmethod
@@ -315,8 +393,7 @@ class DevicesConfig(Section):
 
     @model_validator(mode="after")
     def _unique(self) -> DevicesConfig:
-        ids = [g.id for g in self.gpus]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        dup = repeated([g.id for g in self.gpus])
         if dup:
             raise ValueError(f"gpus: ids must be unique; repeated: {dup}")
         return self

@@ -21,6 +21,7 @@ from pykatalyst.agent.eviction import EvictionConfig, EvictionStage
 from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.host.devices import DeviceSource
 from pykatalyst.agent.host.kubelet import KubeletDevicesView, KubeletView
+from pykatalyst.agent.host.nics import NicSource
 from pykatalyst.agent.inputs import EvictionInput
 from pykatalyst.agent.node_state import NodeState
 from pykatalyst.api import names
@@ -61,6 +62,7 @@ def build_agent(
     kubelet: KubeletView | None = None,
     devices: DeviceSource | None = None,
     device_view: KubeletDevicesView | None = None,
+    nics: NicSource | None = None,
     verify_period_s: float = 0.0,
     registry: CollectorRegistry | None = None,
     dry_run: bool = False,
@@ -110,4 +112,5 @@ def build_agent(
         node_state=state,
         devices=devices,
         device_view=device_view,
+        nics=nics,
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -36,6 +36,7 @@ from pykatalyst.agent.host.kubelet import DeviceGrant, KubeletDevices
 from pykatalyst.api import names
 from pykatalyst.topology.machine import CPUTopology
 
+T = TypeVar("T")
 SEP = "::"
 SLOT = "s"
 UNIT = "m"
@@ -206,23 +207,30 @@ def synthetic_cards(gpus: Iterable[GpuConfig]) -> list[GpuDevice]:
     ]
 
 
-def reload_from(path: str | Path, fallback: DevicesConfig) -> Callable[[], list[GpuDevice]]:
-    """Cards read again from the agent's config file at every call (its `devices.gpus`),
-    so a card marked unhealthy there is reported so at the next poll; the last good list
-    (first, `fallback`'s) while the file cannot be read or is refused."""
-    last = synthetic_cards(fallback.gpus)
+def reloading(
+    path: str | Path, fallback: DevicesConfig, pick: Callable[[DevicesConfig], list[T]]
+) -> Callable[[], list[T]]:
+    """What `pick` takes of the agent's config file's `devices` section, read again at
+    every call, so a device marked unhealthy there is reported so at the next poll; the
+    last good list (first, `fallback`'s) while the file cannot be read or is refused."""
+    last = pick(fallback)
 
-    def load() -> list[GpuDevice]:
+    def load() -> list[T]:
         nonlocal last
         try:
             raw = yaml.safe_load(Path(path).read_text()) or {}
             section = DevicesConfig.model_validate(raw.get("devices") or {})
         except (OSError, ValueError, AttributeError):
             return last
-        last = synthetic_cards(section.gpus)
+        last = pick(section)
         return last
 
     return load
+
+
+def reload_from(path: str | Path, fallback: DevicesConfig) -> Callable[[], list[GpuDevice]]:
+    """Cards read again from the agent's config file (its `devices.gpus`) at every call."""
+    return reloading(path, fallback, lambda d: synthetic_cards(d.gpus))
 
 
 def device_source(cfg: DevicesConfig, config_path: str | Path | None = None) -> DeviceSource:

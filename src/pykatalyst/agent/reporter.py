@@ -80,6 +80,8 @@ class ReportInput:
     # (None: the spec is left as it is)
     gpu_zones: Mapping[int, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     resource_properties: Sequence[Mapping[str, Any]] | None = None
+    # the NIC zones under each Socket zone (agent/nic.py)
+    nic_zones: Mapping[int, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     # Katalyst's CNR annotations on the kubelet's cpu and memory managers and the cpus
     # they pin (publish.manager_annotations; empty: the kubelet's config is unknown)
     manager_annotations: Mapping[str, str] = field(default_factory=dict)
@@ -229,6 +231,7 @@ def build_status(inp: ReportInput, topology_policy: str) -> dict[str, Any]:
             if gpus:
                 zone["children"] = [dict(g) for g in gpus]
             children.append(zone)
+        children.extend(dict(z) for z in inp.nic_zones.get(socket, ()))
         zones.append({"type": names.ZONE_SOCKET, "name": str(socket), "children": children})
     status["topologyZone"] = zones
     return status

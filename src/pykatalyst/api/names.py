@@ -114,6 +114,31 @@ GPU_TOPOLOGY_ATTRIBUTES: Final = (GPU_ATTR_PCIE_SWITCH, GPU_ATTR_NUMA, GPU_ATTR_
 # what a container is told of its cards (NVIDIA's container runtime and HAMi-core read them)
 ENV_NVIDIA_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
 ENV_CUDA_DEVICE_MEMORY_LIMIT: Final = "CUDA_DEVICE_MEMORY_LIMIT"
+# --- NICs -------------------------------------------------------------------------------
+
+# A pod asks `net_bandwidth` Mbps of one NIC; Katalyst's network resource plugin gives out
+# line rate x capacity rate (egress, ingress) less the reserve, per NIC.
+RESOURCE_NET_BANDWIDTH: Final = "resource.katalyst.kubewharf.io/net_bandwidth"
+DEFAULT_NIC_EGRESS_CAPACITY_RATE: Final = 0.94
+DEFAULT_NIC_INGRESS_CAPACITY_RATE: Final = 0.9
+# The NIC chosen for a pod: its resource identifier, `<netns>-<ifname>` or `<ifname>` in
+# the host's network namespace; written by the scheduler before the Binding.
+NIC_SELECTION_RESULT_ANNOTATION: Final = "katalyst.kubewharf.io/nic_selection_result"
+# pykatalyst's own: why that NIC (one line, read by `katalyst explain pod`).
+NIC_SELECTION_REASON_ANNOTATION: Final = "katalyst.kubewharf.io/nic_selection_reason"
+# attributes of a NIC zone: Katalyst's (the annotations of its topology-aware quantities)
+# and pykatalyst's own placement and rate details
+NIC_ATTR_RESOURCE_IDENTIFIER: Final = "katalyst.kubewharf.io/resource_identifier"
+NIC_ATTR_NETNS_NAME: Final = "katalyst.kubewharf.io/netns_name"
+NIC_ATTR_NAME: Final = "nic_name"
+NIC_ATTR_SPEED: Final = "speed_mbps"
+NIC_ATTR_EGRESS: Final = "egress_mbps"
+NIC_ATTR_INGRESS: Final = "ingress_mbps"
+# network_enhancement's namespace_type values
+NETNS_HOST: Final = "host_ns"
+NETNS_HOST_PREFERRED: Final = "host_ns_preferred"
+NETNS_ANTI_HOST: Final = "anti_host_ns"
+NETNS_ANTI_HOST_PREFERRED: Final = "anti_host_ns_preferred"
 RESOURCE_EPHEMERAL_STORAGE: Final = "ephemeral-storage"
 RESOURCE_PODS: Final = "pods"
 
@@ -172,6 +197,7 @@ CNR_CONDITION_AGENT_NOT_FOUND: Final = "AgentNotFound"
 ZONE_SOCKET: Final = "Socket"
 ZONE_NUMA: Final = "Numa"
 ZONE_GPU: Final = "GPU"
+ZONE_NIC: Final = "NIC"
 TOPOLOGY_POLICY_SINGLE_NUMA_CONTAINER: Final = "SingleNUMANodeContainerLevel"
 TOPOLOGY_POLICY_NUMERIC_CONTAINER: Final = "NumericContainerLevel"
 TOPOLOGY_POLICY_NONE: Final = "None"
@@ -460,6 +486,8 @@ PLUGIN_NODE_RESOURCE_TOPOLOGY: Final = "NodeResourceTopology"
 PLUGIN_NODE_OVERCOMMITMENT: Final = "NodeOvercommitment"
 # pykatalyst's device-aware plugin: shared and whole GPUs placed per card
 PLUGIN_GPU_SHARE: Final = "GPUShare"
+# pykatalyst's own: net_bandwidth placed NIC by NIC (docs/scheduler.md "NICs").
+PLUGIN_NIC_BANDWIDTH: Final = "NICBandwidth"
 DEFAULT_SCHEDULER_NAME: Final = "katalyst-scheduler"
 
 # --- agent ------------------------------------------------------------------------------

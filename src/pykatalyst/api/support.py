@@ -348,12 +348,16 @@ FEATURES: tuple[Feature, ...] = (
     ),
     Feature(
         "network",
-        "NIC selection (`namespace_type`, `topology_affinity_restricted`)",
-        Status.NOT_YET,
-        "yes (network plugin)",
+        "NIC bandwidth and selection (`net_bandwidth`, `namespace_type`, "
+        "`topology_affinity_restricted`)",
+        Status.PARTIAL,
+        "yes (network plugin, needs a patched kubelet)",
         "no",
-        "the enhancement is read and checked, and no NIC is chosen (egress QoS by level is "
-        "the agent's)",
+        "the agent reports NICs and their bandwidth as CNR NIC zones; the scheduler's "
+        "NICBandwidth plugin picks the NIC and writes `nic_selection_result`; bandwidth is "
+        "not yet enforced per pod nor evicted on",
+        by="agent, scheduler",
+        resources=(names.RESOURCE_NET_BANDWIDTH,),
         enhancements=(names.ENH_NAMESPACE_TYPE, names.ENH_TOPOLOGY_AFFINITY_RESTRICTED),
     ),
 )

@@ -6,8 +6,26 @@ from __future__ import annotations
 
 from pykatalyst.api import names
 from pykatalyst.api.gpu import pod_gpu_request
-from pykatalyst.api.objects import CustomNodeResource, Pod
+from pykatalyst.api.objects import CustomNodeResource, Pod, TopologyZone
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
+
+
+def node_zones(
+    cluster: Cluster, node: str, zone_type: str, problems: list[str]
+) -> dict[str, TopologyZone] | None:
+    """The zones of one type in a node's CNR by name; None (and a problem said) when the
+    CNR cannot be read."""
+    try:
+        cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, node)
+    except ApiError as exc:
+        problems.append(f"cannot read the {zone_type} zones of node {node}: {exc}")
+        return None
+    return {z.name: z for z in CustomNodeResource(cnr).zones() if z.type == zone_type}
+
+
+def reports(zone: TopologyZone, uid: str) -> bool:
+    """Whether a zone's allocations list the pod `uid`."""
+    return any(c.rsplit("/", 1)[-1] == uid for c, _ in zone.allocations)
 
 
 def gpu_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
@@ -29,12 +47,9 @@ def gpu_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
     }
     if not ids or not pod.node_name:
         return out
-    try:
-        cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, pod.node_name)
-    except ApiError as exc:
-        problems.append(f"cannot read the GPU zones of node {pod.node_name}: {exc}")
+    zones = node_zones(cluster, pod.node_name, names.ZONE_GPU, problems)
+    if zones is None:
         return out
-    zones = {z.name: z for z in CustomNodeResource(cnr).zones() if z.type == names.ZONE_GPU}
     for cid in ids:
         zone = zones.get(cid)
         if zone is None:
@@ -47,9 +62,7 @@ def gpu_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
                 "attributes": dict(zone.attributes),
                 "allocatable": {k: str(v) for k, v in sorted(zone.allocatable.items())},
                 "consumers": [c for c, _ in zone.allocations],
-                "reports_this_pod": any(
-                    c.rsplit("/", 1)[-1] == pod.uid for c, _ in zone.allocations
-                ),
+                "reports_this_pod": reports(zone, pod.uid),
             }
         )
     return out

@@ -225,6 +225,22 @@ def _gpu_rows(gpu: JSON | None) -> list[list[str]]:
     return rows
 
 
+def _nic_rows(nic: JSON | None) -> list[list[str]]:
+    if nic is None:
+        return []
+    rows = [
+        ["bandwidth asked", f"{nic['mbps_asked']} Mbps"],
+        ["NIC", fmt(nic["selection"])],
+        ["why this NIC", fmt(nic["why"])],
+    ]
+    zone = nic["nic"]
+    if zone is not None:
+        seen = "reports this pod" if zone["reports_this_pod"] else "does not list this pod yet"
+        where = f"socket {zone['socket']}, {_inline(zone['allocatable'])}"
+        rows.append([f"NIC {zone['id']}", f"{where}; {seen}"])
+    return rows
+
+
 def print_pod(report: JSON) -> None:
     qos = report["qos"]
     rows = [
@@ -263,6 +279,7 @@ def print_pod(report: JSON) -> None:
                 ]
             )
     rows += _gpu_rows(report.get("gpu"))
+    rows += _nic_rows(report.get("nic"))
     print_table(f"Pod {report['pod']}", ["", "value"], rows)
     print_recommends(report.get("resource_recommends") or [])
     for p in qos["errors"]:

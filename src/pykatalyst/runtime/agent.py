@@ -16,6 +16,7 @@ from pykatalyst.agent.gpu import device_source
 from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.host.kubelet import PodResourcesClient
 from pykatalyst.agent.metrics import AgentExporter
+from pykatalyst.agent.nic import nic_source
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.agent.reaction import ShareWatch, WatchDecision
 from pykatalyst.cluster.clock import Clock
@@ -45,9 +46,11 @@ def build_agent(
     section (its counters in `registry`, the one the agent's /metrics serves), the
     kubelet's pod-resources socket, and an enforcer that trusts its own writes between the
     agent's drift resyncs. With `devices.source` set, the node's cards (a synthetic list
-    re-read from `config_path`) and who holds them become the CNR's GPU zones."""
+    re-read from `config_path`) and who holds them become the CNR's GPU zones; with
+    `devices.nic.source` set, the NICs and the pods' bandwidth become its NIC zones."""
     kubelet = PodResourcesClient(cfg.kubelet.pod_resources_socket, cfg.kubelet.timeout_s)
     devices = None if cfg.devices.source == "none" else device_source(cfg.devices, config_path)
+    nics = None if cfg.devices.nic.source == "none" else nic_source(cfg.devices, config_path)
     return factory.build_agent(
         node,
         cluster,
@@ -59,6 +62,7 @@ def build_agent(
         kubelet=kubelet,
         devices=devices,
         device_view=kubelet,
+        nics=nics,
         verify_period_s=cfg.resync_s,
         registry=registry,
         dry_run=dry_run,

@@ -15,6 +15,7 @@ from typing import Final
 
 import numpy as np
 
+from pykatalyst.api import names
 from pykatalyst.scheduler import registry as reg
 from pykatalyst.scheduler.config import ResolvedProfile
 from pykatalyst.scheduler.plugins.base import (
@@ -32,10 +33,16 @@ from pykatalyst.scheduler.plugins.base import (
     PluginContext,
 )
 from pykatalyst.scheduler.plugins.gpu import GPU_RESERVATION
+from pykatalyst.scheduler.plugins.nic import NIC_RESERVATION
 from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.queue import RequeueHint
-from pykatalyst.scheduler.snapshot import GPUReservation, NodeSnapshot, NUMAReservation
+from pykatalyst.scheduler.snapshot import (
+    GPUReservation,
+    NICReservation,
+    NodeSnapshot,
+    NUMAReservation,
+)
 
 NO_NODES_MESSAGE: Final = "no nodes available to schedule pods"
 MIN_FEASIBLE_NODES_TO_FIND: Final = 100
@@ -117,6 +124,7 @@ class CycleResult:
     # the chosen node's score per plugin (weighted), for explaining the choice
     scores: dict[str, int] = field(default_factory=dict)
     gpu: GPUReservation | None = None
+    nic: NICReservation | None = None
     # what Reserve wants written on the pod before its Binding
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -158,7 +166,12 @@ class Framework:
             for n in profile.plugins_at(reg.SCORE)
             if not isinstance(self.plugins[n], NoOpPlugin)
         ]
-        self.reservers = at(reg.RESERVE)
+        # The NUMA zones are chosen before the devices: GPUShare and NICBandwidth place a
+        # NUMA-bound pod's cards and NIC by the zones NodeResourceTopology reserved,
+        # whatever order a profile lists them in.
+        self.reservers = sorted(
+            at(reg.RESERVE), key=lambda p: p.name != names.PLUGIN_NODE_RESOURCE_TOPOLOGY
+        )
         # scorers whose PreScore does something (the base's always lets the score run)
         self._pre_scorers = {
             p.name for p, _ in self.scorers if reg.PRE_SCORE in reg.hook_points(type(p))
@@ -292,6 +305,7 @@ class Framework:
                 return refused
         result.numa = result.state.get(NUMA_RESERVATION)
         result.gpu = result.state.get(GPU_RESERVATION)
+        result.nic = result.state.get(NIC_RESERVATION)
         notes = result.state.get(BIND_ANNOTATIONS)
         result.annotations = dict(notes) if notes is not None else {}
         return None

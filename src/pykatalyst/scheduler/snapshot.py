@@ -12,7 +12,7 @@ them, so per-pod-spec results over them can be cached until it moves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -89,6 +89,14 @@ class GPUReservation:
     share: int
 
 
+@dataclass(frozen=True, slots=True)
+class NICReservation:
+    """The NIC one pod holds bandwidth on (its resource identifier) and the Mbps held."""
+
+    nic: str
+    mbps: int
+
+
 @dataclass(slots=True)
 class PodRecord:
     uid: str
@@ -105,6 +113,7 @@ class PodRecord:
     # required pod anti-affinity terms: they keep other pods out of this pod's domains
     anti_affinity: tuple[Mapping[str, Any], ...] = ()
     gpu: GPUReservation | None = None
+    nic: NICReservation | None = None
 
 
 @dataclass(slots=True)
@@ -139,6 +148,57 @@ class _CNRGpu:
     pcie: list[str] = field(default_factory=list)
     used: list[int] = field(default_factory=list)
     consumers: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _CNRNic:
+    """What a node's CNR says about its NIC zones, in the CNR's order: the bandwidth a new
+    pod may use of each (Mbps; 0 when unhealthy), its socket, whether it sits in the
+    host's network namespace, what its allocations hold and its consumers' uids."""
+
+    ids: list[str] = field(default_factory=list)
+    cap: list[int] = field(default_factory=list)
+    socket: list[int] = field(default_factory=list)
+    host: list[bool] = field(default_factory=list)
+    used: list[int] = field(default_factory=list)
+    consumers: set[str] = field(default_factory=set)
+
+
+_NUMA_ROWS: Final = (
+    "numa_id",
+    "numa_socket",
+    "numa_cpu_alloc",
+    "numa_mem_alloc",
+    "numa_cpu_used",
+    "numa_mem_used",
+    "numa_cpu_used_all",
+    "numa_mem_used_all",
+    "numa_socket_bits",
+)
+_GPU_ROWS: Final = ("gpu_cap", "gpu_used", "gpu_free", "gpu_numa", "gpu_socket", "gpu_model")
+_NIC_ROWS: Final = ("nic_cap", "nic_used", "nic_free", "nic_socket", "nic_host")
+
+
+def _device_use(
+    used: Sequence[int],
+    ids: Sequence[str],
+    consumers: set[str],
+    records: Iterable[PodRecord],
+    held: Callable[[PodRecord], Iterable[tuple[str, int]]],
+) -> list[int]:
+    """Per device of a node (its CNR's order): what the CNR's allocations hold (`used`)
+    plus what `held` says each pod the CNR does not list yet holds, as (device id,
+    amount) pairs; ids the node does not have are ignored."""
+    out = list(used)
+    pos = {did: i for i, did in enumerate(ids)}
+    for rec in records:
+        if rec.uid in consumers:
+            continue
+        for did, value in held(rec):
+            i = pos.get(did)
+            if i is not None:
+                out[i] += value
+    return out
 
 
 class NodeSnapshot:
@@ -206,6 +266,15 @@ class NodeSnapshot:
         self._cnr_gpu: dict[str, _CNRGpu] = {}
         # bumped at every change of some card's free amount or of the cards themselves
         self.gpu_gen = 0
+        # NICs (the per-NIC cache, as the cards'): row k is the node's k-th NIC zone
+        self.nic_z = 0
+        self.nic_count: I32 = np.zeros(cap, np.int32)
+        self.nic_cap: I64 = np.zeros((0, cap), np.int64)
+        self.nic_used: I64 = np.zeros((0, cap), np.int64)
+        self.nic_free: I64 = np.zeros((0, cap), np.int64)
+        self.nic_socket: I32 = np.zeros((0, cap), np.int32)
+        self.nic_host: BOOL = np.zeros((0, cap), np.bool_)
+        self._cnr_nic: dict[str, _CNRNic] = {}
         self.cnr_problems: dict[str, str] = {}
         # pod accounting
         self.pods: dict[str, PodRecord] = {}
@@ -227,24 +296,13 @@ class NodeSnapshot:
             "taint_mat",
             "cnr_taint_mat",
             "numa_count",
-            "numa_id",
-            "numa_socket",
-            "numa_cpu_alloc",
-            "numa_mem_alloc",
-            "numa_cpu_used",
-            "numa_mem_used",
-            "numa_cpu_used_all",
-            "numa_mem_used_all",
-            "numa_socket_bits",
+            *_NUMA_ROWS,
             "numa_per_socket",
             "policy",
             "gpu_count",
-            "gpu_cap",
-            "gpu_used",
-            "gpu_free",
-            "gpu_numa",
-            "gpu_socket",
-            "gpu_model",
+            *_GPU_ROWS,
+            "nic_count",
+            *_NIC_ROWS,
         ]
 
     def _grow(self) -> None:
@@ -295,39 +353,34 @@ class NodeSnapshot:
     def cnr_taints_on(self, slot: int) -> tuple[CNRTaint, ...]:
         return self._cnr_taints_of.get(self.names[slot], ())
 
+    def _add_rows(self, arrays: tuple[str, ...], have: int, want: int) -> None:
+        """Grow the per-zone (or per-device) arrays `arrays` from `have` rows to `want`."""
+        if want <= have:
+            return
+        for name in arrays:
+            arr = getattr(self, name)
+            more = np.zeros((want - have, self._cap), arr.dtype)
+            setattr(self, name, np.vstack([arr, more]))
+
     def _ensure_numa_rows(self, z: int) -> None:
-        while self.numa_z < z:
-            for name in (
-                "numa_id",
-                "numa_socket",
-                "numa_cpu_alloc",
-                "numa_mem_alloc",
-                "numa_cpu_used",
-                "numa_mem_used",
-                "numa_cpu_used_all",
-                "numa_mem_used_all",
-                "numa_socket_bits",
-            ):
-                arr = getattr(self, name)
-                setattr(self, name, np.vstack([arr, np.zeros((1, self._cap), arr.dtype)]))
-            self.numa_id[self.numa_z, :] = -1
-            self.numa_z += 1
+        if z <= self.numa_z:
+            return
+        self._add_rows(_NUMA_ROWS, self.numa_z, z)
+        self.numa_id[self.numa_z : z, :] = -1
+        self.numa_z = z
 
     def _ensure_gpu_rows(self, z: int) -> None:
-        while self.gpu_z < z:
-            for name in (
-                "gpu_cap",
-                "gpu_used",
-                "gpu_free",
-                "gpu_numa",
-                "gpu_socket",
-                "gpu_model",
-            ):
-                arr = getattr(self, name)
-                setattr(self, name, np.vstack([arr, np.zeros((1, self._cap), arr.dtype)]))
-            self.gpu_numa[self.gpu_z, :] = -1
-            self.gpu_model[self.gpu_z, :] = -1
-            self.gpu_z += 1
+        if z <= self.gpu_z:
+            return
+        self._add_rows(_GPU_ROWS, self.gpu_z, z)
+        self.gpu_numa[self.gpu_z : z, :] = -1
+        self.gpu_model[self.gpu_z : z, :] = -1
+        self.gpu_z = z
+
+    def _ensure_nic_rows(self, z: int) -> None:
+        if z > self.nic_z:
+            self._add_rows(_NIC_ROWS, self.nic_z, z)
+            self.nic_z = z
 
     def gpu_model_code(self, model: str) -> int:
         code = self.gpu_models.get(model)
@@ -468,6 +521,7 @@ class NodeSnapshot:
         self.free[:, slot] = self.alloc[:, slot] - self.req[:, slot]
         self._refresh_numa(name, slot)
         self._refresh_gpu(name, slot)
+        self._refresh_nics(name, slot)
 
     # --- CNRs -----------------------------------------------------------------------------
 
@@ -490,6 +544,7 @@ class NodeSnapshot:
                 raise ValueError("negative reclaimed allocatable")
             numa = _read_numa(view, self)
             gpus = _read_gpus(view, self)
+            nics = _read_nics(view)
         except (QuantityError, ValueError, TypeError, KeyError, AttributeError) as exc:
             problem = f"CNR {name} ignored: {exc}"
             if self.cnr_problems.get(name) != problem:
@@ -500,10 +555,11 @@ class NodeSnapshot:
         self.cnr_problems.pop(name, None)
         before = (self._cnr_raw_alloc.get(name), self._cnr_numa.get(name), old_policy)
         changed = before != ((rc_cpu, rc_mem), numa, self._cnr_policy.get(name))
-        changed = changed or self._cnr_gpu.get(name) != gpus
+        changed = changed or self._cnr_gpu.get(name) != gpus or self._cnr_nic.get(name) != nics
         self._cnr_raw_alloc[name] = (rc_cpu, rc_mem)
         self._cnr_numa[name] = numa
         self._cnr_gpu[name] = gpus
+        self._cnr_nic[name] = nics
         taints = tuple(
             (t.key, t.value, t.effect, t.qos_level)
             for t in view.taints()
@@ -523,6 +579,7 @@ class NodeSnapshot:
         self._cnr_raw_alloc.pop(name, None)
         self._cnr_numa.pop(name, None)
         self._cnr_gpu.pop(name, None)
+        self._cnr_nic.pop(name, None)
         if self._cnr_taints_of.pop(name, ()):
             self.static_gen += 1
         slot = self.index.get(name)
@@ -564,6 +621,7 @@ class NodeSnapshot:
             self.policy[slot] = self._cnr_policy.get(name, POLICY_NONE)
         self._refresh_numa(name, slot)
         self._apply_gpus(name, slot)
+        self._apply_nics(name, slot)
 
     def _apply_gpus(self, name: str, slot: int) -> None:
         gpus = self._cnr_gpu.get(name)
@@ -581,28 +639,65 @@ class NodeSnapshot:
             self.gpu_model[:k, slot] = [self.gpu_model_code(m) if m else -1 for m in gpus.model]
         self._refresh_gpu(name, slot)
 
+    def _set_use(self, kind: str, slot: int, used: Sequence[int]) -> None:
+        """The `<kind>_used` and `<kind>_free` rows of a node's devices (none: nothing free)."""
+        use, free, cap = (getattr(self, f"{kind}_{part}") for part in ("used", "free", "cap"))
+        use[:, slot] = 0
+        use[: len(used), slot] = used
+        free[:, slot] = cap[:, slot] - use[:, slot] if used else 0
+
     def _refresh_gpu(self, name: str, slot: int) -> None:
         """Card use = what the CNR reports + what this scheduler reserved (or read off a
         pod's selection annotation) for pods the CNR does not list yet."""
         self.gpu_gen += 1
-        self.gpu_used[:, slot] = 0
         gpus = self._cnr_gpu.get(name)
         if gpus is None or not gpus.ids:
-            self.gpu_free[:, slot] = 0
+            self._set_use("gpu", slot, ())
             return
-        used = list(gpus.used)
-        pos = {cid: i for i, cid in enumerate(gpus.ids)}
-        for rec in self.pods_by_node.get(name, {}).values():
+        full = dict(zip(gpus.ids, gpus.full, strict=True))
+
+        def held(rec: PodRecord) -> list[tuple[str, int]]:
             res = rec.gpu
-            if res is None or rec.uid in gpus.consumers:
-                continue
-            for cid in res.ids:
-                i = pos.get(cid)
-                if i is not None:
-                    used[i] += gpus.full[i] if res.share == WHOLE else res.share
-        k = len(used)
-        self.gpu_used[:k, slot] = used
-        self.gpu_free[:, slot] = self.gpu_cap[:, slot] - self.gpu_used[:, slot]
+            if res is None:
+                return []
+            return [(c, full.get(c, 0) if res.share == WHOLE else res.share) for c in res.ids]
+
+        used = _device_use(gpus.used, gpus.ids, gpus.consumers, self.pods_on(name), held)
+        self._set_use("gpu", slot, used)
+
+    def _apply_nics(self, name: str, slot: int) -> None:
+        nics = self._cnr_nic.get(name)
+        k = len(nics.ids) if nics is not None else 0
+        self._ensure_nic_rows(k)
+        self.nic_count[slot] = k
+        self.nic_cap[:, slot] = 0
+        self.nic_socket[:, slot] = 0
+        self.nic_host[:, slot] = False
+        if nics is not None and k:
+            self.nic_cap[:k, slot] = nics.cap
+            self.nic_socket[:k, slot] = nics.socket
+            self.nic_host[:k, slot] = nics.host
+        self._refresh_nics(name, slot)
+
+    def _refresh_nics(self, name: str, slot: int) -> None:
+        """NIC use = what the CNR's allocations hold + what this scheduler reserved (or
+        read off a pod's nic_selection_result) for pods the CNR does not list yet."""
+        nics = self._cnr_nic.get(name)
+        if nics is None or not nics.ids:
+            self._set_use("nic", slot, ())
+            return
+        used = _device_use(
+            nics.used,
+            nics.ids,
+            nics.consumers,
+            self.pods_on(name),
+            lambda rec: [] if rec.nic is None else [(rec.nic.nic, rec.nic.mbps)],
+        )
+        self._set_use("nic", slot, used)
+
+    def nic_ids(self, node: str) -> list[str]:
+        nics = self._cnr_nic.get(node)
+        return list(nics.ids) if nics is not None else []
 
     def gpu_card_ids(self, node: str) -> list[str]:
         gpus = self._cnr_gpu.get(node)
@@ -683,6 +778,8 @@ class NodeSnapshot:
                 self._refresh_numa(rec.node, slot)
             if rec.gpu is not None:
                 self._refresh_gpu(rec.node, slot)
+            if rec.nic is not None:
+                self._refresh_nics(rec.node, slot)
 
     def _detach(self, uid: str) -> PodRecord | None:
         rec = self.pods.pop(uid, None)
@@ -702,6 +799,8 @@ class NodeSnapshot:
                 self._refresh_numa(rec.node, slot)
             if rec.gpu is not None:
                 self._refresh_gpu(rec.node, slot)
+            if rec.nic is not None:
+                self._refresh_nics(rec.node, slot)
         return rec
 
     def observe_pod(self, info: PodInfo) -> bool:
@@ -716,17 +815,21 @@ class NodeSnapshot:
             return False
         rec = self._record(info, info.node_name, assumed=False)
         rec.gpu = gpu_from_annotation(info)
+        rec.nic = nic_from_annotation(info)
         shrunk = False
         if current is not None:
             if current.node == info.node_name:
                 current.assumed = False
-                if (current.entries, current.labels) == (rec.entries, rec.labels) and (
-                    rec.gpu is None or rec.gpu == current.gpu
+                if (
+                    (current.entries, current.labels) == (rec.entries, rec.labels)
+                    and (rec.gpu is None or rec.gpu == current.gpu)
+                    and (rec.nic is None or rec.nic == current.nic)
                 ):
                     return False
                 # resized in place or relabelled: recount it, keeping its NUMA placement
                 rec.numa = current.numa
                 rec.gpu = rec.gpu or current.gpu
+                rec.nic = rec.nic or current.nic
                 now = dict(rec.entries)
                 shrunk = any(now.get(row, 0) < value for row, value in current.entries)
             self._detach(info.uid)
@@ -742,12 +845,14 @@ class NodeSnapshot:
         node: str,
         numa: NUMAReservation | None = None,
         gpu: GPUReservation | None = None,
+        nic: NICReservation | None = None,
     ) -> None:
         """Count a pod on `node` before its binding is seen."""
         self._detach(info.uid)
         rec = self._record(info, node, assumed=True)
         rec.numa = numa
         rec.gpu = gpu
+        rec.nic = nic
         self._attach(rec)
 
     def is_assumed(self, uid: str) -> bool:
@@ -835,6 +940,44 @@ def gpu_from_annotation(info: PodInfo) -> GPUReservation | None:
     if not ids:
         return None
     return GPUReservation(ids, req.share)
+
+
+def nic_from_annotation(info: PodInfo) -> NICReservation | None:
+    """The NIC a bound pod holds bandwidth on, read off its nic_selection_result."""
+    mbps = info.request(names.RESOURCE_NET_BANDWIDTH)
+    value = info.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION)
+    if mbps <= 0 or not isinstance(value, str) or not value.strip():
+        return None
+    return NICReservation(value.strip(), mbps)
+
+
+def _read_nics(view: CustomNodeResource) -> _CNRNic:
+    """The NIC zones (children of Socket zones) of a CNR: what a new pod may use of each
+    (`net_bandwidth` allocatable, Mbps), its socket, its network namespace and what the
+    CNR's allocations hold on it."""
+    out = _CNRNic()
+    for zone in view.zones():
+        if zone.type != names.ZONE_NIC:
+            continue
+        if not zone.name:
+            raise ValueError("a NIC zone has no name (the resource identifier)")
+        alloc = zone.allocatable.get(names.RESOURCE_NET_BANDWIDTH)
+        socket = zone.attributes.get(names.GPU_ATTR_SOCKET, zone.parent)
+        used = 0
+        for consumer, reqs in zone.allocations:
+            uid = consumer.rsplit("/", 1)[-1] if consumer else ""
+            if uid:
+                out.consumers.add(uid)
+            q = reqs.get(names.RESOURCE_NET_BANDWIDTH)
+            used += q.value() if q is not None else 0
+        out.ids.append(zone.name)
+        out.cap.append(max(alloc.value(), 0) if alloc is not None else 0)
+        out.socket.append(int(socket) if socket.isdigit() else 0)
+        out.host.append(not zone.attributes.get(names.NIC_ATTR_NETNS_NAME, ""))
+        out.used.append(used)
+    if len(set(out.ids)) != len(out.ids):
+        raise ValueError("duplicate NIC zone names (resource identifiers)")
+    return out
 
 
 def _units(q: Any) -> int:

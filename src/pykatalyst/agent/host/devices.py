@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,12 @@ from pykatalyst.extras import MissingExtra, require
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # VGA-compatible controller, 3D controller
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def repeated(ids: Sequence[str]) -> list[str]:
+    """The ids that occur more than once, sorted."""
+    return sorted(i for i, n in Counter(ids).items() if n > 1)
 
 
 class DeviceUnavailable(Exception):
@@ -87,8 +93,7 @@ class SyntheticDevices:
 
     def gpus(self) -> tuple[GpuDevice, ...]:
         cards = tuple(sorted(self._load(), key=lambda g: g.id))
-        ids = [g.id for g in cards]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        dup = repeated([g.id for g in cards])
         if dup:
             raise DeviceUnavailable(f"devices.gpus: ids must be unique; repeated: {dup}")
         return cards
@@ -97,14 +102,16 @@ class SyntheticDevices:
 # --- sysfs --------------------------------------------------------------------------------
 
 
-def _read(path: Path) -> str | None:
+def read_text(path: Path) -> str | None:
+    """A sysfs or procfs file's text, stripped; None when it cannot be read."""
     try:
         return path.read_text().strip()
     except OSError:
         return None
 
 
-def _int(text: str | None, default: int) -> int:
+def read_int(text: str | None, default: int) -> int:
+    """`text` as an integer; `default` when there is none or it is not one."""
     try:
         return int(text) if text is not None else default
     except ValueError:
@@ -117,7 +124,7 @@ def pcie_switch_of(resolved: Path) -> str:
     port of the nearest switch, or the root port when the device sits on it directly, or
     the root complex ("pci0000:00") when it is an integrated function."""
     parts = resolved.parts
-    bridges = [p for p in parts[:-1] if _BDF.match(p)]
+    bridges = [p for p in parts[:-1] if BDF.match(p)]
     if len(bridges) >= 3:
         return bridges[-2]
     if bridges:
@@ -127,7 +134,7 @@ def pcie_switch_of(resolved: Path) -> str:
 
 
 def _nvidia_information(proc_root: Path, address: str) -> dict[str, str]:
-    text = _read(proc_root / "driver" / "nvidia" / "gpus" / address / "information") or ""
+    text = read_text(proc_root / "driver" / "nvidia" / "gpus" / address / "information") or ""
     out: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
@@ -150,7 +157,7 @@ def pci_place(sys_root: Path, address: str) -> PciPlace | None:
     link = sys_root / "bus" / "pci" / "devices" / address
     if not link.exists():
         return None
-    numa = _int(_read(link / "numa_node"), -1)
+    numa = read_int(read_text(link / "numa_node"), -1)
     return PciPlace(numa if numa >= 0 else -1, pcie_switch_of(link.resolve()))
 
 
@@ -172,9 +179,9 @@ class SysfsDevices:
         out = []
         for address in addresses:
             dev = base / address
-            if _read(dev / "vendor") != NVIDIA_VENDOR:
+            if read_text(dev / "vendor") != NVIDIA_VENDOR:
                 continue
-            cls = _read(dev / "class") or ""
+            cls = read_text(dev / "class") or ""
             if not cls.startswith(GPU_CLASSES):
                 continue
             place = pci_place(self.sys_root, address)

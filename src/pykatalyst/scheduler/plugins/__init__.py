@@ -3,6 +3,14 @@
 Importing this package registers every plugin (`registry.register` on each class).
 """
 
-from pykatalyst.scheduler.plugins import gpu, interpod, resources, standard, topology, upstream
+from pykatalyst.scheduler.plugins import (
+    gpu,
+    interpod,
+    nic,
+    resources,
+    standard,
+    topology,
+    upstream,
+)
 
-__all__ = ["gpu", "interpod", "resources", "standard", "topology", "upstream"]
+__all__ = ["gpu", "interpod", "nic", "resources", "standard", "topology", "upstream"]

@@ -292,6 +292,9 @@ class NativeFit:
             # GPUShare fits GPUs card by card: a node-wide sum of cards means nothing when
             # pods share them
             self.ignored |= {names.RESOURCE_NVIDIA_GPU, names.RESOURCE_GPU_MEMORY}
+        if ctx is not None and names.PLUGIN_NIC_BANDWIDTH in ctx.enabled_filters:
+            # NICBandwidth fits bandwidth NIC by NIC, from the CNR: a node advertises none
+            self.ignored |= {names.RESOURCE_NET_BANDWIDTH}
         self.ignored_groups = args.ignored_groups()
         self.skip_reclaimed = skip_reclaimed
 

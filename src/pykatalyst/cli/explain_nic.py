@@ -1,0 +1,44 @@
+"""`katalyst explain pod`, its NIC part: the bandwidth the pod asks, the NIC the scheduler
+chose for it (`nic_selection_result`) and why (`nic_selection_reason`), and what the
+node's CNR says about that NIC now."""
+
+from __future__ import annotations
+
+from pykatalyst.api import names
+from pykatalyst.api.digest import digest_pod
+from pykatalyst.api.objects import Pod
+from pykatalyst.cli.explain_gpu import node_zones, reports
+from pykatalyst.cluster.protocol import JSON, Cluster
+
+
+def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
+    """None for a pod that asks no bandwidth and holds no NIC selection."""
+    mbps = digest_pod(pod.raw).request(names.RESOURCE_NET_BANDWIDTH)
+    ann = pod.annotations or {}
+    selection = str(ann.get(names.NIC_SELECTION_RESULT_ANNOTATION, "") or "")
+    if mbps <= 0 and not selection:
+        return None
+    out: JSON = {
+        "mbps_asked": mbps,
+        "selection": selection or None,
+        "why": ann.get(names.NIC_SELECTION_REASON_ANNOTATION) or None,
+        "nic": None,
+    }
+    if not selection or not pod.node_name:
+        return out
+    zones = node_zones(cluster, pod.node_name, names.ZONE_NIC, problems)
+    if zones is None:
+        return out
+    zone = zones.get(selection)
+    if zone is None:
+        problems.append(f"NIC {selection} is not among node {pod.node_name}'s NIC zones")
+        return out
+    out["nic"] = {
+        "id": selection,
+        "socket": zone.parent,
+        "attributes": dict(zone.attributes),
+        "allocatable": {k: str(v) for k, v in sorted(zone.allocatable.items())},
+        "consumers": [c for c, _ in zone.allocations],
+        "reports_this_pod": reports(zone, pod.uid),
+    }
+    return out

@@ -1,0 +1,130 @@
+"""NIC bandwidth on the real cluster, with this machine's own NICs: `katalyst agent` reads
+them from sysfs (the VM's virtio NIC has no line rate, so the config gives one) and
+reports them as the CNR's NIC zones; `katalyst scheduler` places a pod asking
+`net_bandwidth` on a NIC, the Binding writes `nic_selection_result`, the real kubelet
+starts the pod (the node advertises no `net_bandwidth`: the kubelet leaves such a request
+out of its admission check), and the agent reports the pod's allocation on that NIC. A pod
+asking more than is left stays Pending with the reason."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pykatalyst.agent.host.nics import SysfsNics
+from pykatalyst.api import names
+from tests.e2e.conftest import (
+    REPO,
+    WORKLOAD_IMAGE,
+    Component,
+    Kubectl,
+    component_kubeconfig,
+    wait_until,
+)
+from tests.e2e.pykatalyst_e2e import explain_pod_json, running_pods, start_agent
+
+BW = names.RESOURCE_NET_BANDWIDTH
+SPEED = 10000  # the line rate assumed where sysfs has none: 9000 Mbps given out
+
+
+def _pod(name: str, namespace: str, mbps: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "schedulerName": "katalyst-scheduler",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": WORKLOAD_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "sleep 36000"],
+                    "resources": {"limits": {"memory": "32Mi", BW: str(mbps)}},
+                }
+            ],
+        },
+    }
+
+
+def _nic_zones(kubectl: Kubectl, node: str) -> dict[str, Any]:
+    cnr = kubectl.json("get", "kcnr", node)
+    return {
+        z["name"]: z
+        for socket in cnr.get("status", {}).get("topologyZone", [])
+        for z in socket.get("children", [])
+        if z.get("type") == names.ZONE_NIC
+    }
+
+
+def test_a_bandwidth_pod_gets_this_machines_nic_and_runs(
+    kubectl: Kubectl,
+    node_name: str,
+    namespace: str,
+    components: Callable[..., Component],
+    tmp_path: Path,
+) -> None:
+    nics = SysfsNics("/sys").nics()
+    if not nics:
+        pytest.skip("this machine's sysfs shows no physical NIC")
+    first = nics[0].identifier  # the one the (zero) reserve would be taken from
+    config = {"devices": {"nic": {"source": "sysfs", "unknown_speed_mbps": SPEED}}}
+    agent = start_agent(components, tmp_path, node_name, config=config)
+
+    def zones() -> dict[str, Any]:
+        found = _nic_zones(kubectl, node_name)
+        if first in found:
+            return found
+        raise AssertionError(f"NIC zones {sorted(found)}; agent: {agent.log()[-800:]}")
+
+    zone = wait_until("the NIC zones in the CNR", zones, 120, interval=2)[first]
+    rate = nics[0].speed_mbps if nics[0].speed_mbps > 0 else SPEED
+    assert zone["resources"]["allocatable"][BW] == str(int(rate * 0.9))
+    scheduler = components(
+        "scheduler",
+        "scheduler",
+        "--config",
+        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-nic.yaml"),
+        "--kubeconfig",
+        component_kubeconfig("scheduler"),
+    )
+    kubectl.apply(_pod("web", namespace, 3000))
+    try:
+        wait_until("web Running", lambda: running_pods(kubectl, namespace, ["web"]), 120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nscheduler:\n{scheduler.log()[-1500:]}") from None
+    ann = kubectl.json("get", "pod", "web", "-n", namespace)["metadata"]["annotations"]
+    chosen = ann[names.NIC_SELECTION_RESULT_ANNOTATION]
+    assert chosen in {n.identifier for n in nics}
+    assert "3000 Mbps on" in ann[names.NIC_SELECTION_REASON_ANNOTATION]
+
+    def reported() -> dict[str, Any]:
+        nic = explain_pod_json(kubectl, namespace, "web")["nic"]
+        if nic["nic"] and nic["nic"]["reports_this_pod"]:
+            return nic
+        raise AssertionError(f"explain pod web: {nic}")
+
+    nic = wait_until("the agent reports web on its NIC", reported, 60, interval=2)
+    assert (nic["mbps_asked"], nic["selection"]) == (3000, chosen)
+    held = _nic_zones(kubectl, node_name)[chosen]["allocations"]
+    assert [a["requests"][BW] for a in held] == ["3000"]
+
+    # more than any NIC has left: Pending, with the reason
+    if len(nics) == 1:
+        kubectl.apply(_pod("big", namespace, int(rate * 0.9) - 1000))
+
+        def pending() -> str:
+            conds = kubectl.json("get", "pod", "big", "-n", namespace)["status"].get(
+                "conditions", []
+            )
+            msg = " ".join(str(c.get("message", "")) for c in conds)
+            if "no NIC with enough net_bandwidth free" in msg:
+                return msg
+            raise AssertionError(f"big: {conds}")
+
+        wait_until("big Pending with the reason", pending, 60, interval=2)
+    assert "Traceback" not in scheduler.log() + agent.log()
