@@ -19,7 +19,11 @@ predicted load (target: capacity × target per pod); the HPA takes the larger pr
 - ihpa: the resource portrait: every `--resync` seconds (Katalyst's 3600) the built-in
   predictor forecasts the next 120 minutes from the last 7 days of 1-minute history with
   quantile `--quantile` over a start-up horizon of `--startup`; the metric is the latest
-  predicted point before now, as `katalyst metrics` serves it.
+  predicted point before now, as `katalyst metrics` serves it. Its AverageValue target
+  is the customMetric `value` 0 rule (capacity × `--target`) unless `--ihpa-value` sets
+  it to a fraction of a replica's capacity; its scale-down window is
+  `--ihpa-scale-down-window` (its `behavior`), and `--ihpa-metrics predicted` leaves out
+  the cpu metric.
 
 Scored after the first `--train-days` days: replica-minutes (pods asked for, ready or
 starting), under-provisioned minutes (load above ready capacity), SLO-violating minutes
@@ -173,9 +177,11 @@ def replay(
     score_from: int,
     down: Rules = DEFAULT_DOWN,
     with_cpu: bool = True,
+    predicted_per_pod: float = 0.0,
 ) -> Result:
     """Step through the trace: the HPA decides every 15 s; pods are ready `startup_s`
-    after they are asked for; scale-down removes pods at once (the youngest first)."""
+    after they are asked for; scale-down removes pods at once (the youngest first).
+    `predicted_per_pod` is the predicted metric's AverageValue (0: capacity × target)."""
     hpa = HPA(svc.min_replicas, svc.max_replicas, down=down)
     ready_at: list[float] = [0.0] * max(
         svc.min_replicas, math.ceil(demand[0] / (svc.capacity * svc.target))
@@ -183,7 +189,7 @@ def replay(
     res = Result()
     window = 2  # 30 s of load behind the cpu metric
     started = time.perf_counter()
-    per_pod_target = svc.capacity * svc.target
+    per_pod_target = predicted_per_pod or svc.capacity * svc.target
     for k in range(demand.size):
         now = k * DT
         current = len(ready_at)
@@ -236,7 +242,15 @@ def run_trace(
     out = {
         "hpa": replay(demand, svc, None, score_from),
         "ehpa": replay(demand, svc, ehpa, score_from),
-        "ihpa": replay(demand, svc, ihpa, score_from, ihpa_down, args.ihpa_metrics == "both"),
+        "ihpa": replay(
+            demand,
+            svc,
+            ihpa,
+            score_from,
+            ihpa_down,
+            args.ihpa_metrics == "both",
+            args.ihpa_value * capacity,
+        ),
     }
     days = (n - score_from) * DT / DAY_S
     print(
@@ -307,6 +321,13 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=300.0,
         help="the IHPA's behavior.scaleDown.stabilizationWindowSeconds (HPA default 300)",
+    )
+    p.add_argument(
+        "--ihpa-value",
+        type=float,
+        default=0.0,
+        help="the IHPA predicted metric's customMetric value as a fraction of a replica's "
+        "capacity (0: value 0, i.e. template requests x the cpu target)",
     )
     p.add_argument(
         "--ehpa-window", type=float, default=3600.0, help="Crane's predictionWindowSeconds"
