@@ -78,6 +78,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import yaml
+
 HERE = Path(__file__).resolve().parent
 # benchmarks/isolation.py (the agent world over the testbed) and the testbed fixture
 sys.path[:0] = [str(HERE), str(HERE.parent)]
@@ -468,11 +470,28 @@ def kill_pod(tb: CgroupTestbed, uid: str) -> None:
     tb.remove_pod(uid)
 
 
+CHART_VALUES = ROOT / "deploy" / "charts" / "pykatalyst" / "values.yaml"
+
+
+def base_agent_config(which: str) -> dict[str, Any]:
+    """The agent configuration the runs start from. `chart`: what the Helm chart deploys
+    (its values' `agent.config`: reclaim on, cpu.idle on each reclaimed pod), without its
+    checkpoint file; `bench`: this benchmark's own (reclaim sharing the share pool's cpus,
+    cpu.idle on the reclaimed pods' root); or a YAML file of an agent configuration."""
+    if which == "bench":
+        return AgentWorld.base_config(overlap=True, idle_root=True)
+    path = CHART_VALUES if which == "chart" else Path(which)
+    data = yaml.safe_load(path.read_text()) or {}
+    cfg = dict(((data.get("agent") or {}).get("config") or {}) if which == "chart" else data)
+    cfg["checkpoint_path"] = None  # the testbed's knobs are its own
+    return cfg
+
+
 def agent_config(kind: str, args: argparse.Namespace, link: Link, disk: Disk | None) -> AgentConfig:
-    """The agent's configuration for an antagonist kind: the benchmark's base, plus the
+    """The agent's configuration for an antagonist kind: `--agent-config`'s, plus the
     io section (on the antagonist's disk) for `io`, network QoS on the node's device for
     `net`."""
-    cfg: dict[str, Any] = AgentWorld.base_config(overlap=True, idle_root=True)
+    cfg: dict[str, Any] = base_agent_config(args.agent_config)
     if kind == "io" and disk is not None:
         dev = disk.majmin
         pod = {"device": dev, "read_bps": args.io_pod_bps, "write_bps": args.io_pod_bps}
@@ -738,6 +757,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--reclaimed-memory", default="192Mi", help="the vm pod's reclaimed_memory request"
     )
+    ap.add_argument(
+        "--agent-config",
+        default="chart",
+        metavar="chart|bench|FILE",
+        help="the agent's configuration: the Helm chart's (default), this benchmark's own "
+        "(reclaim overlapping the share pool, cpu.idle on the reclaimed root), or a file",
+    )
     ap.add_argument("--link-mbit", type=float, default=100.0, help="the link's line rate")
     ap.add_argument("--hdd-workers", type=int, default=2, help="io antagonist's writers")
     ap.add_argument(
@@ -823,6 +849,7 @@ def main() -> int:
         print(
             f"cpus: {os.cpu_count()}  rate {args.rate:.0f} req/s  {args.seconds:.0f} s per run  "
             f"{args.rounds} rounds  kinds: {', '.join(args.kind_list)}  (from {ROOT.name})"
+            + f"  agent config: {args.agent_config}"
             + ("  vCPUs kept awake (SCHED_IDLE spinners)" if args.keep_awake else "")
             + "\n"
             f"link {args.link_mbit:.0f} Mbit/s through {link.queue}"
@@ -834,7 +861,8 @@ def main() -> int:
         host = LinuxHost(
             driver="cgroupfs", kubepods=tb.kubepods, net_shaper=NetShaper(netns=link.node)
         )
-        world = AgentWorld(tb, overlap=True, idle_root=True, host=host)
+        base = agent_config("base", args, link, disk)
+        world = AgentWorld(tb, overlap=True, idle_root=True, config=base, host=host)
         waker = Waker(len(os.sched_getaffinity(0)), stack) if args.keep_awake else None
         bench = Bench(tb, world, args, link, disk, waker)
         stack.callback(bench.close)
