@@ -122,42 +122,12 @@ def metrics_api(
             return False
 
     wait_until("the metrics API's /readyz", ready, 60)
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "katalyst-metrics", "namespace": namespace},
-        "spec": {"ports": [{"port": 443, "targetPort": port, "protocol": "TCP"}]},
-    }
-    endpoints = {
-        "apiVersion": "v1",
-        "kind": "Endpoints",
-        "metadata": {"name": "katalyst-metrics", "namespace": namespace},
-        "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": port, "protocol": "TCP"}]}],
-    }
-    apiservice = {
-        "apiVersion": "apiregistration.k8s.io/v1",
-        "kind": "APIService",
-        "metadata": {"name": APISERVICE},
-        "spec": {
-            "group": "external.metrics.k8s.io",
-            "version": "v1beta1",
-            "service": {"namespace": namespace, "name": "katalyst-metrics", "port": 443},
-            "caBundle": base64.b64encode((certs / "ca.crt").read_bytes()).decode(),
-            "groupPriorityMinimum": 100,
-            "versionPriority": 100,
-        },
-    }
-    for obj in (service, endpoints, apiservice):
-        kubectl.apply(obj)
-
-    def available() -> bool:
-        conds = (
-            kubectl.json("get", "apiservice", APISERVICE).get("status", {}).get("conditions") or []
-        )
-        return any(c["type"] == "Available" and c["status"] == "True" for c in conds)
+    ca = base64.b64encode((certs / "ca.crt").read_bytes()).decode()
+    api = {"group": "external.metrics.k8s.io", "version": "v1beta1", "caBundle": ca}
+    _register(kubectl, namespace, "katalyst-metrics", (ip, port), api)
 
     try:
-        wait_until("the APIService Available", available, 90)
+        wait_until("the APIService Available", lambda: _available(kubectl, APISERVICE), 90)
         yield comp
     finally:
         kubectl.run("delete", "apiservice", APISERVICE, "--wait=false", check=False)
@@ -195,41 +165,14 @@ def metrics_server(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    name = "metrics-server"
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"ports": [{"port": 443, "targetPort": port, "protocol": "TCP"}]},
-    }
-    endpoints = {
-        "apiVersion": "v1",
-        "kind": "Endpoints",
-        "metadata": {"name": name, "namespace": namespace},
-        "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": port, "protocol": "TCP"}]}],
-    }
-    apiservice = {  # as metrics-server's own manifests register it
-        "apiVersion": "apiregistration.k8s.io/v1",
-        "kind": "APIService",
-        "metadata": {"name": RESOURCE_APISERVICE},
-        "spec": {
-            "group": "metrics.k8s.io",
-            "version": "v1beta1",
-            "service": {"namespace": namespace, "name": name, "port": 443},
-            "insecureSkipTLSVerify": True,
-            "groupPriorityMinimum": 100,
-            "versionPriority": 100,
-        },
-    }
+    # as metrics-server's own manifests register it
+    api = {"group": "metrics.k8s.io", "version": "v1beta1", "insecureSkipTLSVerify": True}
     try:
-        for obj in (service, endpoints, apiservice):
-            kubectl.apply(obj)
+        _register(kubectl, namespace, "metrics-server", (ip, port), api)
 
         def available() -> bool:
             assert proc.poll() is None, (tmp_path / "metrics-server.log").read_text()[-3000:]
-            got = kubectl.json("get", "apiservice", RESOURCE_APISERVICE)
-            conds = got.get("status", {}).get("conditions") or []
-            return any(c["type"] == "Available" and c["status"] == "True" for c in conds)
+            return _available(kubectl, RESOURCE_APISERVICE)
 
         wait_until("metrics.k8s.io Available", available, 90)
         yield
@@ -242,6 +185,51 @@ def metrics_server(
             proc.kill()
             proc.wait()
         log.close()
+
+
+def _ihpa_controller(components: Callable[..., Component], *extra: str) -> Component:
+    kubeconfig = component_kubeconfig("controller")
+    args = ["--kubeconfig", kubeconfig, "--controllers=ihpa", "--no-leader-elect"]
+    return components("controller", "controller", *args, "--period", "2s", *extra)
+
+
+def _register(
+    kubectl: Kubectl, namespace: str, service: str, at: tuple[str, int], api: dict[str, Any]
+) -> None:
+    """A selector-less Service and its Endpoints for a server on this machine at `at`,
+    and the APIService `api` (its spec without the service) through them."""
+    ip, port = at
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service, "namespace": namespace},
+        "spec": {"ports": [{"port": 443, "targetPort": port, "protocol": "TCP"}]},
+    }
+    endpoints = {
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {"name": service, "namespace": namespace},
+        "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": port, "protocol": "TCP"}]}],
+    }
+    group, version = api["group"], api["version"]
+    apiservice = {
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": f"{version}.{group}"},
+        "spec": {
+            **api,
+            "service": {"namespace": namespace, "name": service, "port": 443},
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+        },
+    }
+    for obj in (svc, endpoints, apiservice):
+        kubectl.apply(obj)
+
+
+def _available(kubectl: Kubectl, name: str) -> bool:
+    conds = kubectl.json("get", "apiservice", name).get("status", {}).get("conditions") or []
+    return any(c["type"] == "Available" and c["status"] == "True" for c in conds)
 
 
 def _deployment(name: str, namespace: str, burn: bool = False) -> dict[str, Any]:
@@ -361,17 +349,8 @@ def test_the_real_hpa_scales_from_predicted_spd_agg_metrics(
         kubectl.apply(_deployment(name, namespace))
     kubectl.apply(_ihpa("web", "web", namespace, "Auto"))
     kubectl.apply(_ihpa("shadow", "shadow", namespace, "Preview"))
-    ctl = components(
-        "controller",
-        "controller",
-        "--kubeconfig",
-        component_kubeconfig("controller"),
-        "--controllers=ihpa",
-        "--no-leader-elect",
-        "--period",
-        "2s",
-        "--spd-resource-portrait-indicator-plugin-prometheus-address",
-        prometheus,
+    ctl = _ihpa_controller(
+        components, "--spd-resource-portrait-indicator-plugin-prometheus-address", prometheus
     )
 
     # the predicted points appear in the SPD, written by the resource portrait
@@ -495,16 +474,7 @@ def test_a_plain_hpa_and_an_ihpa_scale_side_by_side_from_metrics_server(
         kubectl.apply(_deployment(name, namespace, burn=True))
     kubectl.apply(_cpu_hpa("plain", namespace))
     kubectl.apply(_cpu_ihpa("viaihpa", namespace))
-    ctl = components(
-        "controller",
-        "controller",
-        "--kubeconfig",
-        component_kubeconfig("controller"),
-        "--controllers=ihpa",
-        "--no-leader-elect",
-        "--period",
-        "2s",
-    )
+    ctl = _ihpa_controller(components)
 
     def pod_cpu() -> list[Any]:
         path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods"
