@@ -216,6 +216,13 @@ class ControllerRunner:
         for name in self.controllers:
             fn = self._reconcile if name == BACKSTOP else self._ticker(name)
             self.host.every(name, period_s, fn, leader_only=True)
+        self._init_metrics()
+        # one objects-skipped counter for the process, one Event writer for its skips
+        self.skips = SkippedObjects(
+            "controller", EventRecorder(cluster, names.CONTROLLER_COMPONENT), self.registry
+        )
+
+    def _init_metrics(self) -> None:
         self._last_reconcile = Gauge(
             "katalyst_controller_last_reconcile_timestamp_seconds",
             "When the backstop last reconciled (seconds since the epoch).",
@@ -237,10 +244,6 @@ class ControllerRunner:
         for name in self.controllers:
             for result in ("ok", "failed", "error"):
                 self._reconciles.labels(name, result)
-        # one objects-skipped counter for the process, one Event writer for its skips
-        self.skips = SkippedObjects(
-            "controller", EventRecorder(cluster, names.CONTROLLER_COMPONENT), self.registry
-        )
 
     def _build(self, name: str) -> Reconciler:
         if name == names.CONTROLLER_OVERCOMMIT:
