@@ -40,6 +40,7 @@ __all__ = [
     "tc_commands",
     "tc_handle",
     "tc_remove_commands",
+    "tc_stale_commands",
 ]
 
 NFT_TABLE: Final = "pykatalyst"
@@ -79,6 +80,16 @@ def tc_commands(shape: NetShape) -> list[list[str]]:
 
 def tc_remove_commands(device: str) -> list[list[str]]:
     return [["tc", "qdisc", "del", "dev", device, "root"]]
+
+
+def tc_stale_commands(shape: NetShape, before: NetShape | None) -> list[list[str]]:
+    """Deleting the classes of `before` on the same device that `shape` no longer has (a
+    bandwidth pod gone): a class left behind would keep its guaranteed rate."""
+    if before is None or before.device != shape.device:
+        return []
+    now = {c.classid for c in shape.classes}
+    gone = sorted({c.classid for c in before.classes} - now)
+    return [["tc", "class", "del", "dev", shape.device, "classid", tc_handle(c)] for c in gone]
 
 
 def _rule(m: NetMatch) -> str:
@@ -159,6 +170,7 @@ class NetShaper:
         self._cgroup2 = cgroup2_mount
         self._which = which
         self._device: str | None = None
+        self._applied: NetShape | None = None
 
     def _wrap(self, argv: list[str], bind_cgroup2: bool) -> list[str]:
         if self._netns is not None:
@@ -192,6 +204,8 @@ class NetShaper:
             steps += [(c, None, False) for c in tc_commands(shape)]
             v2 = any(m.cgroup is not None for m in shape.matches)
             steps.append((["nft", "-f", "-"], nft_script(shape), v2))
+            # after the rules: no packet is sent to a class about to go
+            steps += [(c, None, False) for c in tc_stale_commands(shape, self._applied)]
         for argv, stdin, bind in steps:
             rc, said = self._step(argv, stdin, bind, ran)
             if rc != 0 and shape is not None and argv[:3] == ["tc", "qdisc", "replace"]:
@@ -199,9 +213,10 @@ class NetShaper:
                 # another default class): the device's shaping starts over.
                 self._step(tc_remove_commands(shape.device)[0], None, False, ran)
                 rc, said = self._step(argv, stdin, bind, ran)
-            if rc != 0 and argv[:3] != ["tc", "qdisc", "del"]:
+            if rc != 0 and argv[:3] not in (["tc", "qdisc", "del"], ["tc", "class", "del"]):
                 return NetApplyResult(
                     False, f"{' '.join(argv)}: exit {rc}: {said}", False, tuple(ran)
                 )
         self._device = None if shape is None else shape.device
+        self._applied = shape
         return NetApplyResult(True, commands=tuple(ran))
