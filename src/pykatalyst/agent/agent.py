@@ -536,8 +536,9 @@ class Agent:
         actions: list[Any] = []
         if not self.eviction_stages:
             return actions
+        nics = nic.allocatable_by_nic(self._nic_report) if self.nics is not None else None
         stage_input = EvictionInput(
-            inp.now, d.plan, d.valid, self.metrics, inp.sample, node=inp.node
+            inp.now, d.plan, d.valid, self.metrics, inp.sample, node=inp.node, nics=nics
         )
         for stage in self.eviction_stages:
             try:
