@@ -178,3 +178,14 @@ def test_agent_gives_a_bandwidth_pod_its_class_and_says_so_in_an_event() -> None
     assert "holds NIC eth1" in far.message
     n.tick()
     assert len(n.host.net_shapes) == 1
+
+
+def test_katalyst_explain_shows_the_pods_egress_class_beside_its_nic() -> None:
+    from pykatalyst.cli.explain_pod import explain_pod
+
+    n = Node(ON, version=2)
+    bw_pod_json(n, "db", 200, "eth0")
+    n.tick()
+    enforced = explain_pod(n.cluster, "default", "db", n.clock.now())["nic"]["enforced"]
+    assert enforced["reason"] == names.EVENT_REASON_NET_BANDWIDTH_GUARANTEED
+    assert "guaranteed its request, 200 Mbps, on eth0" in enforced["message"]
