@@ -71,6 +71,18 @@ def _nic_zones(kubectl: Kubectl, node: str) -> dict[str, Any]:
     }
 
 
+def _nic_scheduler(components: Callable[..., Component]) -> Component:
+    """`katalyst scheduler` with the NICBandwidth plugin, with its ServiceAccount."""
+    return components(
+        "scheduler",
+        "scheduler",
+        "--config",
+        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-nic.yaml"),
+        "--kubeconfig",
+        component_kubeconfig("scheduler"),
+    )
+
+
 def test_a_bandwidth_pod_gets_this_machines_nic_and_runs(
     kubectl: Kubectl,
     node_name: str,
@@ -94,14 +106,7 @@ def test_a_bandwidth_pod_gets_this_machines_nic_and_runs(
     zone = wait_until("the NIC zones in the CNR", zones, 120, interval=2)[first]
     rate = nics[0].speed_mbps if nics[0].speed_mbps > 0 else SPEED
     assert zone["resources"]["allocatable"][BW] == str(int(rate * 0.9))
-    scheduler = components(
-        "scheduler",
-        "scheduler",
-        "--config",
-        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-nic.yaml"),
-        "--kubeconfig",
-        component_kubeconfig("scheduler"),
-    )
+    scheduler = _nic_scheduler(components)
     kubectl.apply(_pod("web", namespace, 3000))
     try:
         wait_until("web Running", lambda: running_pods(kubectl, namespace, ["web"]), 120)
@@ -178,14 +183,7 @@ def test_the_agent_gives_a_bandwidth_pod_its_egress_class_on_the_node(
         components, tmp_path, node_name, config={"devices": {"nic": nic}, "network": network}
     )
     wait_until("the NIC zone in the CNR", lambda: _nic_zones(kubectl, node_name)[dummy_nic], 120, 2)
-    scheduler = components(
-        "scheduler",
-        "scheduler",
-        "--config",
-        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-nic.yaml"),
-        "--kubeconfig",
-        component_kubeconfig("scheduler"),
-    )
+    scheduler = _nic_scheduler(components)
     kubectl.apply(_pod("db", namespace, 3000))
     wait_until("db Running", lambda: running_pods(kubectl, namespace, ["db"]), 120)
     ann = kubectl.json("get", "pod", "db", "-n", namespace)["metadata"]["annotations"]
