@@ -3,8 +3,10 @@ an egress class guaranteed its request; reclaimed traffic is capped to what is l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -180,12 +182,42 @@ def test_agent_gives_a_bandwidth_pod_its_class_and_says_so_in_an_event() -> None
     assert len(n.host.net_shapes) == 1
 
 
-def test_katalyst_explain_shows_the_pods_egress_class_beside_its_nic() -> None:
+def test_katalyst_explain_shows_the_pods_egress_class_beside_its_nic(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from pykatalyst.cli.explain_pod import explain_pod
+    from pykatalyst.cli.explain_render import print_pod
 
     n = Node(ON, version=2)
     bw_pod_json(n, "db", 200, "eth0")
     n.tick()
-    enforced = explain_pod(n.cluster, "default", "db", n.clock.now())["nic"]["enforced"]
+    report = explain_pod(n.cluster, "default", "db", n.clock.now())
+    enforced = report["nic"]["enforced"]
     assert enforced["reason"] == names.EVENT_REASON_NET_BANDWIDTH_GUARANTEED
     assert "guaranteed its request, 200 Mbps, on eth0" in enforced["message"]
+    print_pod(report)
+    assert "egress class" in capsys.readouterr().out
+
+
+def test_a_restarted_agent_deletes_the_class_of_a_pod_that_left_while_it_was_down() -> None:
+    now = decide(net(), [bw_pod("a/x", 10)], 2).shape
+    before = decide(net(), [bw_pod("a/x", 10), bw_pod("a/y", 20)], 2).shape
+    assert now is not None and before is not None
+    gone = tc_handle(next(c for c in before.classes if c.level == "a/y").classid)
+    listing = (
+        "\n".join(
+            f"class htb {tc_handle(c.classid)} parent 1:1 leaf 8001: prio 1 rate 8Kbit"
+            for c in before.classes
+        )
+        + "\nclass htb 1:1 root rate 940Mbit ceil 940Mbit\nclass htb 2:5 parent 2:1 rate 1Mbit"
+    )
+
+    class Lists(Recorder):
+        def __call__(self, argv: Sequence[str], stdin: str | None) -> tuple[int, str]:
+            super().__call__(argv, stdin)
+            return (0, listing) if list(argv[:3]) == ["tc", "class", "show"] else (0, "")
+
+    result = NetShaper(Lists(), which=tools).apply(now)
+    assert result.ok
+    deleted = [c for c in result.commands if c.startswith("tc class del")]
+    assert deleted == [f"tc class del dev eth0 classid {gone}"]  # nothing of another root

@@ -23,6 +23,7 @@ Traffic is classified in the network namespace where the rules live: sent by its
 from __future__ import annotations
 
 import ipaddress
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ __all__ = [
     "subprocess_runner",
     "tc_commands",
     "tc_handle",
+    "tc_leftover_commands",
     "tc_remove_commands",
     "tc_stale_commands",
 ]
@@ -90,6 +92,17 @@ def tc_stale_commands(shape: NetShape, before: NetShape | None) -> list[list[str
     now = {c.classid for c in shape.classes}
     gone = sorted({c.classid for c in before.classes} - now)
     return [["tc", "class", "del", "dev", shape.device, "classid", tc_handle(c)] for c in gone]
+
+
+def tc_leftover_commands(shape: NetShape, listing: str) -> list[list[str]]:
+    """Deleting the classes under the shape's root class that `tc class show` lists and
+    the shape does not have: a bandwidth pod's class from before the agent restarted, its
+    pod gone meanwhile (`replace` keeps the qdisc and its classes)."""
+    root = f"{_major(shape):x}:1"
+    keep = {tc_handle(c.classid) for c in shape.classes}
+    found = re.findall(r"class htb (\S+) parent (\S+)", listing)
+    gone = sorted({h for h, parent in found if parent == root and h not in keep})
+    return [["tc", "class", "del", "dev", shape.device, "classid", h] for h in gone]
 
 
 def _rule(m: NetMatch) -> str:
@@ -186,6 +199,14 @@ class NetShaper:
         ran.append(" ".join(argv))
         return self._run(self._wrap(argv, bind), stdin)
 
+    def _sweep(self, shape: NetShape, ran: list[str]) -> None:
+        """The first time this shaper shapes a device: delete classes of ours it does not
+        know (a failure leaves them: they only hold a guarantee nobody uses)."""
+        rc, listing = self._step(["tc", "class", "show", "dev", shape.device], None, False, ran)
+        if rc == 0:
+            for argv in tc_leftover_commands(shape, listing):
+                self._step(argv, None, False, ran)
+
     def apply(self, shape: NetShape | None) -> NetApplyResult:
         missing = [t for t in ("tc", "nft") if self._which(t) is None]
         if missing:
@@ -217,6 +238,8 @@ class NetShaper:
                 return NetApplyResult(
                     False, f"{' '.join(argv)}: exit {rc}: {said}", False, tuple(ran)
                 )
+        if shape is not None and (self._applied is None or self._applied.device != shape.device):
+            self._sweep(shape, ran)
         self._device = None if shape is None else shape.device
         self._applied = shape
         return NetApplyResult(True, commands=tuple(ran))
