@@ -7,7 +7,8 @@ out of its admission check), and the agent reports the pod's allocation on that 
 asking more than is left stays Pending with the reason. With the agent's egress QoS on a
 NIC of the node (a veth device of the test's, so that the machine's own traffic is left alone): the
 agent gives a bandwidth pod placed on it a class of its own, guaranteed its request, in the
-node's kernel, and `katalyst explain pod` says so."""
+node's kernel, and `katalyst explain pod` says so. With NIC health eviction on: a NIC that
+goes down (marked unhealthy in the agent's config file) has its bandwidth pod evicted."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from pykatalyst.agent.config import NetworkConfig
 from pykatalyst.agent.host.netshape import NFT_TABLE, tc_handle
@@ -213,4 +215,51 @@ def test_the_agent_gives_a_bandwidth_pod_its_egress_class_on_the_node(
     said = wait_until("explain shows the pod's class", enforced, 60, interval=2)
     assert said["reason"] == names.EVENT_REASON_NET_BANDWIDTH_GUARANTEED
     assert f"guaranteed its request, 3000 Mbps, on {dummy_nic}" in said["message"]
+    assert "Traceback" not in scheduler.log() + agent.log()
+
+
+def test_a_nic_that_goes_down_has_its_bandwidth_pod_evicted(
+    kubectl: Kubectl,
+    node_name: str,
+    namespace: str,
+    components: Callable[..., Component],
+    tmp_path: Path,
+) -> None:
+    down = "pkdown0"  # declared only: nothing is sent through it
+    nic = {"source": "synthetic", "interfaces": [{"name": down, "speed_mbps": SPEED}]}
+    off = {"enabled": False}  # only the network plugin acts in this test
+    eviction = {
+        "dry_run": [],
+        "network": {"enabled": True, "tolerance_s": 5},
+        "reclaimed_resource": off,
+        "system_memory": off,
+        "numa_memory": off,
+    }
+    config = {"devices": {"nic": nic}, "eviction": eviction}
+    agent = start_agent(components, tmp_path, node_name, config=config)
+    wait_until("the NIC zone in the CNR", lambda: _nic_zones(kubectl, node_name)[down], 120, 2)
+    scheduler = _nic_scheduler(components)
+    kubectl.apply(_pod("db", namespace, 3000))
+    wait_until("db Running", lambda: running_pods(kubectl, namespace, ["db"]), 120)
+    # the NIC goes down: the agent's synthetic source reads its config file at each report
+    path = tmp_path / "agent.yaml"
+    body = yaml.safe_load(path.read_text())
+    body["devices"]["nic"]["interfaces"][0]["healthy"] = False
+    path.write_text(yaml.safe_dump(body))
+
+    def evicted() -> str:
+        events = kubectl.json("get", "events", "-n", namespace)["items"]
+        said = [
+            e["message"]
+            for e in events
+            if e.get("reason") == names.EVENT_REASON_EVICT_CREATED
+            and e.get("involvedObject", {}).get("name") == "db"
+        ]
+        if said:
+            return str(said[0])
+        raise AssertionError(f"no eviction of db yet; agent: {agent.log()[-600:]}")
+
+    message = wait_until("db evicted", evicted, 120, interval=2)
+    assert f"allocatable net_bandwidth of NIC {down} = 0 Mbps" in message
+    assert _nic_zones(kubectl, node_name)[down]["resources"]["allocatable"][BW] == "0"
     assert "Traceback" not in scheduler.log() + agent.log()
