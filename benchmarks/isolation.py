@@ -209,7 +209,14 @@ class AgentWorld:
         self._shown = 0
         self.pools_shown = False
 
-    def add_pod(self, name: str, container: str, qos: str, requests: dict[str, str]) -> str:
+    def add_pod(
+        self,
+        name: str,
+        container: str,
+        qos: str,
+        requests: dict[str, str],
+        annotations: dict[str, str] | None = None,
+    ) -> str:
         """Create the pod object, then its cgroups under the uid it was given."""
         from tests.fixtures.fake_node import container_id
 
@@ -221,7 +228,7 @@ class AgentWorld:
                 "metadata": {
                     "name": name,
                     "namespace": "default",
-                    "annotations": {self.names.QOS_LEVEL_ANNOTATION: qos},
+                    "annotations": {self.names.QOS_LEVEL_ANNOTATION: qos} | (annotations or {}),
                 },
                 "spec": {
                     "nodeName": self.node,

@@ -1,8 +1,11 @@
 """`katalyst explain pod`, its NIC part: the bandwidth the pod asks, the NIC the scheduler
 chose for it (`nic_selection_result`) and why (`nic_selection_reason`), and what the
-node's CNR says about that NIC now."""
+node's CNR says about that NIC now, and what the agent's egress shaping gives the pod
+there (its latest `NetBandwidth*` Event)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from pykatalyst.api import names
 from pykatalyst.api.digest import digest_pod
@@ -10,8 +13,16 @@ from pykatalyst.api.objects import Pod
 from pykatalyst.cli.explain_gpu import node_zones, reports
 from pykatalyst.cluster.protocol import JSON, Cluster
 
+ENFORCEMENT_REASONS = (
+    names.EVENT_REASON_NET_BANDWIDTH_GUARANTEED,
+    names.EVENT_REASON_NET_BANDWIDTH_SHORT,
+    names.EVENT_REASON_NET_BANDWIDTH_NOT_SHAPED,
+)
 
-def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
+
+def nic_json(
+    cluster: Cluster, pod: Pod, problems: list[str], events: Sequence[JSON] = ()
+) -> JSON | None:
     """None for a pod that asks no bandwidth and holds no NIC selection."""
     mbps = digest_pod(pod.raw).request(names.RESOURCE_NET_BANDWIDTH)
     ann = pod.annotations or {}
@@ -23,6 +34,7 @@ def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
         "selection": selection or None,
         "why": ann.get(names.NIC_SELECTION_REASON_ANNOTATION) or None,
         "nic": None,
+        "enforced": _enforced(events),
     }
     if not selection or not pod.node_name:
         return out
@@ -42,3 +54,13 @@ def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
         "reports_this_pod": reports(zone, pod.uid),
     }
     return out
+
+
+def _enforced(events: Sequence[JSON]) -> JSON | None:
+    """The agent's latest word on the pod's egress class (None: it said nothing: network
+    QoS off, or the pod not on the node yet)."""
+    said = [e for e in events if e.get("reason") in ENFORCEMENT_REASONS]
+    if not said:
+        return None
+    last = said[-1]
+    return {"reason": last["reason"], "message": last.get("message"), "time": last.get("time")}
