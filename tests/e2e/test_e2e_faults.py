@@ -1,15 +1,19 @@
 """Faults on the real node: the API server, etcd, the kubelet (with and without its state
 checkpoints) and containerd stopped and started again, and the agent started while the API
-server is down, with dedicated, shared and reclaimed pods running under the agent, the
-scheduler and the controller.
+server is down, and the agent killed by its memory limit and started again, with dedicated,
+shared and reclaimed pods running under the agent, the scheduler and the controller.
 
 After each fault and after recovery: no dedicated pod's cpuset moves, reclaimed pods never
 run on a dedicated pod's cpus, the agent keeps running and enforcing what it last knew, and
-its CNR heartbeat comes back without a manual step. The recovery times are printed (see
+its CNR heartbeat comes back without a manual step; at the end no Event was written twice
+instead of counted, and the CNR holds still. The recovery times are printed (see
 docs/e2e.md for the figures)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -19,7 +23,12 @@ from typing import Any
 
 import pytest
 
-from pykatalyst.api.names import RECLAIMED_MILLICPU
+from pykatalyst.api.names import (
+    AGENT_COMPONENT,
+    CONTROLLER_COMPONENT,
+    RECLAIMED_MILLICPU,
+    SCHEDULER_COMPONENT,
+)
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.topology.cpuset import CPUSet
 from tests.e2e.conftest import (
@@ -192,6 +201,99 @@ def _node_reclaimed_millicpu(kubectl: Kubectl, node: str) -> int:
     return Quantity.parse(str(alloc.get(RECLAIMED_MILLICPU, "0"))).value()
 
 
+def _memory_cgroup(name: str) -> tuple[Path, str, str]:
+    """A memory cgroup's folder and its limit and usage files (v1, else v2)."""
+    v1 = Path("/sys/fs/cgroup/memory")
+    if v1.is_dir():
+        return v1 / name, "memory.limit_in_bytes", "memory.usage_in_bytes"
+    return Path("/sys/fs/cgroup") / name, "memory.max", "memory.current"
+
+
+def _oom_kill(agent: Component) -> int:
+    """Kill the running agent as its memory limit would: its process moved into a memory
+    cgroup of its own (its pages charged there where the kernel still moves charges, else
+    only what it allocates from then on), whose limit is then lowered to what it uses and
+    below, a MiB at a time, until the kernel's OOM killer takes it. Returns the cgroup's
+    OOM-kill count."""
+    assert agent.proc is not None and agent.alive()
+    cg, limit, usage = _memory_cgroup(f"pykatalyst-e2e-oom-{agent.proc.pid}")
+    cg.mkdir()
+    try:
+        with contextlib.suppress(OSError):  # v1 before 6.x: its pages follow it
+            (cg / "memory.move_charge_at_immigrate").write_text("3")
+        (cg / "cgroup.procs").write_text(str(agent.proc.pid))
+        cap = int((cg / usage).read_text())
+        deadline = time.monotonic() + 120
+        while agent.alive() and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):  # busy: nothing more to reclaim yet
+                (cg / limit).write_text(str(cap))
+            cap = max(cap - (1 << 20), 256 << 10)
+            time.sleep(0.5)
+        assert agent.proc.wait(timeout=30) == -signal.SIGKILL, agent.log()[-2000:]
+        return _oom_kills(cg)
+    finally:
+        with contextlib.suppress(OSError):
+            cg.rmdir()
+
+
+def _oom_kills(cg: Path) -> int:
+    for name in ("memory.oom_control", "memory.events"):
+        if (cg / name).exists():
+            for line in (cg / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    return 0
+
+
+EVENT_SOURCES = (AGENT_COMPONENT, SCHEDULER_COMPONENT, CONTROLLER_COMPONENT)
+
+
+def _duplicated_events(kubectl: Kubectl, namespace: str, node: str) -> list[str]:
+    """Events pykatalyst's components wrote twice instead of counting the second time:
+    the same object, reason, message and writer in two Event objects."""
+    seen: dict[tuple[str, ...], int] = {}
+    for ns in (namespace, "default"):
+        for ev in kubectl.json("get", "events", "-n", ns)["items"]:
+            source = ev.get("source") or {}
+            if source.get("component") not in EVENT_SOURCES:
+                continue
+            obj = ev.get("involvedObject") or {}
+            key = (
+                str(obj.get("kind")), str(obj.get("name")), str(obj.get("uid")),
+                str(ev.get("reason")), str(ev.get("message")),
+                str(source.get("component")), str(source.get("host", "")),
+            )  # fmt: skip
+            seen[key] = seen.get(key, 0) + 1
+    return [f"{n}x {' / '.join(k)}" for k, n in seen.items() if n > 1]
+
+
+def _cnr_zones(kubectl: Kubectl, node: str) -> str:
+    """The CNR's topology: its zones, their resources and the pods' allocations in them,
+    without the reclaimed figures, which follow the node's live usage."""
+    status = kubectl.json("get", "kcnr", node).get("status") or {}
+    return json.dumps(_without_reclaimed(status.get("topologyZone") or []), sort_keys=True)
+
+
+def _without_reclaimed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_reclaimed(v) for k, v in value.items() if "reclaimed" not in k}
+    if isinstance(value, list):
+        return [_without_reclaimed(v) for v in value]
+    return value
+
+
+def _assert_cnr_steady(kubectl: Kubectl, node: str, seconds: float) -> None:
+    """After recovery the CNR holds still: the same zones and allocations every report."""
+    first = _cnr_zones(kubectl, node)
+    assert "allocations" in first, f"after recovery the CNR lists no allocation:\n{first}"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        zones = _cnr_zones(kubectl, node)
+        assert zones == first, f"after recovery the CNR's zones changed:\n{first}\n{zones}"
+
+
 def _setup(
     kubectl: Kubectl,
     local_node: LocalNode,
@@ -293,6 +395,23 @@ def test_pinned_cpus_hold_and_the_node_recovers_through_control_plane_and_runtim
         timings["agent started without API server"] = _recovered(
             kubectl, local_node, back, "the agent's first contact", agent
         )
+        inv.check("after the agent's first contact", agent)
+
+        # the agent killed by its memory limit, then started again by its supervisor
+        kills = _oom_kill(agent)
+        assert kills >= 1, "the agent died, but not by the OOM killer"
+        inv.check("agent OOM-killed")
+        back = time.time()
+        agent = start_agent(components, tmp_path, local_node.name)
+        timings["agent OOM-killed, started again"] = _recovered(
+            kubectl, local_node, back, "the agent's restart", agent
+        )
+        inv.hold_for(10, "agent restarted after its OOM kill", agent)
+
+        # after recovery: nothing written twice, nothing flapping
+        dup = _duplicated_events(kubectl, namespace, local_node.name)
+        assert not dup, "Events written again instead of counted:\n" + "\n".join(dup[:10])
+        _assert_cnr_steady(kubectl, local_node.name, 20)
         inv.check("at the end", agent)
     finally:
         for name in ("kube-apiserver", "etcd", "kubelet", "containerd"):
