@@ -654,6 +654,9 @@ class Agent:
                 s.uid,
                 s.digest.request(names.RESOURCE_NET_BANDWIDTH),
                 str(s.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION) or ""),
+                str(s.digest.annotations.get(names.SRIOV_VF_RESULT_ANNOTATION) or "")
+                if s.digest.request(names.RESOURCE_SRIOV_NIC) > 0
+                else "",
             )
             for s in self._specs.values()
         ]

@@ -360,6 +360,17 @@ FEATURES: tuple[Feature, ...] = (
         resources=(names.RESOURCE_NET_BANDWIDTH,),
         enhancements=(names.ENH_NAMESPACE_TYPE, names.ENH_TOPOLOGY_AFFINITY_RESTRICTED),
     ),
+    Feature(
+        "sriov",
+        "SR-IOV / RDMA virtual functions (`sriov_nic`)",
+        Status.PARTIAL,
+        "yes (SR-IOV plugin, needs a patched kubelet)",
+        "yes (`koordinator.sh/rdma`)",
+        "the agent reports each PF's VFs (sysfs or synthetic) as CNR NIC zones under their "
+        "NIC, with the pods holding them by `sriov_vf_result`; VFs are not yet given out",
+        by="agent",
+        resources=(names.RESOURCE_SRIOV_NIC,),
+    ),
 )
 
 
