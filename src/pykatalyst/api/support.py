@@ -367,8 +367,11 @@ FEATURES: tuple[Feature, ...] = (
         "yes (SR-IOV plugin, needs a patched kubelet)",
         "yes (`koordinator.sh/rdma`)",
         "the agent reports each PF's VFs (sysfs or synthetic) as CNR NIC zones under their "
-        "NIC, with the pods holding them by `sriov_vf_result`; VFs are not yet given out",
-        by="agent",
+        "NIC; the scheduler's SriovVF plugin gives each pod asking `sriov_nic: 1` one free "
+        "RDMA VF (on its NUMA binding's socket, in Katalyst's order, static or dynamic "
+        "policy) and writes `sriov_vf_result`; the webhook refuses other counts; the VF is "
+        "not yet served to the kubelet",
+        by="agent, scheduler",
         resources=(names.RESOURCE_SRIOV_NIC,),
     ),
 )

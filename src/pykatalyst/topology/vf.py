@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
+from typing import Any
 
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
@@ -96,6 +97,21 @@ def sriov_count(containers: Iterable[Mapping[str, object]]) -> int:
     if total > 1:
         raise ValueError(f"{total} containers ask {SRIOV}; accepted: one VF per pod")
     return total
+
+
+def sriov_problem(pod: Mapping[str, Any]) -> str:
+    """Why a pod's `sriov_nic` ask cannot be served ("" when it can): a count other than 1,
+    more than one container asking, or an init container asking."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    try:
+        sriov_count(spec.get("containers") or [])
+        inits = sriov_count(spec.get("initContainers") or [])
+    except ValueError as exc:
+        return str(exc)
+    if inits:
+        return f"an init container asks {SRIOV}; accepted: in spec.containers only"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
