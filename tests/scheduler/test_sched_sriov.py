@@ -6,6 +6,7 @@ no VF is ever given twice."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
@@ -17,7 +18,7 @@ from pykatalyst.agent.nic import capacities, nic_zones
 from pykatalyst.agent.sriov import synthetic_vfs
 from pykatalyst.api import names
 from pykatalyst.cluster.memory import MemoryCluster
-from pykatalyst.scheduler.config import load_config_text
+from pykatalyst.scheduler.config import load_config, load_config_text
 from pykatalyst.scheduler.scheduler import Scheduler
 from pykatalyst.topology.machine import CPUTopology
 from tests.scheduler.sched_helpers import add_cnr, add_node, add_pod, cnr, node, pod
@@ -207,10 +208,43 @@ def test_no_vf_is_ever_given_twice_and_each_pod_gets_at_most_one(
     assert all(bool(n) == bool(v) for n, v in got)  # bound iff it got a VF
 
 
+def gpu_zones(socket: int) -> list[dict[str, Any]]:
+    """A NUMA zone with the socket's 8 GPUs, 2 under each of its 4 PCIe switches."""
+    res = {"cpu": "32", "memory": "128Gi"}
+    gpus = [
+        {
+            "type": names.ZONE_GPU,
+            "name": f"GPU-{socket}-{k}",
+            "resources": {"allocatable": {names.RESOURCE_NVIDIA_GPU: "1"}},
+            "attributes": [{"name": names.GPU_ATTR_PCIE_SWITCH, "value": f"sw{socket}{k // 2}"}],
+        }
+        for k in range(8)
+    ]
+    numa = {"type": names.ZONE_NUMA, "name": str(socket), "children": gpus}
+    return [{**numa, "resources": {"allocatable": res, "capacity": res}}]
+
+
 def test_the_big_box_gives_out_its_64_vfs_to_64_pods_and_no_more() -> None:
-    c = cluster({"n1": big_box()})
+    # 2 sockets x 4 PCIe switches x (2 GPUs + 1 NIC of 8 VFs)
+    c = MemoryCluster()
+    add_node(c, node("n1", cpu="256", memory="1Ti"))
+    zones = tree(big_box())
+    for z in zones:
+        z["children"] = gpu_zones(int(z["name"])) + z["children"]
+    add_cnr(c, cnr("n1", zones=zones))
     run(c, [vf_pod(f"p{i}") for i in range(65)])
     got = [placed(c, f"p{i}")[1] for i in range(65)]
     vfs = [v for v in got if v]
     assert sorted(vfs) == sorted(f"eth{k}_{i}" for k in range(8) for i in range(8))
     assert got.count("") == 1
+
+
+def test_the_example_profile_places_vf_pods() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "scheduler"
+    c = cluster({"n1": [pf("eth0", 0, 2)]})
+    s = Scheduler(c, load_config(example / "katalyst-scheduler-sriov.yaml"))
+    p = vf_pod("rdma")
+    p["spec"]["schedulerName"] = "katalyst-scheduler"
+    add_pod(c, p)
+    s.run_until_idle(0.0)
+    assert placed(c, "rdma") == ("n1", "eth0_0")

@@ -76,18 +76,8 @@ def vf_pod(obj: Mapping[str, Any]) -> VfPod | None:
         return None
     meta = obj.get("metadata") or {}
     ann = meta.get("annotations") or {}
-    status = obj.get("status") or {}
-    bound = next(
-        (
-            c.get("lastTransitionTime")
-            for c in status.get("conditions") or []
-            if c.get("type") == "PodScheduled"
-        ),
-        None,
-    )
-    created = lg._time(meta.get("creationTimestamp"))
+    bound, created, pending = lg.admission(obj)
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-    started = bool(status.get("containerStatuses")) or status.get("phase") not in (None, "Pending")
     cpu = 0  # milli
     for c in spec.get("containers") or []:
         req = (c.get("resources") or {}).get("requests") or {}
@@ -97,9 +87,9 @@ def vf_pod(obj: Mapping[str, Any]) -> VfPod | None:
         key,
         str(meta.get("uid", "")),
         container,
-        (lg._time(bound) or created, lg._version(meta.get("resourceVersion")), created, key),
+        (bound, lg._version(meta.get("resourceVersion")), created, key),
         str(ann.get(names.SRIOV_VF_RESULT_ANNOTATION) or "").strip(),
-        pending=not started and not meta.get("deletionTimestamp"),
+        pending=pending,
         problem=sriov_problem(obj),
         cpus=cpu,
         dedicated=ann.get(names.QOS_LEVEL_ANNOTATION) == names.QOS_DEDICATED_CORES,
