@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,8 @@ from pykatalyst.agent.host.nics import NicDevice
 from pykatalyst.agent.nic import capacities, nic_zones
 from pykatalyst.agent.sriov import synthetic_vfs
 from pykatalyst.api import names
+from pykatalyst.cli.explain_pod import explain_pod
+from pykatalyst.cli.explain_render import print_pod
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import load_config, load_config_text
 from pykatalyst.scheduler.scheduler import Scheduler
@@ -248,3 +251,17 @@ def test_the_example_profile_places_vf_pods() -> None:
     add_pod(c, p)
     s.run_until_idle(0.0)
     assert placed(c, "rdma") == ("n1", "eth0_0")
+
+
+def test_explain_pod_says_which_vf_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    c = cluster({"n1": [pf("eth0", 0, 2), pf("eth1", 1, 2)]})
+    run(c, [vf_pod("rdma")])
+    report = explain_pod(c, "default", "rdma", 0.0)
+    vf = report["sriov"]
+    assert (vf["asked"], vf["selection"]) == (1, "eth0_0")
+    assert "Katalyst's order" in vf["why"]
+    assert vf["vf"]["pf"] == "eth0" and not vf["vf"]["reports_this_pod"]
+    assert report["nic"] is None
+    print_pod(report)
+    shown = capsys.readouterr().out
+    assert "why this VF" in shown and "PF eth0" in shown
