@@ -198,3 +198,16 @@ def test_an_unhealthy_pf_gives_out_none_of_its_vfs() -> None:
 def test_bad_sriov_settings_are_refused_naming_the_field(over: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         NicsConfig.model_validate({"source": "synthetic", **over})
+
+
+def test_the_example_declares_16_rdma_vfs_on_two_sockets_and_4_without_rdma() -> None:
+    from pykatalyst.agent.config import load_config
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "agent" / "synthetic-sriov.yaml"
+    cfg = load_config(example).devices.nic
+    nics = {n.name: n for n in nic.synthetic_nics(cfg.interfaces)}
+    rdma = [v for n in nics.values() for v in n.vfs if v.rdma]
+    assert len(rdma) == 16 and {v.numa for v in rdma} == {0, 1}
+    assert [v.queue_count for v in nics["ens1f0"].vfs] == [8] * 4 + [32] * 4
+    assert not any(v.rdma for v in nics["eth0"].vfs)
+    assert cfg.sriov.device_node == "/dev/null"
