@@ -22,6 +22,7 @@ from pykatalyst.cli.explain_pod import explain_pod
 from pykatalyst.cli.explain_render import print_pod
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import load_config, load_config_text
+from pykatalyst.scheduler.extender import ExtenderService
 from pykatalyst.scheduler.scheduler import Scheduler
 from pykatalyst.topology.machine import CPUTopology
 from tests.scheduler.sched_helpers import add_cnr, add_node, add_pod, cnr, node, pod
@@ -265,3 +266,25 @@ def test_explain_pod_says_which_vf_and_why(capsys: pytest.CaptureFixture[str]) -
     print_pod(report)
     shown = capsys.readouterr().out
     assert "why this VF" in shown and "PF eth0" in shown
+
+
+def test_the_extender_filters_on_free_vfs_and_writes_the_vf_at_bind() -> None:
+    c = cluster({"n1": [pf("eth0", 0, 1)], "n2": [pf("eth0", 0, 2)]})
+    s = Scheduler(c, load_config_text(PROFILE))
+    busy = vf_pod("busy", node_name="n1", annotations={names.SRIOV_VF_RESULT_ANNOTATION: "eth0_0"})
+    add_pod(c, busy)
+    uid_p = add_pod(c, vf_pod("p"))["metadata"]["uid"]
+    ext = ExtenderService(s, "vf")
+    args = {"Pod": {"metadata": {"name": "p", "namespace": "default"}}, "NodeNames": ["n1", "n2"]}
+    out = ext.filter(args, 0.0)
+    assert out["NodeNames"] == ["n2"]
+    assert "no free RDMA-capable SR-IOV VF" in out["FailedNodes"]["n1"]
+    bind = {"PodName": "p", "PodNamespace": "default", "PodUID": uid_p, "Node": "n2"}
+    assert ext.bind(bind, 0.0) == {"Error": ""}
+    assert placed(c, "p") == ("n2", "eth0_0")
+    uid_q = add_pod(c, vf_pod("q"))["metadata"]["uid"]
+    assert ext.bind({**bind, "PodName": "q", "PodUID": uid_q}, 0.0) == {"Error": ""}
+    assert placed(c, "q") == ("n2", "eth0_1")  # the extender's own reservation counted
+    uid_r = add_pod(c, vf_pod("r"))["metadata"]["uid"]
+    refused = ext.bind({**bind, "PodName": "r", "PodUID": uid_r}, 0.0)
+    assert "no free RDMA-capable VF" in refused["Error"]
