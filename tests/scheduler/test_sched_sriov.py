@@ -288,3 +288,16 @@ def test_the_extender_filters_on_free_vfs_and_writes_the_vf_at_bind() -> None:
     uid_r = add_pod(c, vf_pod("r"))["metadata"]["uid"]
     refused = ext.bind({**bind, "PodName": "r", "PodUID": uid_r}, 0.0)
     assert "no free RDMA-capable VF" in refused["Error"]
+
+
+def test_the_dynamic_policy_reads_its_required_annotations_from_the_args() -> None:
+    profile = (
+        PROFILE
+        + "  pluginConfig:\n  - name: SriovVF\n    args:\n      policy: dynamic\n"
+        + "      podRequiredAnnotations: {rdma: big}\n"
+    )
+    ded = {"qos": names.QOS_DEDICATED_CORES, "memory_enhancement": {names.ENH_NUMA_BINDING: "true"}}
+    c = cluster({"n1": [pf("eth0", 0, 2, queues=(8, 32))]})
+    run(c, [vf_pod("plain", cpu="32", **ded)], profile)
+    run(c, [vf_pod("big", cpu="32", annotations={"rdma": "big"}, **ded)], profile)
+    assert (placed(c, "plain")[1], placed(c, "big")[1]) == ("eth0_0", "eth0_1")

@@ -126,3 +126,14 @@ def test_the_vf_chosen_is_free_eligible_and_first_in_katalysts_order(
         ok = [v for v in ok if v.queue_count == size[0]]
         assert got.queue_count == size[0]
     assert katalyst_order(got) == min(katalyst_order(v) for v in ok)
+
+
+def test_the_dynamic_sizes_apply_only_to_pods_with_the_required_annotations() -> None:
+    policy = VfPolicy(name=names.SRIOV_POLICY_DYNAMIC, required_annotations=(("rdma", "big"),))
+    assert policy.size_for(32, True, {"rdma": "big"}) == (32, True)
+    assert policy.size_for(32, True, {"rdma": "small"}) is None
+    assert policy.size_for(32, True, None) is None
+    vfs = [vf("eth0", 0, queue_count=8), vf("eth0", 1, queue_count=32)]
+    sized = choose_vf(vfs, set(), policy, cpus=32, dedicated=True, annotations={"rdma": "big"})
+    plain = choose_vf(vfs, set(), policy, cpus=32, dedicated=True, annotations={})
+    assert (sized.vf, plain.vf) == (vfs[1], vfs[0])

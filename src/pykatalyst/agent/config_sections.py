@@ -310,6 +310,11 @@ class SriovConfig(Section):
     small_vf_queue_count: int = Field(names.DEFAULT_SRIOV_SMALL_VF_QUEUE_COUNT, ge=1)
     small_vf_cpu_threshold: int = Field(names.DEFAULT_SRIOV_SMALL_VF_CPU_THRESHOLD, ge=1)
     small_vf_fail_on_exhaustion: bool = False
+    pod_required_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="dynamic: the annotations a pod must carry to be sized "
+        "(Katalyst's --dynamic-pod-vf-required-annotations)",
+    )
     device_node: str | None = Field(
         None,
         description="the host device node standing in for every VF's /dev/infiniband nodes "
@@ -338,6 +343,7 @@ class SriovConfig(Section):
             self.small_vf_queue_count,
             self.small_vf_cpu_threshold,
             self.small_vf_fail_on_exhaustion,
+            tuple(sorted(self.pod_required_annotations.items())),
         )
 
 

@@ -388,6 +388,7 @@ class SriovVFArgs(_Strict):
     smallVFQueueCount: int = Field(default=names.DEFAULT_SRIOV_SMALL_VF_QUEUE_COUNT, ge=1)
     smallVFCPUThreshold: int = Field(default=names.DEFAULT_SRIOV_SMALL_VF_CPU_THRESHOLD, ge=1)
     smallVFFailOnExhaustion: bool = False
+    podRequiredAnnotations: dict[str, str] = Field(default_factory=dict)
 
     def vf_policy(self) -> VfPolicy:
         return VfPolicy(
@@ -398,6 +399,7 @@ class SriovVFArgs(_Strict):
             self.smallVFQueueCount,
             self.smallVFCPUThreshold,
             self.smallVFFailOnExhaustion,
+            tuple(sorted(self.podRequiredAnnotations.items())),
         )
 
 

@@ -55,11 +55,19 @@ class VfPolicy:
     small_queue_count: int = names.DEFAULT_SRIOV_SMALL_VF_QUEUE_COUNT
     small_cpu_threshold: int = names.DEFAULT_SRIOV_SMALL_VF_CPU_THRESHOLD
     small_fail_on_exhaustion: bool = False
+    # the annotations a pod must carry for the dynamic sizes (Katalyst's
+    # --dynamic-pod-vf-required-annotations); others take the static rule
+    required_annotations: tuple[tuple[str, str], ...] = ()
 
-    def size_for(self, cpus: int, dedicated: bool) -> tuple[int, bool] | None:
+    def size_for(
+        self, cpus: int, dedicated: bool, annotations: Mapping[str, str] | None = None
+    ) -> tuple[int, bool] | None:
         """(queue count, refuse when none is free) the dynamic policy asks for a pod with
-        `cpus` whole cpus; None: no size (the static rule)."""
+        `cpus` whole cpus and `annotations`; None: no size (the static rule)."""
         if self.name != names.SRIOV_POLICY_DYNAMIC or not dedicated:
+            return None
+        ann = annotations or {}
+        if any(ann.get(k) != v for k, v in self.required_annotations):
             return None
         if cpus >= self.large_cpu_threshold:
             return self.large_queue_count, self.large_fail_on_exhaustion
@@ -130,6 +138,7 @@ def choose_vf(
     sockets: Set[int] | None = None,
     cpus: int = 0,
     dedicated: bool = False,
+    annotations: Mapping[str, str] | None = None,
 ) -> VfChoice:
     """The VF for one pod: free, RDMA-capable and allocatable, on `sockets` when given
     (the pod's NUMA binding), sized by the dynamic policy, first in Katalyst's order."""
@@ -142,7 +151,7 @@ def choose_vf(
         where = f" on socket {','.join(map(str, sorted(sockets)))} (the pod's NUMA binding)"
         if not free:
             return VfChoice(None, f"no free RDMA-capable VF{where}")
-    size = policy.size_for(cpus, dedicated)
+    size = policy.size_for(cpus, dedicated, annotations)
     sized = ""
     if size is not None:
         queues, refuse = size

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pykatalyst.agent.config_sections import NicsConfig
@@ -61,6 +61,7 @@ class VfPod:
     problem: str = ""
     cpus: int = 0  # milli-cpus requested
     dedicated: bool = False
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 def vf_pod(obj: Mapping[str, Any]) -> VfPod | None:
@@ -93,6 +94,7 @@ def vf_pod(obj: Mapping[str, Any]) -> VfPod | None:
         problem=sriov_problem(obj),
         cpus=cpu,
         dedicated=ann.get(names.QOS_LEVEL_ANNOTATION) == names.QOS_DEDICATED_CORES,
+        annotations={str(k): str(v) for k, v in ann.items()},
     )
 
 
@@ -231,7 +233,12 @@ class SriovPlugin:
         # no socket to keep to: the kubelet's device plugin API says nothing of the pod's
         slots = [vf_slot(v, 0, n.healthy) for n, v in vfs.values()]
         choice = choose_vf(
-            slots, taken, self.policy, cpus=pod.cpus // 1000, dedicated=pod.dedicated
+            slots,
+            taken,
+            self.policy,
+            cpus=pod.cpus // 1000,
+            dedicated=pod.dedicated,
+            annotations=pod.annotations,
         )
         if choice.vf is None:
             raise lg.AllocationRefused(f"{pod.key}: {choice.reason}")

@@ -70,7 +70,12 @@ class SriovVF(Plugin):
     def _size(self, pod: PodInfo) -> tuple[int, bool] | None:
         qos = pod.qos
         dedicated = qos is not None and qos.is_dedicated
-        return self.policy.size_for(self._cpus(pod), dedicated)
+        return self.policy.size_for(self._cpus(pod), dedicated, self._annotations(pod))
+
+    @staticmethod
+    def _annotations(pod: PodInfo) -> dict[str, str]:
+        meta = pod.raw.get("metadata") or {}
+        return {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
 
     @staticmethod
     def _cpus(pod: PodInfo) -> int:
@@ -129,6 +134,7 @@ class SriovVF(Plugin):
             sockets=self._sockets(pod, state, snap, slot),
             cpus=self._cpus(pod),
             dedicated=qos is not None and qos.is_dedicated,
+            annotations=self._annotations(pod),
         )
         if choice.vf is None:
             return f"{choice.reason} on node {node}"
