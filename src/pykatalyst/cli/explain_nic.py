@@ -7,9 +7,37 @@ from __future__ import annotations
 
 from pykatalyst.api import names
 from pykatalyst.api.digest import digest_pod
-from pykatalyst.api.objects import Pod
+from pykatalyst.api.objects import Pod, TopologyZone
 from pykatalyst.cli.explain_gpu import node_zones, reports
 from pykatalyst.cluster.protocol import JSON, Cluster
+
+
+def _zone(
+    cluster: Cluster, pod: Pod, selection: str, what: str, problems: list[str]
+) -> TopologyZone | None:
+    """The node's NIC-typed zone named `selection` (a NIC, or a VF when `what` is "VF");
+    None, with a problem said, when it is not there."""
+    if not selection or not pod.node_name:
+        return None
+    zones = node_zones(cluster, pod.node_name, names.ZONE_NIC, problems)
+    if zones is None:
+        return None
+    zone = zones.get(selection)
+    is_vf = zone is not None and names.RESOURCE_SRIOV_NIC in zone.capacity
+    if zone is None or is_vf != (what == "VF"):
+        problems.append(f"{what} {selection} is not among node {pod.node_name}'s {what} zones")
+        return None
+    return zone
+
+
+def _held(zone: TopologyZone, pod: Pod, selection: str) -> JSON:
+    return {
+        "id": selection,
+        "attributes": dict(zone.attributes),
+        "allocatable": {k: str(v) for k, v in sorted(zone.allocatable.items())},
+        "consumers": [c for c, _ in zone.allocations],
+        "reports_this_pod": reports(zone, pod.uid),
+    }
 
 
 def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
@@ -19,30 +47,13 @@ def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
     selection = str(ann.get(names.NIC_SELECTION_RESULT_ANNOTATION, "") or "")
     if mbps <= 0 and not selection:
         return None
-    out: JSON = {
+    zone = _zone(cluster, pod, selection, "NIC", problems)
+    return {
         "mbps_asked": mbps,
         "selection": selection or None,
         "why": ann.get(names.NIC_SELECTION_REASON_ANNOTATION) or None,
-        "nic": None,
+        "nic": None if zone is None else {**_held(zone, pod, selection), "socket": zone.parent},
     }
-    if not selection or not pod.node_name:
-        return out
-    zones = node_zones(cluster, pod.node_name, names.ZONE_NIC, problems)
-    if zones is None:
-        return out
-    zone = zones.get(selection)
-    if zone is None:
-        problems.append(f"NIC {selection} is not among node {pod.node_name}'s NIC zones")
-        return out
-    out["nic"] = {
-        "id": selection,
-        "socket": zone.parent,
-        "attributes": dict(zone.attributes),
-        "allocatable": {k: str(v) for k, v in sorted(zone.allocatable.items())},
-        "consumers": [c for c, _ in zone.allocations],
-        "reports_this_pod": reports(zone, pod.uid),
-    }
-    return out
 
 
 def sriov_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
@@ -52,27 +63,10 @@ def sriov_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
     selection = str(ann.get(names.SRIOV_VF_RESULT_ANNOTATION, "") or "")
     if asked <= 0 and not selection:
         return None
-    out: JSON = {
+    zone = _zone(cluster, pod, selection, "VF", problems)
+    return {
         "asked": asked,
         "selection": selection or None,
         "why": ann.get(names.SRIOV_VF_REASON_ANNOTATION) or None,
-        "vf": None,
+        "vf": None if zone is None else {**_held(zone, pod, selection), "pf": zone.parent},
     }
-    if not selection or not pod.node_name:
-        return out
-    zones = node_zones(cluster, pod.node_name, names.ZONE_NIC, problems)
-    if zones is None:
-        return out
-    zone = zones.get(selection)
-    if zone is None or names.RESOURCE_SRIOV_NIC not in zone.capacity:
-        problems.append(f"VF {selection} is not among node {pod.node_name}'s VF zones")
-        return out
-    out["vf"] = {
-        "id": selection,
-        "pf": zone.parent,
-        "attributes": dict(zone.attributes),
-        "allocatable": {k: str(v) for k, v in sorted(zone.allocatable.items())},
-        "consumers": [c for c, _ in zone.allocations],
-        "reports_this_pod": reports(zone, pod.uid),
-    }
-    return out
