@@ -5,7 +5,8 @@ VFs as NIC zones under its NIC zone in the CNR, `katalyst device-plugin` registe
 first VF in Katalyst's order and writes `sriov_vf_result` with the Binding, and the plugin
 gives the container that VF: its RDMA device nodes under /dev/infiniband (here /dev/null
 stands in for them) and its PCI address in the environment. The CNR then lists the pod on
-that VF; a pod asking two VFs stays Pending naming the field."""
+that VF; `katalyst explain pod` says which and why; a pod asking two VFs stays Pending
+naming the field."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests.e2e.conftest import (
     component_kubeconfig,
     wait_until,
 )
-from tests.e2e.pykatalyst_e2e import running_pods, start_agent
+from tests.e2e.pykatalyst_e2e import explain_pod_json, running_pods, start_agent
 
 SRIOV = names.RESOURCE_SRIOV_NIC
 PRINT = (
@@ -144,6 +145,9 @@ def test_a_pod_gets_a_vf_from_the_scheduler_and_the_device_plugin(
 
     allocs = wait_until("the CNR listing rdma on its VF", held, 60, interval=2)
     assert allocs == [{"consumer": f"{namespace}/rdma/{uid}", "requests": {SRIOV: "1"}}]
+    explained = explain_pod_json(kubectl, namespace, "rdma")["sriov"]
+    assert (explained["selection"], explained["vf"]["pf"]) == ("ens9f0_0", "ens9f0")
+    assert explained["vf"]["reports_this_pod"] and "Katalyst's order" in explained["why"]
 
     kubectl.apply(_pod("two", namespace, "2"))
 
