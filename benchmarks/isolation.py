@@ -185,13 +185,16 @@ class AgentWorld:
     @staticmethod
     def base_config(overlap: bool, idle_root: bool) -> dict[str, object]:
         """The agent configuration this benchmark runs with, as a config file's content."""
-        return {
+        config: dict[str, object] = {
             "cpu": {"overlap_reclaim_with_share": overlap},
             "reclaimed_root": "auto" if idle_root else "",
             # the testbed's roots are not a kubelet's: idling them breaks nothing
             "reclaimed_root_cpu_idle": idle_root,
             "checkpoint_path": None,
         }
+        # an older agent (isolation_regress.py --base) idles the root with its pods, and
+        # refuses a setting it does not know
+        return {k: v for k, v in config.items() if k in AgentConfig.model_fields}
 
     def restart(self, config: AgentConfig) -> None:
         """A new agent (and enforcer) with `config`, as after an agent restart: the pods,
@@ -206,7 +209,14 @@ class AgentWorld:
         self._shown = 0
         self.pools_shown = False
 
-    def add_pod(self, name: str, container: str, qos: str, requests: dict[str, str]) -> str:
+    def add_pod(
+        self,
+        name: str,
+        container: str,
+        qos: str,
+        requests: dict[str, str],
+        annotations: dict[str, str] | None = None,
+    ) -> str:
         """Create the pod object, then its cgroups under the uid it was given."""
         from tests.fixtures.fake_node import container_id
 
@@ -218,7 +228,7 @@ class AgentWorld:
                 "metadata": {
                     "name": name,
                     "namespace": "default",
-                    "annotations": {self.names.QOS_LEVEL_ANNOTATION: qos},
+                    "annotations": {self.names.QOS_LEVEL_ANNOTATION: qos} | (annotations or {}),
                 },
                 "spec": {
                     "nodeName": self.node,

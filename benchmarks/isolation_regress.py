@@ -5,9 +5,12 @@ commit's, interleaved round by round on this machine.
 Each round runs `isolation_real.py --rounds 1` once from each tree (which goes first
 alternates), each with its own `pykatalyst` on the path and the same options, so drifting
 background load hits both alike. The earlier commit is checked out in a temporary
-worktree (removed at the end); it must have `benchmarks/isolation_real.py`. Both trees
-configure the agent as `--agent-config` says (default: the Helm chart's); a base too old
-to have that option runs its own default, and the report says so.
+worktree (removed at the end). Both trees configure the agent as `--agent-config` says
+(default: the Helm chart's); a base too old to have that option runs its own default, and
+the report says so. A base older than `benchmarks/isolation_real.py` itself runs its agent
+(its `src`) under this tree's benchmark, which leaves out what that agent lacks (the `net`
+kind without its network shaping, settings it does not know); `--agent-config bench` is
+then the configuration both can read.
 
 Prints, per tree and antagonist, each round's p99 over that round's solo p99 with the
 kubelet's settings only and under the agent, and the pods' busy share; then the medians;
@@ -42,8 +45,9 @@ SCRIPT = Path("benchmarks") / "isolation_real.py"
 @dataclass
 class Tree:
     name: str
-    root: Path
+    root: Path  # its `src` is the agent code that runs
     agent_config: bool  # whether its benchmark takes --agent-config
+    harness: Path = ROOT  # the tree whose benchmark runs it
     rounds: list[dict[str, dict[str, float]]] = field(default_factory=list)
 
 
@@ -68,9 +72,17 @@ def takes_agent_config(root: Path) -> bool:
     return "--agent-config" in (root / SCRIPT).read_text()
 
 
+def base_of(root: Path) -> Tree:
+    """The earlier tree; one older than this benchmark runs its agent under this tree's
+    (which then leaves out what that agent lacks: its network shaping, newer settings)."""
+    if (root / SCRIPT).is_file():
+        return Tree("base", root, takes_agent_config(root), harness=root)
+    return Tree("base", root, True, harness=ROOT)
+
+
 def run_round(tree: Tree, args: argparse.Namespace, out: Path) -> dict[str, dict[str, float]]:
     """One interleaved round of the benchmark from `tree`; its modes' figures."""
-    argv = [sys.executable, str(tree.root / SCRIPT), "--rounds", "1"]
+    argv = [sys.executable, str(tree.harness / SCRIPT), "--rounds", "1"]
     argv += ["--seconds", str(args.seconds), "--kinds", args.kinds, "--json", str(out)]
     if tree.agent_config:
         argv += ["--agent-config", args.agent_config]
@@ -127,11 +139,11 @@ def main() -> int:
         ap.error("--rounds and --seconds must be positive")
     kinds = [k for k in args.kinds.split(",") if k]
     with base_tree(args.base) as base_root, tempfile.TemporaryDirectory() as tmp:
-        if not (base_root / SCRIPT).is_file():
-            raise SystemExit(f"--base {args.base} has no {SCRIPT}: pick a later commit")
         work = Tree("this", ROOT, True)
-        base = Tree("base", base_root, takes_agent_config(base_root))
+        base = base_of(base_root)
         own = "" if base.agent_config else " (it has no --agent-config: its own default)"
+        if base.harness == ROOT:
+            own = f"; {args.base} has no {SCRIPT}: its agent runs under this tree's benchmark"
         print(f"this tree vs {args.base}; agent config {args.agent_config}{own}")
         for r in range(args.rounds):
             order = [work, base] if r % 2 == 0 else [base, work]

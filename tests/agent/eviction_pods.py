@@ -15,6 +15,7 @@ REQUESTS = {
     "request_memory": names.RESOURCE_MEMORY,
     "reclaimed_milli_cpu": names.RECLAIMED_MILLICPU,
     "reclaimed_memory": names.RECLAIMED_MEMORY,
+    "net_bandwidth": names.RESOURCE_NET_BANDWIDTH,
 }
 
 

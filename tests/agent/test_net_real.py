@@ -348,3 +348,37 @@ def test_traffic_from_pods_in_their_own_namespaces_is_classified_by_address(rig:
     finally:
         for ns in rig.netns.values():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+
+
+def test_a_bandwidth_pod_keeps_its_request_and_reclaimed_traffic_gets_what_is_left(
+    rig: Rig,
+) -> None:
+    """A shared pod asking 28 of the 37.6 Mbit/s keeps ~28 against another shared sender
+    (in one class they would split the link); a reclaimed sender alone is held to the
+    9.6 Mbit/s the request leaves, though the link is idle."""
+    shared, reclaimed = names.QOS_SHARED_CORES, names.QOS_RECLAIMED_CORES
+    base = Path(rig.cgroups[shared]).parent
+    rig.cgroups["db"] = str(base / "poddb")
+    (rig.hierarchy / rig.cgroups["db"]).mkdir()
+    try:
+        device = rig.cgroups["device"]
+        cfg = NetworkConfig(enabled=True, device=device, link_mbit=LINK_MBIT)
+        pods = [
+            NetPod("default/db", shared, (rig.cgroups["db"],), (), 28, device),
+            NetPod("default/web", shared, (rig.cgroups[shared],)),
+            NetPod("default/batch", reclaimed, (rig.cgroups[reclaimed],)),
+        ]
+        plan = decide(cfg, pods, cgroup_version=2)
+        shaper = NetShaper(netns=rig.tx, cgroup2_mount=rig.hierarchy)
+        assert shaper.apply(plan.shape).ok
+        cap = LINK_MBIT * cfg.egress_ratio
+        alone = rig.rates([reclaimed])[reclaimed]
+        both = rig.rates([shared, "db"])
+        print(f"capacity {cap:.1f}  reclaimed alone {alone:.1f}  db and web {both}")
+        if both["db"] + both[shared] <= 0.8 * cap:
+            pytest.skip(f"the senders reached only {both} of {cap:.1f} Mbit/s: too loaded")
+        assert both["db"] >= 0.9 * 28
+        assert 0 < alone <= (cap - 28) * 1.1
+        assert shaper.apply(None).ok
+    finally:
+        (rig.hierarchy / rig.cgroups["db"]).rmdir()

@@ -334,7 +334,7 @@ class Agent:
         self._save_cpu_state(state.placement, notes.warnings)
         desired = dict(plan.desired)  # eviction overrides may narrow this tick's knobs
         actions = self._evict(inp, d, desired, notes.warnings)
-        net_terms = self._network(inp, d.valid, desired, notes.warnings)
+        net_terms = self._network(inp, d.valid, desired, notes)
         enforce_terms = self._enforce(inp, desired, notes)
         enforce_terms["network"] = net_terms
         report_terms = self._report(inp, d, state)
@@ -536,8 +536,9 @@ class Agent:
         actions: list[Any] = []
         if not self.eviction_stages:
             return actions
+        nics = nic.allocatable_by_nic(self._nic_report) if self.nics is not None else None
         stage_input = EvictionInput(
-            inp.now, d.plan, d.valid, self.metrics, inp.sample, node=inp.node
+            inp.now, d.plan, d.valid, self.metrics, inp.sample, node=inp.node, nics=nics
         )
         for stage in self.eviction_stages:
             try:
@@ -573,10 +574,10 @@ class Agent:
         inp: TickInputs,
         valid: Mapping[str, PodSpec],
         desired: dict[str, Mapping[Knob, KnobValue]],
-        warnings: list[str],
+        notes: Notes,
     ) -> dict[str, Any]:
         """Egress QoS (net_policy): classid knobs into `desired`, the device's shape
-        applied when it changes."""
+        applied when it changes; each bandwidth pod told (an Event) what it is given."""
         cfg = self.config.network
         if not cfg.enabled and self._net_shape is None:
             return {"enabled": False}
@@ -585,20 +586,21 @@ class Agent:
             pc = inp.cgroups.get(uid)
             cgs = () if pc is None else (pc.cgroup, *(c.cgroup for c in pc.containers))
             if cgs or s.addresses:
-                pods.append(net_policy.NetPod(s.key, s.level, cgs, s.addresses))
+                pods.append(net_policy.NetPod(s.key, s.level, cgs, s.addresses, *_nic_hold(s)))
         plan = net_policy.decide(cfg, pods, self.facts.cgroup_version)
         for cg, knobs in plan.knobs.items():
             desired[cg] = {**desired.get(cg, {}), **knobs}
         terms = dict(plan.terms)
-        if self.dry_run or plan.shape == self._net_shape:
-            return terms
-        result = self.host.apply_net(plan.shape)
-        terms["commands"] = list(result.commands)
-        if result.ok:
-            self._net_shape = plan.shape
-        elif result.error != self._net_error:
-            warnings.append(f"network shaping: {result.error}")
-        self._net_error = result.error
+        if not self.dry_run and plan.shape != self._net_shape:
+            result = self.host.apply_net(plan.shape)
+            terms["commands"] = list(result.commands)
+            if result.ok:
+                self._net_shape = plan.shape
+            elif result.error != self._net_error:
+                notes.warnings.append(f"network shaping: {result.error}")
+            self._net_error = result.error
+        if plan.shape is not None and plan.shape == self._net_shape:
+            _bandwidth_events(plan.terms, valid, notes)
         return terms
 
     def _report(self, inp: TickInputs, d: Decision, state: AgentState) -> dict[str, Any]:
@@ -648,16 +650,7 @@ class Agent:
         NICs cannot be read)."""
         assert self.nics is not None
         pods = [
-            nic.BandwidthPod(
-                s.namespace,
-                s.name,
-                s.uid,
-                s.digest.request(names.RESOURCE_NET_BANDWIDTH),
-                str(s.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION) or ""),
-                str(s.digest.annotations.get(names.SRIOV_VF_RESULT_ANNOTATION) or "")
-                if s.digest.request(names.RESOURCE_SRIOV_NIC) > 0
-                else "",
-            )
+            nic.BandwidthPod(s.namespace, s.name, s.uid, *_nic_hold(s), _vf_hold(s))
             for s in self._specs.values()
         ]
         try:
@@ -684,6 +677,44 @@ class Agent:
                 ref = ObjectRef(ev.object_kind, name, ns, uid, ev.api_version)
                 self.events.record(ref, ev.type, ev.reason, ev.message, now)
         return frozenset(sent)
+
+
+def _bandwidth_events(terms: Mapping[str, Any], valid: Mapping[str, PodSpec], notes: Notes) -> None:
+    """An Event per bandwidth pod, once per thing said: its class on the shaped device
+    (a Warning when it gets less than it asks), or why it has none."""
+    bw = terms.get("bandwidth", {})
+    by_key = {s.key: s for s in valid.values()}
+    for key, c in bw.get("pods", {}).items():
+        s = by_key.get(key)
+        if s is not None:
+            short = c["rate_bps"] < c["request_bps"]
+            message = (
+                f"egress class {c['classid']}: rate {c['rate_bps']} bit/s, ceil "
+                f"{c['ceil_bps']} bit/s; {c['reason']}"
+            )
+            reason = (
+                names.EVENT_REASON_NET_BANDWIDTH_SHORT
+                if short
+                else names.EVENT_REASON_NET_BANDWIDTH_GUARANTEED
+            )
+            notes.once(s, reason, message, "Warning" if short else "Normal")
+    for key, why in bw.get("not_shaped", {}).items():
+        s = by_key.get(key)
+        if s is not None:
+            notes.once(s, names.EVENT_REASON_NET_BANDWIDTH_NOT_SHAPED, why, "Normal")
+
+
+def _nic_hold(s: PodSpec) -> tuple[int, str]:
+    """A pod's net_bandwidth request (Mbps) and the NIC the scheduler chose for it."""
+    selection = s.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION)
+    return s.digest.request(names.RESOURCE_NET_BANDWIDTH), str(selection or "")
+
+
+def _vf_hold(s: PodSpec) -> str:
+    """The SR-IOV VF a pod asking sriov_nic holds (its sriov_vf_result; "" otherwise)."""
+    if s.digest.request(names.RESOURCE_SRIOV_NIC) <= 0:
+        return ""
+    return str(s.digest.annotations.get(names.SRIOV_VF_RESULT_ANNOTATION) or "")
 
 
 def _pod_by_cgroup(

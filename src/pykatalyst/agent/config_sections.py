@@ -200,6 +200,18 @@ class NetworkConfig(Section):
         names.QOS_SHARED_CORES, description="the class of traffic no pod rule matches"
     )
     levels: dict[str, NetLevelConfig] = Field(default_factory=_default_net_levels)
+    bandwidth_classes: bool = Field(
+        True,
+        description="give each pod with a net_bandwidth request whose nic_selection_result "
+        "names the device a class of its own, guaranteed its request",
+    )
+    reclaimed_floor_ratio: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="the reclaimed class's ceiling never drops below this share of the "
+        "capacity, however much bandwidth pods hold",
+    )
 
     @field_validator("levels", mode="before")
     @classmethod

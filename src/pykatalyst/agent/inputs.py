@@ -165,6 +165,9 @@ class EvictionInput:
     metrics: MetricStore
     sample: HostSample
     node: NodeView | None = None
+    # the NIC zones the agent reports: identifier -> allocatable net_bandwidth (Mbps), None
+    # where a zone has none; None when the agent reads no NICs
+    nics: Mapping[str, int | None] | None = None
 
 
 EvictionStage = Callable[[EvictionInput], Sequence[Any]]

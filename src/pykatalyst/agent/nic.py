@@ -215,3 +215,16 @@ def nic_source(cfg: DevicesConfig, config_path: str | Path | None = None) -> Nic
     if cfg.nic.source == "sysfs":
         return SysfsNics(cfg.sys_root)
     return NoNics()
+
+
+def allocatable_by_nic(zones: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[str, int | None]:
+    """Each reported NIC zone's allocatable net_bandwidth (Mbps; None where it reports
+    none), by the NIC's identifier."""
+    out: dict[str, int | None] = {}
+    for per_socket in zones.values():
+        for zone in per_socket:
+            value = (
+                zone.get("resources", {}).get("allocatable", {}).get(names.RESOURCE_NET_BANDWIDTH)
+            )
+            out[str(zone.get("name", ""))] = None if value is None else int(value)
+    return out

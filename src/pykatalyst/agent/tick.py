@@ -57,12 +57,12 @@ class Notes:
         self.events = list(events)
         self.sent = set(sent)
 
-    def once(self, s: PodSpec, reason: str, message: str) -> None:
+    def once(self, s: PodSpec, reason: str, message: str, type_: str = "Warning") -> None:
         key = (s.uid, reason, message)
         if key in self.sent:
             return
         self.sent.add(key)
-        self.events.append(PlanEvent(names.POD.kind, s.key, reason, message))
+        self.events.append(PlanEvent(names.POD.kind, s.key, reason, message, type_))
 
 
 def decide(inp: TickInputs, state: AgentState) -> tuple[Decision, AgentState]:

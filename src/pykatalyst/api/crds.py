@@ -313,6 +313,14 @@ class ReclaimedResourcesEvictionConfig(KubeModel):
     threshold_met_tolerance_duration: int = 0
 
 
+class NetworkEvictionConfig(KubeModel):
+    """Katalyst's NIC health eviction (its Go field: EnableNICHealthEviction)."""
+
+    enable_nic_network_eviction: bool = Field(False, alias="enableNICNetworkEviction")
+    nic_unhealthy_tolerance_duration: Duration = Field(300.0, alias="nicUnhealthyToleranceDuration")
+    grace_period: int | None = Field(None, ge=0)
+
+
 class EvictionConfig(KubeModel):
     dry_run: list[str] = Field(default_factory=list)
     cpu_pressure_eviction_config: CPUPressureEvictionConfig = Field(
@@ -325,7 +333,7 @@ class EvictionConfig(KubeModel):
         default_factory=ReclaimedResourcesEvictionConfig
     )
     rootfs_pressure_eviction_config: dict[str, Any] | None = None
-    network_eviction_config: dict[str, Any] | None = None
+    network_eviction_config: NetworkEvictionConfig = Field(default_factory=NetworkEvictionConfig)
 
     @field_validator("dry_run")
     @classmethod

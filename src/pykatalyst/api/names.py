@@ -210,6 +210,8 @@ EVICTION_PLUGIN_NUMA_MEMORY: Final = "numa-memory-pressure-eviction-plugin"
 EVICTION_PLUGIN_SYSTEM_MEMORY: Final = "system-memory-pressure-eviction-plugin"
 EVICTION_PLUGIN_CPU_LOAD: Final = "cpu-pressure-load-plugin"
 EVICTION_DRY_RUN_ALL: Final = "*"
+# Katalyst's network eviction plugin (bandwidth pods on a NIC zone without allocatable).
+EVICTION_PLUGIN_NETWORK: Final = "network-eviction-plugin"
 EVENT_REASON_EVICT_CREATED: Final = "EvictCreated"
 EVENT_REASON_EVICT_SUCCEEDED: Final = "EvictSucceeded"
 EVENT_REASON_EVICT_FAILED: Final = "EvictFailed"
@@ -218,6 +220,11 @@ EVENT_REASON_INVALID_OVERCOMMIT_CONFIG: Final = "InvalidOvercommitConfig"
 EVENT_REASON_CONFIG_APPLIED: Final = "ConfigApplied"
 # A component skipped a stored config object it cannot read (the message says why).
 EVENT_REASON_INVALID_CONFIG: Final = "InvalidConfig"
+# The agent's egress class for a bandwidth pod: its request guaranteed, less than it
+# (the device cannot guarantee every request), or no class (another NIC, shaping off).
+EVENT_REASON_NET_BANDWIDTH_GUARANTEED: Final = "NetBandwidthGuaranteed"
+EVENT_REASON_NET_BANDWIDTH_SHORT: Final = "NetBandwidthShort"
+EVENT_REASON_NET_BANDWIDTH_NOT_SHAPED: Final = "NetBandwidthNotShaped"
 # The `reason` label of the components' objects-skipped counters.
 SKIP_REASON_UNREADABLE: Final = "unreadable"  # the object breaks its kind's schema
 SKIP_REASON_INVALID: Final = "invalid"  # it reads, but a value is refused

@@ -354,8 +354,11 @@ FEATURES: tuple[Feature, ...] = (
         "yes (network plugin, needs a patched kubelet)",
         "no",
         "the agent reports NICs and their bandwidth as CNR NIC zones; the scheduler's "
-        "NICBandwidth plugin picks the NIC and writes `nic_selection_result`; bandwidth is "
-        "not yet enforced per pod nor evicted on",
+        "NICBandwidth plugin picks the NIC and writes `nic_selection_result`; with egress "
+        "QoS on, the agent guarantees each bandwidth pod its request on the shaped device "
+        "(one HTB class per pod) and caps reclaimed traffic to what is left; the eviction "
+        "plugin evicts the holders of a NIC without allocatable; one shaped device, egress "
+        "only",
         by="agent, scheduler",
         resources=(names.RESOURCE_NET_BANDWIDTH,),
         enhancements=(names.ENH_NAMESPACE_TYPE, names.ENH_TOPOLOGY_AFFINITY_RESTRICTED),

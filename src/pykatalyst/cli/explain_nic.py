@@ -1,15 +1,24 @@
 """`katalyst explain pod`, its NIC part: the bandwidth the pod asks, the NIC the scheduler
 chose for it (`nic_selection_result`) and why (`nic_selection_reason`), and what the
-node's CNR says about that NIC now; the same for the SR-IOV VF it asks (`sriov_vf_result`,
-`sriov_vf_reason`, the VF's zone under its PF's)."""
+node's CNR says about that NIC now, and what the agent's egress shaping gives the pod
+there (its latest `NetBandwidth*` Event); the same for the SR-IOV VF it asks
+(`sriov_vf_result`, `sriov_vf_reason`, the VF's zone under its PF's)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from pykatalyst.api import names
 from pykatalyst.api.digest import digest_pod
 from pykatalyst.api.objects import Pod, TopologyZone
 from pykatalyst.cli.explain_gpu import node_zones, reports
 from pykatalyst.cluster.protocol import JSON, Cluster
+
+ENFORCEMENT_REASONS = (
+    names.EVENT_REASON_NET_BANDWIDTH_GUARANTEED,
+    names.EVENT_REASON_NET_BANDWIDTH_SHORT,
+    names.EVENT_REASON_NET_BANDWIDTH_NOT_SHAPED,
+)
 
 
 def _zone(
@@ -40,7 +49,9 @@ def _held(zone: TopologyZone, pod: Pod, selection: str) -> JSON:
     }
 
 
-def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
+def nic_json(
+    cluster: Cluster, pod: Pod, problems: list[str], events: Sequence[JSON] = ()
+) -> JSON | None:
     """None for a pod that asks no bandwidth and holds no NIC selection."""
     mbps = digest_pod(pod.raw).request(names.RESOURCE_NET_BANDWIDTH)
     ann = pod.annotations or {}
@@ -53,6 +64,7 @@ def nic_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
         "selection": selection or None,
         "why": ann.get(names.NIC_SELECTION_REASON_ANNOTATION) or None,
         "nic": None if zone is None else {**_held(zone, pod, selection), "socket": zone.parent},
+        "enforced": _enforced(events),
     }
 
 
@@ -70,3 +82,13 @@ def sriov_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
         "why": ann.get(names.SRIOV_VF_REASON_ANNOTATION) or None,
         "vf": None if zone is None else {**_held(zone, pod, selection), "pf": zone.parent},
     }
+
+
+def _enforced(events: Sequence[JSON]) -> JSON | None:
+    """The agent's latest word on the pod's egress class (None: it said nothing: network
+    QoS off, or the pod not on the node yet)."""
+    said = [e for e in events if e.get("reason") in ENFORCEMENT_REASONS]
+    if not said:
+        return None
+    last = said[-1]
+    return {"reason": last["reason"], "message": last.get("message"), "time": last.get("time")}

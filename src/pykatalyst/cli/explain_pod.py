@@ -60,7 +60,7 @@ def explain_pod(
         "placement": placement_json(cluster, view, qos, found, problems),
         "resource_recommends": resource_recommends_json(cluster, view, problems),
         "gpu": gpu_json(cluster, view, problems),
-        "nic": nic_json(cluster, view, problems),
+        "nic": nic_json(cluster, view, problems, events),
         "sriov": sriov_json(cluster, view, problems),
         "events": events,
         "scheduling": scheduling_json(view, events),

@@ -238,6 +238,9 @@ def _nic_rows(nic: JSON | None) -> list[list[str]]:
         seen = "reports this pod" if zone["reports_this_pod"] else "does not list this pod yet"
         where = f"socket {zone['socket']}, {_inline(zone['allocatable'])}"
         rows.append([f"NIC {zone['id']}", f"{where}; {seen}"])
+    enforced = nic.get("enforced")
+    if enforced is not None:
+        rows.append(["egress class", f"{enforced['reason']}: {enforced['message']}"])
     return rows
 
 

@@ -158,6 +158,19 @@ class LoadPressureConfig(_Section):
         return self
 
 
+class NicHealthConfig(_Section):
+    """Bandwidth pods on a NIC whose zone has no allocatable net_bandwidth (Katalyst's
+    network eviction plugin; off, as there)."""
+
+    enabled: bool = False
+    tolerance_s: Seconds = Field(
+        300.0, description="the NIC must have been without allocatable this long"
+    )
+    deletion_grace_s: int | None = Field(
+        0, ge=0, description="victims' termination grace period (Katalyst: 0; None: the pod's)"
+    )
+
+
 class EvictionConfig(_Section):
     """The eviction manager and its inner plugins."""
 
@@ -186,6 +199,7 @@ class EvictionConfig(_Section):
     system_memory: SystemMemoryPressureConfig = Field(default_factory=SystemMemoryPressureConfig)
     numa_memory: NumaMemoryPressureConfig = Field(default_factory=NumaMemoryPressureConfig)
     load: LoadPressureConfig = Field(default_factory=LoadPressureConfig)
+    network: NicHealthConfig = Field(default_factory=NicHealthConfig)
 
     def is_dry_run(self, plugin: str) -> bool:
         return names.EVICTION_DRY_RUN_ALL in self.dry_run or plugin in self.dry_run
@@ -220,6 +234,8 @@ class EvictionConfig(_Section):
             ):
                 if crd_field in cset:
                     load[ours] = getattr(cc, crd_field)
+        if "network_eviction_config" in given:
+            _network_overlay(ec, data["network"])
         try:
             return EvictionConfig.model_validate(data)
         except ValidationError as exc:
@@ -241,6 +257,19 @@ def _reclaimed_overlay(ec: EvictionConfigCRD, sub: dict[str, Any]) -> None:
         sub["deletion_grace_s"] = rc.grace_period
     if "threshold_met_tolerance_duration" in rset:
         sub["grace_period_s"] = float(rc.threshold_met_tolerance_duration)
+
+
+def _network_overlay(ec: EvictionConfigCRD, sub: dict[str, Any]) -> None:
+    """The network-eviction fields `ec` sets, over our `network` section."""
+    nc = ec.network_eviction_config
+    nset = nc.model_fields_set
+    for crd_field, ours in (
+        ("enable_nic_network_eviction", "enabled"),
+        ("nic_unhealthy_tolerance_duration", "tolerance_s"),
+        ("grace_period", "deletion_grace_s"),
+    ):
+        if crd_field in nset:
+            sub[ours] = getattr(nc, crd_field)
 
 
 def _memory_overlay(ec: EvictionConfigCRD, sysm: dict[str, Any], numa: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from pykatalyst.agent.eviction.config import EvictionConfig
 from pykatalyst.agent.eviction.plugins import (
     EvictionPlugin,
     LoadPressurePlugin,
+    NicHealthPlugin,
     NumaMemoryPressurePlugin,
     ReclaimedNumaResourcePressurePlugin,
     ReclaimedResourcePressurePlugin,
@@ -62,6 +63,7 @@ USAGE_UNITS = {
     names.RECLAIMED_MEMORY: "bytes",
     names.RECLAIMED_MILLICPU: "millicpu",
     names.RESOURCE_CPU: "cores",
+    names.RESOURCE_NET_BANDWIDTH: "Mbps",
 }
 
 
@@ -77,8 +79,11 @@ def _scope(t: Threshold) -> str:
     """What one victim relieves: a per-NUMA threshold its own node, others the plugin's.
 
     Waiting for a victim to go and the cool-down apply per scope, so that two NUMA nodes
-    under pressure each get a victim in the same round, as in Katalyst.
+    under pressure each get a victim in the same round, as in Katalyst (and two NICs
+    down each their holders: a threshold may name its own scope).
     """
+    if t.scope:
+        return f"{t.plugin}/{t.scope}"
     return t.plugin if t.numa is None else f"{t.plugin}/numa{t.numa}"
 
 
@@ -95,6 +100,8 @@ def default_plugins(cfg: EvictionConfig) -> list[EvictionPlugin]:
         out.append(NumaMemoryPressurePlugin(cfg.numa_memory))
     if cfg.load.enabled:
         out.append(LoadPressurePlugin(cfg.load))
+    if cfg.network.enabled:
+        out.append(NicHealthPlugin(cfg.network))
     return out
 
 

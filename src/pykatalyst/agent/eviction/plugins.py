@@ -14,6 +14,7 @@ from typing import Protocol
 
 from pykatalyst.agent.eviction.config import (
     LoadPressureConfig,
+    NicHealthConfig,
     NumaMemoryPressureConfig,
     ReclaimedResourcePressureConfig,
     SystemMemoryPressureConfig,
@@ -508,3 +509,57 @@ class LoadPressurePlugin:
         for name in [n for n in self._rings if n not in seen]:
             del self._rings[name]
         return out
+
+
+# --- NIC health -----------------------------------------------------------------------------
+
+
+class NicHealthPlugin:
+    """Katalyst's network eviction: a NIC whose zone reports no allocatable net_bandwidth
+    (zero, or none at all: the NIC went down or its bandwidth was taken away) for
+    `tolerance_s` evicts every pod that holds bandwidth on it — a `net_bandwidth` request
+    and a `nic_selection_result` naming it — whatever its QoS level: what it was promised
+    cannot be given there, and the scheduler may place it on a NIC that can. One
+    threshold per NIC the node reports; NICs with allocatable report theirs not met."""
+
+    name = names.EVICTION_PLUGIN_NETWORK
+
+    def __init__(self, cfg: NicHealthConfig) -> None:
+        self.cfg = cfg
+
+    def observe(self, snap: EvictionSnapshot) -> list[Threshold]:
+        if snap.nic_allocatable is None:
+            return []
+        holders: dict[str, list[PodInfo]] = {}
+        for p in _live(snap.pods):
+            nic = str(p.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION) or "")
+            if nic and p.digest.request(names.RESOURCE_NET_BANDWIDTH) > 0:
+                holders.setdefault(nic, []).append(p)
+        return [
+            self._threshold(nic, alloc, holders.get(nic, []))
+            for nic, alloc in sorted(snap.nic_allocatable.items())
+        ]
+
+    def _threshold(self, nic: str, alloc: int | None, pods: list[PodInfo]) -> Threshold:
+        held = sum(p.digest.request(names.RESOURCE_NET_BANDWIDTH) for p in pods)
+        down = alloc is None or alloc <= 0
+        return Threshold(
+            plugin=self.name,
+            key=f"nic {nic}",
+            met=Met.HARD if down and pods else Met.NOT,
+            signal=f"allocatable net_bandwidth of NIC {nic}",
+            observed=float(alloc or 0),
+            operator="<=",
+            threshold=0.0,
+            unit="Mbps",
+            window="its NIC zone as the node reports it"
+            + (" (the zone reports no net_bandwidth)" if alloc is None else ""),
+            resource=names.RESOURCE_NET_BANDWIDTH,
+            grace_period_s=self.cfg.tolerance_s,
+            victim_levels=(*ANY_LEVEL, names.QOS_SYSTEM_CORES),
+            candidates=frozenset(p.uid for p in pods),
+            overage=float(held) if down else None,  # every holder goes
+            deletion_grace_s=self.cfg.deletion_grace_s,
+            terms={"holders": sorted(p.key for p in pods), "held_mbps": held},
+            scope=f"nic/{nic}",  # a NIC's holders do not wait for another NIC's
+        )

@@ -54,6 +54,8 @@ def usage_fn(resource: str, numa: int | None = None) -> UsageFn:
         return lambda p: float(p.reclaimed_memory)
     if resource == names.RESOURCE_CPU:
         return _cpu_use
+    if resource == names.RESOURCE_NET_BANDWIDTH:
+        return lambda p: float(p.digest.request(names.RESOURCE_NET_BANDWIDTH))
     if numa is not None:
         return lambda p: float(numa_memory_of(p, numa))
     return lambda p: float(p.memory if p.memory is not None else p.request_memory)

@@ -158,7 +158,17 @@ class EvictionStage:
             pools=pools,
             reclaim_pool_cpus=reclaim.size if reclaim is not None else None,
             reclaim_pool_floor=int(floor) if isinstance(floor, int | float) else None,
+            nic_allocatable=self._nics(inp),
         )
+
+    def _nics(self, inp: EvictionInput) -> Mapping[str, int | None] | None:
+        """The NIC zones' allocatable: the agent's own report, else (the stage run on its
+        own) the node's CNR, read only while NIC health eviction is on."""
+        if inp.nics is not None:
+            return inp.nics
+        if not self.manager.config.network.enabled:
+            return None
+        return read_cnr_nics(self.cluster, self.node)
 
     def _pod(
         self,
@@ -214,6 +224,21 @@ def read_cnr_reclaimed(cluster: Cluster, node: str) -> ReclaimedCapacity | None:
             cpu.value() if cpu is not None else 0, mem.value() if mem is not None else 0
         )
     return ReclaimedCapacity(cnr.reclaimed_milli_cpu(), cnr.reclaimed_memory(), per_numa, "cnr")
+
+
+def read_cnr_nics(cluster: Cluster, node: str) -> dict[str, int | None] | None:
+    """The NIC zones of the node's CNR: allocatable net_bandwidth (Mbps) by NIC, None for a
+    zone that reports none; None when the CNR cannot be read."""
+    try:
+        cnr = CustomNodeResource(cluster.get(names.CUSTOM_NODE_RESOURCE, node))
+    except ApiError:
+        return None
+    out: dict[str, int | None] = {}
+    for zone in cnr.zones():
+        if zone.type == names.ZONE_NIC:
+            q = zone.allocatable.get(names.RESOURCE_NET_BANDWIDTH)
+            out[zone.name] = None if q is None else int(q.value())
+    return out
 
 
 def _usage(cgroups: list[str], metrics: MetricStore, sample: Any, now: float) -> dict[str, Any]:

@@ -145,6 +145,9 @@ class EvictionSnapshot:
     pools: tuple[PoolState, ...] = ()
     reclaim_pool_cpus: int | None = None
     reclaim_pool_floor: int | None = None
+    # NIC identifier -> allocatable net_bandwidth (Mbps) of its zone as reported; None for
+    # a zone that reports none. None: the node's NICs are not known.
+    nic_allocatable: Mapping[str, int | None] | None = None
 
 
 class Met(enum.IntEnum):
@@ -210,6 +213,9 @@ class Threshold:
     deletion_grace_s: int | None = None
     cool_down_s: float = 0.0
     terms: Mapping[str, Any] = field(default_factory=dict)
+    # victims of thresholds with one scope wait for each other; "" = the plugin's (or, per
+    # NUMA, the NUMA node's)
+    scope: str = ""
 
     @property
     def id(self) -> str:

@@ -224,9 +224,10 @@ class HostSample:
 
 @dataclass(frozen=True, slots=True)
 class NetClass:
-    """One QoS level's egress class: an HTB class `classid` (0xMMMMmmmm = tc MMMM:mmmm)
-    under the device's root class, guaranteed `rate_bps` and borrowing up to `ceil_bps`,
-    lower `prio` borrowing first."""
+    """One egress class: an HTB class `classid` (0xMMMMmmmm = tc MMMM:mmmm) under the
+    device's root class, guaranteed `rate_bps` and borrowing up to `ceil_bps`, lower
+    `prio` borrowing first. `level` names a QoS level's class, or, for the class of one
+    bandwidth pod, that pod (`<namespace>/<name>`)."""
 
     level: str
     classid: int

@@ -23,6 +23,7 @@ Traffic is classified in the network namespace where the rules live: sent by its
 from __future__ import annotations
 
 import ipaddress
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -39,7 +40,9 @@ __all__ = [
     "subprocess_runner",
     "tc_commands",
     "tc_handle",
+    "tc_leftover_commands",
     "tc_remove_commands",
+    "tc_stale_commands",
 ]
 
 NFT_TABLE: Final = "pykatalyst"
@@ -79,6 +82,27 @@ def tc_commands(shape: NetShape) -> list[list[str]]:
 
 def tc_remove_commands(device: str) -> list[list[str]]:
     return [["tc", "qdisc", "del", "dev", device, "root"]]
+
+
+def tc_stale_commands(shape: NetShape, before: NetShape | None) -> list[list[str]]:
+    """Deleting the classes of `before` on the same device that `shape` no longer has (a
+    bandwidth pod gone): a class left behind would keep its guaranteed rate."""
+    if before is None or before.device != shape.device:
+        return []
+    now = {c.classid for c in shape.classes}
+    gone = sorted({c.classid for c in before.classes} - now)
+    return [["tc", "class", "del", "dev", shape.device, "classid", tc_handle(c)] for c in gone]
+
+
+def tc_leftover_commands(shape: NetShape, listing: str) -> list[list[str]]:
+    """Deleting the classes under the shape's root class that `tc class show` lists and
+    the shape does not have: a bandwidth pod's class from before the agent restarted, its
+    pod gone meanwhile (`replace` keeps the qdisc and its classes)."""
+    root = f"{_major(shape):x}:1"
+    keep = {tc_handle(c.classid) for c in shape.classes}
+    found = re.findall(r"class htb (\S+) parent (\S+)", listing)
+    gone = sorted({h for h, parent in found if parent == root and h not in keep})
+    return [["tc", "class", "del", "dev", shape.device, "classid", h] for h in gone]
 
 
 def _rule(m: NetMatch) -> str:
@@ -159,6 +183,7 @@ class NetShaper:
         self._cgroup2 = cgroup2_mount
         self._which = which
         self._device: str | None = None
+        self._applied: NetShape | None = None
 
     def _wrap(self, argv: list[str], bind_cgroup2: bool) -> list[str]:
         if self._netns is not None:
@@ -173,6 +198,14 @@ class NetShaper:
     ) -> tuple[int, str]:
         ran.append(" ".join(argv))
         return self._run(self._wrap(argv, bind), stdin)
+
+    def _sweep(self, shape: NetShape, ran: list[str]) -> None:
+        """The first time this shaper shapes a device: delete classes of ours it does not
+        know (a failure leaves them: they only hold a guarantee nobody uses)."""
+        rc, listing = self._step(["tc", "class", "show", "dev", shape.device], None, False, ran)
+        if rc == 0:
+            for argv in tc_leftover_commands(shape, listing):
+                self._step(argv, None, False, ran)
 
     def apply(self, shape: NetShape | None) -> NetApplyResult:
         missing = [t for t in ("tc", "nft") if self._which(t) is None]
@@ -192,6 +225,8 @@ class NetShaper:
             steps += [(c, None, False) for c in tc_commands(shape)]
             v2 = any(m.cgroup is not None for m in shape.matches)
             steps.append((["nft", "-f", "-"], nft_script(shape), v2))
+            # after the rules: no packet is sent to a class about to go
+            steps += [(c, None, False) for c in tc_stale_commands(shape, self._applied)]
         for argv, stdin, bind in steps:
             rc, said = self._step(argv, stdin, bind, ran)
             if rc != 0 and shape is not None and argv[:3] == ["tc", "qdisc", "replace"]:
@@ -199,9 +234,12 @@ class NetShaper:
                 # another default class): the device's shaping starts over.
                 self._step(tc_remove_commands(shape.device)[0], None, False, ran)
                 rc, said = self._step(argv, stdin, bind, ran)
-            if rc != 0 and argv[:3] != ["tc", "qdisc", "del"]:
+            if rc != 0 and argv[:3] not in (["tc", "qdisc", "del"], ["tc", "class", "del"]):
                 return NetApplyResult(
                     False, f"{' '.join(argv)}: exit {rc}: {said}", False, tuple(ran)
                 )
+        if shape is not None and (self._applied is None or self._applied.device != shape.device):
+            self._sweep(shape, ran)
         self._device = None if shape is None else shape.device
+        self._applied = shape
         return NetApplyResult(True, commands=tuple(ran))
