@@ -211,3 +211,19 @@ def test_the_example_declares_16_rdma_vfs_on_two_sockets_and_4_without_rdma() ->
     assert [v.queue_count for v in nics["ens1f0"].vfs] == [8] * 4 + [32] * 4
     assert not any(v.rdma for v in nics["eth0"].vfs)
     assert cfg.sriov.device_node == "/dev/null"
+
+
+def test_the_evictions_nic_reader_skips_vf_zones() -> None:
+    from pykatalyst.agent.eviction.stage import read_cnr_nics
+    from pykatalyst.cluster.memory import MemoryCluster
+    from tests.scheduler.sched_helpers import add_cnr, cnr
+
+    cfg = _cfg()
+    source = nic.SyntheticNics(lambda: nic.synthetic_nics(cfg.interfaces))
+    report = nic.node_nic_report(source, cfg, [], TOPO)
+    zones = [
+        {"type": names.ZONE_SOCKET, "name": str(s), "children": report.get(s, [])} for s in (0, 1)
+    ]
+    c = MemoryCluster()
+    add_cnr(c, cnr("n1", zones=zones))
+    assert sorted(read_cnr_nics(c, "n1") or {}) == ["eth0", "eth1"]
