@@ -1,4 +1,4 @@
-"""Fixtures shared by the agent's tests on this machine's real kernel."""
+"""Fixtures shared by the agent's tests: this machine's real kernel, and a played kubelet."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,3 +38,31 @@ def loop_device() -> Iterator[tuple[str, str]]:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(backing)
+
+
+@pytest.fixture
+def kubelet_registry(tmp_path: Path) -> Iterator[tuple[Path, list[Any]]]:
+    """The kubelet's Registration service on `<dir>/kubelet.sock`, recording requests."""
+    grpc = pytest.importorskip("grpc", reason="grpcio is not installed (pykatalyst[node])")
+    from pykatalyst.agent.deviceplugin import proto
+
+    m = proto.messages()
+    seen: list[Any] = []
+
+    def register(request: Any, context: Any) -> Any:
+        seen.append(request)
+        return m["Empty"]()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    handler = grpc.unary_unary_rpc_method_handler(
+        register,
+        request_deserializer=m["RegisterRequest"].FromString,
+        response_serializer=m["Empty"].SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(proto.REGISTRATION, {"Register": handler}),)
+    )
+    server.add_insecure_port(f"unix://{tmp_path / 'kubelet.sock'}")
+    server.start()
+    yield tmp_path, seen
+    server.stop(0)

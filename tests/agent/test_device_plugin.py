@@ -7,8 +7,6 @@ from __future__ import annotations
 import random
 import re
 import threading
-from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -318,31 +316,6 @@ def test_field_numbers_are_those_of_the_kubelets_device_plugin_api() -> None:
 
 
 grpc = pytest.importorskip("grpc", reason="grpcio is not installed (pykatalyst[node])")
-
-
-@pytest.fixture
-def kubelet_registry(tmp_path: Path) -> Iterator[tuple[Path, list[Any]]]:
-    """The kubelet's Registration service on `<dir>/kubelet.sock`, recording requests."""
-    m = proto.messages()
-    seen: list[Any] = []
-
-    def register(request: Any, context: Any) -> Any:
-        seen.append(request)
-        return m["Empty"]()
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    handler = grpc.unary_unary_rpc_method_handler(
-        register,
-        request_deserializer=m["RegisterRequest"].FromString,
-        response_serializer=m["Empty"].SerializeToString,
-    )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(proto.REGISTRATION, {"Register": handler}),)
-    )
-    server.add_insecure_port(f"unix://{tmp_path / 'kubelet.sock'}")
-    server.start()
-    yield tmp_path, seen
-    server.stop(0)
 
 
 def test_registers_serves_and_registers_again_after_a_kubelet_restart(

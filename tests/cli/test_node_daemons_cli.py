@@ -134,3 +134,32 @@ def test_without_a_cluster_they_say_how_to_name_one(
     assert "no cluster found" in result.output and "--kubeconfig PATH" in result.output
     # neither takes --embedded: the message does not offer it
     assert "--embedded" not in result.output
+
+
+@needs_grpc
+@needs_kube
+def test_device_plugin_once_lists_synthetic_vfs_and_this_machines_none(tmp_path: Path) -> None:
+    (tmp_path / "device-plugins").mkdir()
+    plugin = {"socket_dir": str(tmp_path / "device-plugins")}
+    nic = {
+        "source": "synthetic",
+        "interfaces": [{"name": "eth0", "speed_mbps": 100000, "vfs": 3, "vf_queue_counts": [8]}],
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump({"devices": {"nic": nic, "device_plugin": plugin}}))
+    kube = ["--kubeconfig", str(_kubeconfig(tmp_path))]
+    result = CliRunner().invoke(app, ["device-plugin", "--config", str(path), "--once", *kube])
+    assert result.exit_code == 0, result.output
+    assert [line.split()[1] for line in result.stdout.splitlines() if "eth0_" in line] == [
+        "eth0_0",
+        "eth0_1",
+        "eth0_2",
+    ]
+    assert f"{names.RESOURCE_SRIOV_NIC}: 3 ids (3 healthy)" in result.stdout
+    # this machine's sysfs: its NICs are read, and VFs only where it has them (none here)
+    path.write_text(
+        yaml.safe_dump({"devices": {"nic": {"source": "sysfs"}, "device_plugin": plugin}})
+    )
+    result = CliRunner().invoke(app, ["device-plugin", "--config", str(path), "--once", *kube])
+    assert result.exit_code == 0, result.output
+    assert f"{names.RESOURCE_SRIOV_NIC}: " in result.stdout

@@ -148,3 +148,20 @@ def test_the_spd_patch_keeps_the_other_annotations() -> None:
     verdict = service.routes[1].handler(pod_request(obj))
     out = json_patch(obj, verdict.patch or [])
     assert out["metadata"]["annotations"] == {"a/b~c": "x", names.SPD_NAME_ANNOTATION: "batch"}
+
+
+def test_an_sriov_nic_count_other_than_one_is_refused_naming_the_field() -> None:
+    sriov = names.RESOURCE_SRIOV_NIC
+    for bad in ("2", "500m"):
+        verdict = validate_pod(pod_request(_gpu_pod({sriov: bad})))
+        assert not verdict.allowed, bad
+        assert sriov in verdict.message and "accepted: 1" in verdict.message
+    garbage = validate_pod(pod_request(_gpu_pod({sriov: "lots"})))
+    assert not garbage.allowed and sriov in garbage.message
+    assert validate_pod(pod_request(_gpu_pod({sriov: "1"}))).allowed
+    two = _gpu_pod({sriov: "1"})
+    two["spec"]["containers"].append(
+        {"name": "side", "image": "x", "resources": {"limits": {sriov: "1"}}}
+    )
+    verdict = validate_pod(pod_request(two))
+    assert not verdict.allowed and "one VF per pod" in verdict.message

@@ -650,7 +650,7 @@ class Agent:
         NICs cannot be read)."""
         assert self.nics is not None
         pods = [
-            nic.BandwidthPod(s.namespace, s.name, s.uid, *_nic_hold(s))
+            nic.BandwidthPod(s.namespace, s.name, s.uid, *_nic_hold(s), _vf_hold(s))
             for s in self._specs.values()
         ]
         try:
@@ -708,6 +708,13 @@ def _nic_hold(s: PodSpec) -> tuple[int, str]:
     """A pod's net_bandwidth request (Mbps) and the NIC the scheduler chose for it."""
     selection = s.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION)
     return s.digest.request(names.RESOURCE_NET_BANDWIDTH), str(selection or "")
+
+
+def _vf_hold(s: PodSpec) -> str:
+    """The SR-IOV VF a pod asking sriov_nic holds (its sriov_vf_result; "" otherwise)."""
+    if s.digest.request(names.RESOURCE_SRIOV_NIC) <= 0:
+        return ""
+    return str(s.digest.annotations.get(names.SRIOV_VF_RESULT_ANNOTATION) or "")
 
 
 def _pod_by_cgroup(

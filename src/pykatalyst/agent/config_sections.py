@@ -13,6 +13,7 @@ from pykatalyst.agent.host.nics import nic_identifier
 from pykatalyst.agent.io_policy import LevelIo, misordered
 from pykatalyst.api import names
 from pykatalyst.api.units import Bytes, Seconds
+from pykatalyst.topology.vf import VfPolicy
 
 
 class Section(BaseModel):
@@ -304,6 +305,58 @@ class DevicePluginConfig(Section):
 
 
 NIC_SOURCES = ("none", "synthetic", "sysfs")
+SRIOV_POLICIES = (names.SRIOV_POLICY_STATIC, names.SRIOV_POLICY_DYNAMIC)
+
+
+class SriovConfig(Section):
+    """Katalyst's SR-IOV resource plugin (docs/devices.md "SR-IOV VFs")."""
+
+    policy: str = Field(
+        names.SRIOV_POLICY_STATIC,
+        description="static | dynamic (Katalyst's --sriov-policy-name): dynamic sizes the VF "
+        "by a dedicated_cores pod's cpus",
+    )
+    large_vf_queue_count: int = Field(names.DEFAULT_SRIOV_LARGE_VF_QUEUE_COUNT, ge=1)
+    large_vf_cpu_threshold: int = Field(names.DEFAULT_SRIOV_LARGE_VF_CPU_THRESHOLD, ge=1)
+    large_vf_fail_on_exhaustion: bool = True
+    small_vf_queue_count: int = Field(names.DEFAULT_SRIOV_SMALL_VF_QUEUE_COUNT, ge=1)
+    small_vf_cpu_threshold: int = Field(names.DEFAULT_SRIOV_SMALL_VF_CPU_THRESHOLD, ge=1)
+    small_vf_fail_on_exhaustion: bool = False
+    pod_required_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="dynamic: the annotations a pod must carry to be sized "
+        "(Katalyst's --dynamic-pod-vf-required-annotations)",
+    )
+    device_node: str | None = Field(
+        None,
+        description="the host device node standing in for every VF's /dev/infiniband nodes "
+        "(synthetic VFs on a machine without them); default: the same path",
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        if v not in SRIOV_POLICIES:
+            raise ValueError(f"accepted: {', '.join(SRIOV_POLICIES)}; got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _sizes(self) -> SriovConfig:
+        if self.small_vf_cpu_threshold > self.large_vf_cpu_threshold:
+            raise ValueError("small_vf_cpu_threshold must not exceed large_vf_cpu_threshold")
+        return self
+
+    def vf_policy(self) -> VfPolicy:
+        return VfPolicy(
+            self.policy,
+            self.large_vf_queue_count,
+            self.large_vf_cpu_threshold,
+            self.large_vf_fail_on_exhaustion,
+            self.small_vf_queue_count,
+            self.small_vf_cpu_threshold,
+            self.small_vf_fail_on_exhaustion,
+            tuple(sorted(self.pod_required_annotations.items())),
+        )
 
 
 class NicConfig(Section):
@@ -315,6 +368,13 @@ class NicConfig(Section):
     numa: int = Field(0, ge=-1, description="its NUMA node (-1: none)")
     pcie_switch: str = Field("", description="the PCIe switch it hangs off")
     healthy: bool = Field(True, description="false: reported with no allocatable bandwidth")
+    vfs: int = Field(0, ge=0, le=256, description="its SR-IOV virtual functions (sriov_nic)")
+    vf_rdma: bool = Field(True, description="its VFs are RDMA-capable (have /dev/infiniband nodes)")
+    vf_queue_counts: tuple[int, ...] = Field(
+        (),
+        description="the queue count of VF 0, 1, ...; VFs past the list take its last value "
+        "(empty: unknown)",
+    )
 
     @field_validator("name", "netns")
     @classmethod
@@ -359,6 +419,10 @@ class NicsConfig(Section):
         ge=0,
         description="the line rate assumed where sysfs gives none (virtio NICs); "
         "0: such an interface gives out no bandwidth",
+    )
+    sriov: SriovConfig = Field(
+        default_factory=SriovConfig,
+        description="how SR-IOV VFs are given out (sriov_nic)",
     )
 
     @field_validator("source")

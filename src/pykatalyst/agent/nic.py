@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pykatalyst.agent import sriov
 from pykatalyst.agent.config_sections import DevicesConfig, NicConfig, NicsConfig
 from pykatalyst.agent.gpu import reloading
 from pykatalyst.agent.host.nics import (
@@ -106,9 +107,13 @@ def _attributes(c: NicCapacity, socket: int) -> list[dict[str, str]]:
 
 
 def nic_zones(
-    caps: Sequence[NicCapacity], holds: Iterable[NicHold], topology: CPUTopology
+    caps: Sequence[NicCapacity],
+    holds: Iterable[NicHold],
+    topology: CPUTopology,
+    vf_holds: Mapping[str, list[str]] | None = None,
 ) -> dict[int, list[dict[str, Any]]]:
-    """The NIC zones of each Socket zone, sorted by identifier."""
+    """The NIC zones of each Socket zone, sorted by identifier; a PF's SR-IOV VFs are its
+    zone's children (agent/sriov.py), `vf_holds` the consumers holding each."""
     by_nic: dict[str, dict[str, int]] = {}
     for h in holds:
         per = by_nic.setdefault(h.nic, {})
@@ -131,6 +136,8 @@ def nic_zones(
             zone["allocations"] = [
                 {"consumer": who, "requests": {bw: str(mbps)}} for who, mbps in sorted(held.items())
             ]
+        if c.nic.vfs:
+            zone["children"] = sriov.vf_zones(c.nic, socket, dict(vf_holds or {}))
         out.setdefault(socket, []).append(zone)
     return out
 
@@ -144,6 +151,7 @@ class BandwidthPod:
     uid: str
     mbps: int  # its net_bandwidth request
     selection: str  # its nic_selection_result ("" without one)
+    vf: str = ""  # its sriov_vf_result when it asks sriov_nic ("" otherwise)
 
 
 def holds_of(pods: Iterable[BandwidthPod], known: Iterable[str]) -> list[NicHold]:
@@ -160,9 +168,11 @@ def node_nic_report(
     source: NicSource, cfg: NicsConfig, pods: Iterable[BandwidthPod], topology: CPUTopology
 ) -> dict[int, list[dict[str, Any]]]:
     """The NIC zones per socket (DeviceUnavailable when the NICs cannot be read)."""
+    pods = list(pods)
     caps = capacities(source.nics(), cfg)
     holds = holds_of(pods, (c.nic.identifier for c in caps))
-    return nic_zones(caps, holds, topology)
+    vfs = sriov.vf_holders((f"{p.namespace}/{p.name}/{p.uid}", p.vf) for p in pods)
+    return nic_zones(caps, holds, topology, vfs)
 
 
 # --- sources ------------------------------------------------------------------------------
@@ -177,8 +187,18 @@ def synthetic_nics(interfaces: Iterable[NicConfig]) -> list[NicDevice]:
             numa=n.numa,
             pcie_switch=n.pcie_switch,
             healthy=n.healthy,
+            vfs=sriov.synthetic_vfs(
+                n.name,
+                n.netns,
+                n.vfs,
+                n.vf_rdma,
+                n.vf_queue_counts,
+                n.numa,
+                n.pcie_switch,
+                0x40 + i,
+            ),
         )
-        for n in interfaces
+        for i, n in enumerate(interfaces)
     ]
 
 

@@ -134,6 +134,38 @@ NIC_ATTR_NAME: Final = "nic_name"
 NIC_ATTR_SPEED: Final = "speed_mbps"
 NIC_ATTR_EGRESS: Final = "egress_mbps"
 NIC_ATTR_INGRESS: Final = "ingress_mbps"
+# --- SR-IOV virtual functions ----------------------------------------------------------
+# A pod asks `sriov_nic: 1` for one RDMA-capable VF (Katalyst's SR-IOV resource plugin
+# accepts exactly 1); the VF's representor name goes into `sriov_vf_result`.
+RESOURCE_SRIOV_NIC: Final = "resource.katalyst.kubewharf.io/sriov_nic"
+SRIOV_VF_RESULT_ANNOTATION: Final = "katalyst.kubewharf.io/sriov_vf_result"
+# pykatalyst's own: why that VF (one line, like nic_selection_reason).
+SRIOV_VF_REASON_ANNOTATION: Final = "katalyst.kubewharf.io/sriov_vf_reason"
+# the container's annotations (Katalyst's --sriov-vf-pci-annotation-key and
+# --sriov-vf-netns-annotation-key defaults): JSON [{"address","repName","vfName"}] and the
+# VF's network namespace path when it is not the host's
+SRIOV_PCI_DEVICES_ANNOTATION: Final = "pci-devices"
+SRIOV_NETNS_ANNOTATION: Final = "netns"
+SRIOV_RDMA_DEVICE_DIR: Final = "/dev/infiniband"
+SRIOV_RDMA_CM: Final = "/dev/infiniband/rdma_cm"
+# the VF's PCI address and representor name in the container's environment (pykatalyst's)
+ENV_SRIOV_VF_PCI_ADDRESS: Final = "KATALYST_SRIOV_VF_PCI_ADDRESS"
+ENV_SRIOV_VF_REP_NAME: Final = "KATALYST_SRIOV_VF_REP_NAME"
+# attributes of a VF zone (a NIC-typed child of its PF's NIC zone)
+VF_ATTR_PF: Final = "pf_name"
+VF_ATTR_INDEX: Final = "vf_index"
+VF_ATTR_PCI_ADDRESS: Final = "pci_address"
+VF_ATTR_NAME: Final = "vf_name"
+VF_ATTR_QUEUE_COUNT: Final = "queue_count"
+VF_ATTR_RDMA: Final = "rdma"
+VF_ATTR_IB_DEVICES: Final = "ib_devices"
+# Katalyst's dynamic policy: a dedicated_cores pod's cpu count picks the VF size (queues)
+SRIOV_POLICY_STATIC: Final = "static"
+SRIOV_POLICY_DYNAMIC: Final = "dynamic"
+DEFAULT_SRIOV_LARGE_VF_QUEUE_COUNT: Final = 32
+DEFAULT_SRIOV_LARGE_VF_CPU_THRESHOLD: Final = 24
+DEFAULT_SRIOV_SMALL_VF_QUEUE_COUNT: Final = 8
+DEFAULT_SRIOV_SMALL_VF_CPU_THRESHOLD: Final = 8
 # network_enhancement's namespace_type values
 NETNS_HOST: Final = "host_ns"
 NETNS_HOST_PREFERRED: Final = "host_ns_preferred"
@@ -495,6 +527,8 @@ PLUGIN_NODE_OVERCOMMITMENT: Final = "NodeOvercommitment"
 PLUGIN_GPU_SHARE: Final = "GPUShare"
 # pykatalyst's own: net_bandwidth placed NIC by NIC (docs/scheduler.md "NICs").
 PLUGIN_NIC_BANDWIDTH: Final = "NICBandwidth"
+# pykatalyst's own: one SR-IOV VF per pod asking sriov_nic (docs/scheduler.md "SR-IOV").
+PLUGIN_SRIOV_VF: Final = "SriovVF"
 DEFAULT_SCHEDULER_NAME: Final = "katalyst-scheduler"
 
 # --- agent ------------------------------------------------------------------------------

@@ -363,6 +363,21 @@ FEATURES: tuple[Feature, ...] = (
         resources=(names.RESOURCE_NET_BANDWIDTH,),
         enhancements=(names.ENH_NAMESPACE_TYPE, names.ENH_TOPOLOGY_AFFINITY_RESTRICTED),
     ),
+    Feature(
+        "sriov",
+        "SR-IOV / RDMA virtual functions (`sriov_nic`)",
+        Status.PARTIAL,
+        "yes (SR-IOV plugin, needs a patched kubelet)",
+        "yes (`koordinator.sh/rdma`)",
+        "the agent reports each PF's VFs (sysfs or synthetic) as CNR NIC zones under their "
+        "NIC; the scheduler's SriovVF plugin gives each pod asking `sriov_nic: 1` one free "
+        "RDMA VF (on its NUMA binding's socket, in Katalyst's order, static or dynamic "
+        "policy) and writes `sriov_vf_result`; `katalyst device-plugin` serves that VF to "
+        "the kubelet with its /dev/infiniband nodes and `pci-devices`; the webhook refuses "
+        "other counts. Katalyst's bonding queue window and VF trust check are not read",
+        by="agent, scheduler, device-plugin",
+        resources=(names.RESOURCE_SRIOV_NIC,),
+    ),
 )
 
 

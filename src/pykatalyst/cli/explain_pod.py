@@ -24,7 +24,7 @@ from pykatalyst.cli.explain_cluster import (
 )
 from pykatalyst.cli.explain_events import FAILED_SCHEDULING, OUR_COMPONENTS, component_of
 from pykatalyst.cli.explain_gpu import gpu_json
-from pykatalyst.cli.explain_nic import nic_json
+from pykatalyst.cli.explain_nic import nic_json, sriov_json
 from pykatalyst.cli.explain_recommend import resource_recommends_json
 from pykatalyst.cli.explain_vertical import vertical_json
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
@@ -61,6 +61,7 @@ def explain_pod(
         "resource_recommends": resource_recommends_json(cluster, view, problems),
         "gpu": gpu_json(cluster, view, problems),
         "nic": nic_json(cluster, view, problems, events),
+        "sriov": sriov_json(cluster, view, problems),
         "events": events,
         "scheduling": scheduling_json(view, events),
         "vertical": vertical_json(cluster, pod, now, problems),

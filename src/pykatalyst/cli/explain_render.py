@@ -244,6 +244,19 @@ def _nic_rows(nic: JSON | None) -> list[list[str]]:
     return rows
 
 
+def _sriov_rows(sriov: JSON | None) -> list[list[str]]:
+    if sriov is None:
+        return []
+    rows = [["SR-IOV VF", fmt(sriov["selection"])], ["why this VF", fmt(sriov["why"])]]
+    zone = sriov["vf"]
+    if zone is not None:
+        seen = "reports this pod" if zone["reports_this_pod"] else "does not list this pod yet"
+        attrs = zone["attributes"]
+        where = f"PF {zone['pf']}, PCI {attrs.get(names.VF_ATTR_PCI_ADDRESS, '-')}"
+        rows.append([f"VF {zone['id']}", f"{where}; {seen}"])
+    return rows
+
+
 def print_pod(report: JSON) -> None:
     qos = report["qos"]
     rows = [
@@ -283,6 +296,7 @@ def print_pod(report: JSON) -> None:
             )
     rows += _gpu_rows(report.get("gpu"))
     rows += _nic_rows(report.get("nic"))
+    rows += _sriov_rows(report.get("sriov"))
     print_table(f"Pod {report['pod']}", ["", "value"], rows)
     print_recommends(report.get("resource_recommends") or [])
     for p in qos["errors"]:

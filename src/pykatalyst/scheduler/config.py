@@ -22,6 +22,7 @@ from pykatalyst.api.duration import Duration, format_duration
 from pykatalyst.api.problems import field_problems
 from pykatalyst.api.yamlio import load_yaml, load_yaml_all
 from pykatalyst.scheduler import registry as reg
+from pykatalyst.topology.vf import VfPolicy
 
 GROUP: Final = "kubescheduler.config.k8s.io"
 API_VERSIONS: Final = (f"{GROUP}/v1beta3", f"{GROUP}/v1")
@@ -373,6 +374,33 @@ class GPUShareArgs(_Strict):
     # fgd: the host resources a task class must find free to fit a node (the paper: cpu)
     fgdHostResources: Literal["cpu", "cpu-memory"] = "cpu-memory"
     seed: int = 0
+
+
+class SriovVFArgs(_Strict):
+    """How SriovVF gives out SR-IOV VFs (docs/scheduler.md "SR-IOV VFs"): the agent's
+    `devices.nic.sriov` policy, which the scheduler must share to pick the VF the agent's
+    device plugin would (Katalyst's --sriov-policy-name and dynamic sizes)."""
+
+    policy: Literal["static", "dynamic"] = "static"
+    largeVFQueueCount: int = Field(default=names.DEFAULT_SRIOV_LARGE_VF_QUEUE_COUNT, ge=1)
+    largeVFCPUThreshold: int = Field(default=names.DEFAULT_SRIOV_LARGE_VF_CPU_THRESHOLD, ge=1)
+    largeVFFailOnExhaustion: bool = True
+    smallVFQueueCount: int = Field(default=names.DEFAULT_SRIOV_SMALL_VF_QUEUE_COUNT, ge=1)
+    smallVFCPUThreshold: int = Field(default=names.DEFAULT_SRIOV_SMALL_VF_CPU_THRESHOLD, ge=1)
+    smallVFFailOnExhaustion: bool = False
+    podRequiredAnnotations: dict[str, str] = Field(default_factory=dict)
+
+    def vf_policy(self) -> VfPolicy:
+        return VfPolicy(
+            self.policy,
+            self.largeVFQueueCount,
+            self.largeVFCPUThreshold,
+            self.largeVFFailOnExhaustion,
+            self.smallVFQueueCount,
+            self.smallVFCPUThreshold,
+            self.smallVFFailOnExhaustion,
+            tuple(sorted(self.podRequiredAnnotations.items())),
+        )
 
 
 class TopologySpreadConstraintModel(BaseModel):

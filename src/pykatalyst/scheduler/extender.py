@@ -219,7 +219,7 @@ class ExtenderService:
         refused = self.framework.reserve(info, result, snap)
         if refused:
             return {"Error": f"node {node}: {refused}"}
-        snap.assume(info, node, result.numa, result.gpu, result.nic)
+        snap.assume(info, node, result.numa, result.gpu, result.nic, result.vf)
         try:
             self.scheduler.cluster.bind(namespace, name, node, result.annotations or None)
         except ApiError as exc:

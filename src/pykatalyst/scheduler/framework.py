@@ -34,6 +34,7 @@ from pykatalyst.scheduler.plugins.base import (
 )
 from pykatalyst.scheduler.plugins.gpu import GPU_RESERVATION
 from pykatalyst.scheduler.plugins.nic import NIC_RESERVATION
+from pykatalyst.scheduler.plugins.sriov import VF_RESERVATION
 from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.queue import RequeueHint
@@ -125,6 +126,7 @@ class CycleResult:
     scores: dict[str, int] = field(default_factory=dict)
     gpu: GPUReservation | None = None
     nic: NICReservation | None = None
+    vf: str | None = None  # the SR-IOV VF reserved (its representor name)
     # what Reserve wants written on the pod before its Binding
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -306,6 +308,7 @@ class Framework:
         result.numa = result.state.get(NUMA_RESERVATION)
         result.gpu = result.state.get(GPU_RESERVATION)
         result.nic = result.state.get(NIC_RESERVATION)
+        result.vf = result.state.get(VF_RESERVATION)
         notes = result.state.get(BIND_ANNOTATIONS)
         result.annotations = dict(notes) if notes is not None else {}
         return None

@@ -278,7 +278,7 @@ class Scheduler:
             self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
             self.queue.retry(entry, now)
             return ScheduleOutcome(info.key, info.uid, None, REASON_UNSCHEDULABLE, message)
-        self.snapshot.assume(info, node, result.numa, result.gpu, result.nic)
+        self.snapshot.assume(info, node, result.numa, result.gpu, result.nic, result.vf)
         if self._binder is None:
             try:
                 self._bind_call(info, node, fw, now, result.annotations)

@@ -25,6 +25,7 @@ from pykatalyst.api.objects import CustomNodeResource, Node
 from pykatalyst.api.quantity import QuantityError
 from pykatalyst.scheduler.config import canonical_resource
 from pykatalyst.scheduler.podinfo import PodInfo, amount
+from pykatalyst.topology.vf import VfSlot
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,17 @@ class PodRecord:
     anti_affinity: tuple[Mapping[str, Any], ...] = ()
     gpu: GPUReservation | None = None
     nic: NICReservation | None = None
+    vf: str | None = None  # the SR-IOV VF it holds (its representor name)
+
+
+@dataclass(slots=True)
+class _CNRVfs:
+    """A node's SR-IOV VF zones (children of its NIC zones): each VF, the VFs the CNR's
+    allocations hold and the consumers (uids) it lists."""
+
+    vfs: list[VfSlot] = field(default_factory=list)
+    held: set[str] = field(default_factory=set)
+    consumers: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -275,6 +287,9 @@ class NodeSnapshot:
         self.nic_socket: I32 = np.zeros((0, cap), np.int32)
         self.nic_host: BOOL = np.zeros((0, cap), np.bool_)
         self._cnr_nic: dict[str, _CNRNic] = {}
+        # SR-IOV VFs: per node, how many RDMA VFs are free (kept current); the VFs by node
+        self.vf_free: I32 = np.zeros(cap, np.int32)
+        self._cnr_vf: dict[str, _CNRVfs] = {}
         self.cnr_problems: dict[str, str] = {}
         # pod accounting
         self.pods: dict[str, PodRecord] = {}
@@ -303,6 +318,7 @@ class NodeSnapshot:
             *_GPU_ROWS,
             "nic_count",
             *_NIC_ROWS,
+            "vf_free",
         ]
 
     def _grow(self) -> None:
@@ -522,6 +538,7 @@ class NodeSnapshot:
         self._refresh_numa(name, slot)
         self._refresh_gpu(name, slot)
         self._refresh_nics(name, slot)
+        self._refresh_vfs(name, slot)
 
     # --- CNRs -----------------------------------------------------------------------------
 
@@ -545,6 +562,7 @@ class NodeSnapshot:
             numa = _read_numa(view, self)
             gpus = _read_gpus(view, self)
             nics = _read_nics(view)
+            vfs = _read_vfs(view)
         except (QuantityError, ValueError, TypeError, KeyError, AttributeError) as exc:
             problem = f"CNR {name} ignored: {exc}"
             if self.cnr_problems.get(name) != problem:
@@ -556,6 +574,8 @@ class NodeSnapshot:
         before = (self._cnr_raw_alloc.get(name), self._cnr_numa.get(name), old_policy)
         changed = before != ((rc_cpu, rc_mem), numa, self._cnr_policy.get(name))
         changed = changed or self._cnr_gpu.get(name) != gpus or self._cnr_nic.get(name) != nics
+        changed = changed or self._cnr_vf.get(name) != vfs
+        self._cnr_vf[name] = vfs
         self._cnr_raw_alloc[name] = (rc_cpu, rc_mem)
         self._cnr_numa[name] = numa
         self._cnr_gpu[name] = gpus
@@ -580,6 +600,7 @@ class NodeSnapshot:
         self._cnr_numa.pop(name, None)
         self._cnr_gpu.pop(name, None)
         self._cnr_nic.pop(name, None)
+        self._cnr_vf.pop(name, None)
         if self._cnr_taints_of.pop(name, ()):
             self.static_gen += 1
         slot = self.index.get(name)
@@ -622,6 +643,7 @@ class NodeSnapshot:
         self._refresh_numa(name, slot)
         self._apply_gpus(name, slot)
         self._apply_nics(name, slot)
+        self._refresh_vfs(name, slot)
 
     def _apply_gpus(self, name: str, slot: int) -> None:
         gpus = self._cnr_gpu.get(name)
@@ -694,6 +716,31 @@ class NodeSnapshot:
             lambda rec: [] if rec.nic is None else [(rec.nic.nic, rec.nic.mbps)],
         )
         self._set_use("nic", slot, used)
+
+    def _refresh_vfs(self, name: str, slot: int) -> None:
+        """Free VFs = the node's RDMA VFs given out, less those the CNR's allocations hold
+        and those this scheduler reserved (or read off a pod's sriov_vf_result) for pods
+        the CNR does not list yet."""
+        vfs = self._cnr_vf.get(name)
+        if vfs is None or not vfs.vfs:
+            self.vf_free[slot] = 0
+            return
+        taken = self.vf_taken(name)
+        self.vf_free[slot] = sum(
+            1 for v in vfs.vfs if v.rdma and v.allocatable and v.id not in taken
+        )
+
+    def vf_taken(self, node: str) -> set[str]:
+        """The VFs of `node` held by a pod (the CNR's, or this scheduler's view)."""
+        vfs = self._cnr_vf.get(node)
+        if vfs is None:
+            return set()
+        mine = {r.vf for r in self.pods_on(node) if r.vf and r.uid not in vfs.consumers}
+        return vfs.held | {v for v in mine if v is not None}
+
+    def vf_slots(self, node: str) -> list[VfSlot]:
+        vfs = self._cnr_vf.get(node)
+        return list(vfs.vfs) if vfs is not None else []
 
     def nic_ids(self, node: str) -> list[str]:
         nics = self._cnr_nic.get(node)
@@ -780,6 +827,8 @@ class NodeSnapshot:
                 self._refresh_gpu(rec.node, slot)
             if rec.nic is not None:
                 self._refresh_nics(rec.node, slot)
+            if rec.vf is not None:
+                self._refresh_vfs(rec.node, slot)
 
     def _detach(self, uid: str) -> PodRecord | None:
         rec = self.pods.pop(uid, None)
@@ -801,6 +850,8 @@ class NodeSnapshot:
                 self._refresh_gpu(rec.node, slot)
             if rec.nic is not None:
                 self._refresh_nics(rec.node, slot)
+            if rec.vf is not None:
+                self._refresh_vfs(rec.node, slot)
         return rec
 
     def observe_pod(self, info: PodInfo) -> bool:
@@ -816,6 +867,7 @@ class NodeSnapshot:
         rec = self._record(info, info.node_name, assumed=False)
         rec.gpu = gpu_from_annotation(info)
         rec.nic = nic_from_annotation(info)
+        rec.vf = vf_from_annotation(info)
         shrunk = False
         if current is not None:
             if current.node == info.node_name:
@@ -824,12 +876,14 @@ class NodeSnapshot:
                     (current.entries, current.labels) == (rec.entries, rec.labels)
                     and (rec.gpu is None or rec.gpu == current.gpu)
                     and (rec.nic is None or rec.nic == current.nic)
+                    and (rec.vf is None or rec.vf == current.vf)
                 ):
                     return False
                 # resized in place or relabelled: recount it, keeping its NUMA placement
                 rec.numa = current.numa
                 rec.gpu = rec.gpu or current.gpu
                 rec.nic = rec.nic or current.nic
+                rec.vf = rec.vf or current.vf
                 now = dict(rec.entries)
                 shrunk = any(now.get(row, 0) < value for row, value in current.entries)
             self._detach(info.uid)
@@ -846,6 +900,7 @@ class NodeSnapshot:
         numa: NUMAReservation | None = None,
         gpu: GPUReservation | None = None,
         nic: NICReservation | None = None,
+        vf: str | None = None,
     ) -> None:
         """Count a pod on `node` before its binding is seen."""
         self._detach(info.uid)
@@ -853,6 +908,7 @@ class NodeSnapshot:
         rec.numa = numa
         rec.gpu = gpu
         rec.nic = nic
+        rec.vf = vf
         self._attach(rec)
 
     def is_assumed(self, uid: str) -> bool:
@@ -951,14 +1007,62 @@ def nic_from_annotation(info: PodInfo) -> NICReservation | None:
     return NICReservation(value.strip(), mbps)
 
 
+def vf_from_annotation(info: PodInfo) -> str | None:
+    """The SR-IOV VF a bound pod holds, read off its sriov_vf_result."""
+    value = info.digest.annotations.get(names.SRIOV_VF_RESULT_ANNOTATION)
+    if info.request(names.RESOURCE_SRIOV_NIC) <= 0 or not isinstance(value, str):
+        return None
+    return value.strip() or None
+
+
+def _int(text: str, default: int) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return default
+
+
+def _read_vfs(view: CustomNodeResource) -> _CNRVfs:
+    """The SR-IOV VF zones of a CNR (NIC zones with `sriov_nic` capacity, children of
+    their PF's NIC zone): each VF, which of them the CNR's allocations hold, and who."""
+    out = _CNRVfs()
+    for zone in view.zones():
+        if zone.type != names.ZONE_NIC or names.RESOURCE_SRIOV_NIC not in zone.capacity:
+            continue
+        if not zone.name:
+            raise ValueError("a VF zone has no name (the representor)")
+        a = zone.attributes
+        alloc = zone.allocatable.get(names.RESOURCE_SRIOV_NIC)
+        out.vfs.append(
+            VfSlot(
+                zone.name,
+                a.get(names.VF_ATTR_PF, zone.parent),
+                _int(a.get(names.VF_ATTR_INDEX, ""), 0),
+                _int(a.get(names.GPU_ATTR_NUMA, ""), -1),
+                _int(a.get(names.GPU_ATTR_SOCKET, ""), 0),
+                a.get(names.VF_ATTR_RDMA, "true") == "true",
+                _int(a.get(names.VF_ATTR_QUEUE_COUNT, ""), -1),
+                alloc is not None and alloc.value() > 0,
+            )
+        )
+        for consumer, _ in zone.allocations:
+            out.held.add(zone.name)
+            uid = consumer.rsplit("/", 1)[-1] if consumer else ""
+            if uid:
+                out.consumers.add(uid)
+    if len({v.id for v in out.vfs}) != len(out.vfs):
+        raise ValueError("duplicate VF zone names (representors)")
+    return out
+
+
 def _read_nics(view: CustomNodeResource) -> _CNRNic:
     """The NIC zones (children of Socket zones) of a CNR: what a new pod may use of each
     (`net_bandwidth` allocatable, Mbps), its socket, its network namespace and what the
     CNR's allocations hold on it."""
     out = _CNRNic()
     for zone in view.zones():
-        if zone.type != names.ZONE_NIC:
-            continue
+        if zone.type != names.ZONE_NIC or names.RESOURCE_SRIOV_NIC in zone.capacity:
+            continue  # a VF zone is not a NIC of its own (_read_vfs)
         if not zone.name:
             raise ValueError("a NIC zone has no name (the resource identifier)")
         alloc = zone.allocatable.get(names.RESOURCE_NET_BANDWIDTH)

@@ -2,10 +2,10 @@
 
 Validation shares `api.qos.inspect_pod_qos` with `katalyst validate`: an error (what no node
 can run: an unknown QoS level, a malformed enhancement, dedicated_cores without whole
-cpus, a GPU request no node can honour (`api.gpu`), ...) refuses the pod with the field,
-the value and what is accepted; a warning (what Katalyst would ignore, e.g. an enhancement
-its level does not read) admits it and comes back as an AdmissionReview warning, which
-kubectl prints as `Warning: ...`.
+cpus, a GPU request no node can honour (`api.gpu`), an `sriov_nic` count other than 1,
+...) refuses the pod with the field, the value and what is accepted; a warning (what
+Katalyst would ignore, e.g. an enhancement its level does not read) admits it and comes
+back as an AdmissionReview warning, which kubectl prints as `Warning: ...`.
 
 Mutation runs Katalyst's chain in its order: the resource mutator (the slot for
 recommendations: `Recommender`, no-op by default), then the SPD-reference mutator.
@@ -22,6 +22,7 @@ from pykatalyst.api.gpu import pod_gpu_request
 from pykatalyst.api.qos import inspect_pod_qos
 from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.protocol import JSON
+from pykatalyst.topology.vf import sriov_problem
 from pykatalyst.webhook.review import pointer
 
 log = logging.getLogger("pykatalyst.webhook")
@@ -58,6 +59,11 @@ def validate_pod(request: AdmissionRequest) -> AdmissionResponse:
     if gpu.problem:
         return AdmissionResponse.deny(
             f"pod {_pod_name(request, pod)}: invalid GPU request: {gpu.problem}"
+        )
+    sriov = sriov_problem(pod)
+    if sriov:
+        return AdmissionResponse.deny(
+            f"pod {_pod_name(request, pod)}: invalid SR-IOV request: {sriov}"
         )
     warnings = tuple(
         _clip(f"Katalyst will ignore this: {p}") for p in problems if p.severity == "warning"

@@ -185,6 +185,25 @@ def gpu_pod(obj: Mapping[str, Any]) -> GpuPod | None:
     asks = gpu_asks(obj.get("spec") or {})
     if not asks:
         return None
+    raw = (meta.get("annotations") or {}).get(names.GPU_SELECTION_RESULT_ANNOTATION)
+    selection = tuple(s.strip() for s in raw.split(",") if s.strip()) if raw else None
+    bound, created, pending = admission(obj)
+    return GpuPod(
+        f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+        str(meta.get("uid", "")),
+        bound,
+        created,
+        asks,
+        selection,
+        pending=pending,
+        version=_version(meta.get("resourceVersion")),
+    )
+
+
+def admission(obj: Mapping[str, Any]) -> tuple[float, float, bool]:
+    """(when the pod was bound — PodScheduled's time, else its creation —, when it was
+    created, whether it is bound and not started nor being deleted)."""
+    meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
     bound = next(
         (
@@ -194,19 +213,9 @@ def gpu_pod(obj: Mapping[str, Any]) -> GpuPod | None:
         ),
         None,
     )
-    raw = (meta.get("annotations") or {}).get(names.GPU_SELECTION_RESULT_ANNOTATION)
-    selection = tuple(s.strip() for s in raw.split(",") if s.strip()) if raw else None
+    created = _time(meta.get("creationTimestamp"))
     started = bool(status.get("containerStatuses")) or status.get("phase") not in (None, "Pending")
-    return GpuPod(
-        f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-        str(meta.get("uid", "")),
-        _time(bound) or _time(meta.get("creationTimestamp")),
-        _time(meta.get("creationTimestamp")),
-        asks,
-        selection,
-        pending=not started and not meta.get("deletionTimestamp"),
-        version=_version(meta.get("resourceVersion")),
-    )
+    return _time(bound) or created, created, not started and not meta.get("deletionTimestamp")
 
 
 def _version(value: Any) -> int:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pykatalyst.agent.config_sections import DevicesConfig
@@ -43,6 +43,7 @@ class ContainerAnswer:
 
     envs: dict[str, str]
     devices: tuple[tuple[str, str], ...]  # (container path, host path)
+    annotations: Mapping[str, str] = field(default_factory=dict)  # the container's
 
 
 class GpuPlugin:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pykatalyst.agent.deviceplugin import proto
 from pykatalyst.agent.deviceplugin.ledger import AllocationRefused
-from pykatalyst.agent.deviceplugin.plugin import GpuPlugin
+from pykatalyst.agent.deviceplugin.plugin import Advertised, ContainerAnswer
 from pykatalyst.agent.host.kubelet import KubeletUnavailable, _protobuf
 from pykatalyst.api import names
 
@@ -29,16 +29,31 @@ SOCKETS = {
     names.RESOURCE_NVIDIA_GPU: "katalyst-gpu.sock",
     names.RESOURCE_GPU_MEMORY: "katalyst-gpu-memory.sock",
 }
+SRIOV_SOCKETS = {names.RESOURCE_SRIOV_NIC: "katalyst-sriov-nic.sock"}
+
+
+class Served(Protocol):
+    """What a resource server asks of the plugin behind it (GpuPlugin, SriovPlugin)."""
+
+    def poll(self) -> bool: ...
+
+    def advertised(self, resource: str) -> list[Advertised]: ...
+
+    def preferred(self, resource: str, available: Sequence[str], size: int) -> list[str]: ...
+
+    def allocate(self, resource: str, ids: Sequence[str]) -> ContainerAnswer: ...
 
 
 class ResourceServer:
     """The DevicePlugin service of one resource."""
 
-    def __init__(self, plugin: GpuPlugin, resource: str, socket_dir: str) -> None:
+    def __init__(
+        self, plugin: Served, resource: str, socket_dir: str, endpoint: str | None = None
+    ) -> None:
         self.plugin = plugin
         self.resource = resource
         self.socket_dir = Path(socket_dir)
-        self.endpoint = SOCKETS[resource]
+        self.endpoint = endpoint or SOCKETS[resource]
         self.path = self.socket_dir / self.endpoint
         self._server: Any = None
         self._cond = threading.Condition()
@@ -94,6 +109,8 @@ class ResourceServer:
             out = resp.container_responses.add()
             for k, v in answer.envs.items():
                 out.envs[k] = v
+            for k, v in answer.annotations.items():
+                out.annotations[k] = v
             for inside, host in answer.devices:
                 out.devices.add(container_path=inside, host_path=host, permissions="rw")
         return resp
@@ -194,11 +211,18 @@ class PluginRunner:
     """Serves every resource, re-registers after a kubelet restart, and re-advertises
     when a card's health changes, every `poll_s`, until `stop` is set."""
 
-    def __init__(self, plugin: GpuPlugin, socket_dir: str, poll_s: float) -> None:
+    def __init__(
+        self,
+        plugin: Served,
+        socket_dir: str,
+        poll_s: float,
+        sockets: Mapping[str, str] = SOCKETS,
+    ) -> None:
         self.plugin = plugin
         self.socket_dir = Path(socket_dir)
         self.poll_s = poll_s
-        self.servers = [ResourceServer(plugin, r, socket_dir) for r in SOCKETS]
+        self.sockets = dict(sockets)
+        self.servers = [ResourceServer(plugin, r, socket_dir, e) for r, e in self.sockets.items()]
         self.registrations = 0
         self._kubelet: tuple[int, int] | None = None
         self._up = False
@@ -234,7 +258,7 @@ class PluginRunner:
         self._kubelet = kubelet
         self._up = True
         self.registrations += 1
-        log.info("registered %s with the kubelet", ", ".join(SOCKETS))
+        log.info("registered %s with the kubelet", ", ".join(self.sockets))
         return "registered"
 
     def _down(self) -> None:

@@ -235,7 +235,8 @@ def read_cnr_nics(cluster: Cluster, node: str) -> dict[str, int | None] | None:
         return None
     out: dict[str, int | None] = {}
     for zone in cnr.zones():
-        if zone.type == names.ZONE_NIC:
+        # a NIC's SR-IOV VF zones (its children, with sriov_nic) are not NICs of their own
+        if zone.type == names.ZONE_NIC and names.RESOURCE_SRIOV_NIC not in zone.capacity:
             q = zone.allocatable.get(names.RESOURCE_NET_BANDWIDTH)
             out[zone.name] = None if q is None else int(q.value())
     return out

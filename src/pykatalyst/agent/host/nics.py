@@ -35,6 +35,7 @@ from pykatalyst.agent.host.devices import (
     read_text,
     repeated,
 )
+from pykatalyst.agent.host.sriov import VfDevice, is_representor, is_vf_netdev, read_vfs
 
 UNKNOWN_SPEED = -1
 HOST_NETNS = ""
@@ -58,6 +59,7 @@ class NicDevice:
     pcie_switch: str = ""
     pci_address: str = ""  # "": not a PCI function (a bond)
     healthy: bool = True
+    vfs: tuple[VfDevice, ...] = ()  # its SR-IOV virtual functions (host/sriov.py)
 
     @property
     def identifier(self) -> str:
@@ -132,22 +134,27 @@ def speed_of(text: str | None) -> int:
 
 
 def read_nic(net_dir: Path, name: str, bonds: frozenset[str] = frozenset()) -> NicDevice | None:
-    """The interface `name` of `<sys>/class/net`; None when it is not a physical one."""
+    """The interface `name` of `<sys>/class/net`; None when it is not a physical one (an
+    SR-IOV VF's own netdev and a VF representor are not: they are the PF's `vfs`)."""
     entry = net_dir / name
     device = entry / "device"
+    if is_vf_netdev(entry) or is_representor(entry):
+        return None
     function = pci_function_of(device.resolve()) if device.exists() else None
     if function is None and name not in bonds:
         return None
     numa = read_int(read_text(device / "numa_node"), -1)
     if numa < 0 and function is not None:
         numa = read_int(read_text(function / "numa_node"), -1)
+    switch = pcie_switch_of(function) if function is not None else ""
     return NicDevice(
         name=name,
         speed_mbps=speed_of(read_text(entry / "speed")),
         numa=max(numa, -1),
-        pcie_switch=pcie_switch_of(function) if function is not None else "",
+        pcie_switch=switch,
         pci_address=function.name if function is not None else "",
         healthy=read_text(entry / "operstate") == "up",
+        vfs=read_vfs(net_dir, name, function, max(numa, -1), switch),
     )
 
 

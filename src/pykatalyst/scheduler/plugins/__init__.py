@@ -8,9 +8,10 @@ from pykatalyst.scheduler.plugins import (
     interpod,
     nic,
     resources,
+    sriov,
     standard,
     topology,
     upstream,
 )
 
-__all__ = ["gpu", "interpod", "nic", "resources", "standard", "topology", "upstream"]
+__all__ = ["gpu", "interpod", "nic", "resources", "sriov", "standard", "topology", "upstream"]

@@ -295,6 +295,9 @@ class NativeFit:
         if ctx is not None and names.PLUGIN_NIC_BANDWIDTH in ctx.enabled_filters:
             # NICBandwidth fits bandwidth NIC by NIC, from the CNR: a node advertises none
             self.ignored |= {names.RESOURCE_NET_BANDWIDTH}
+        if ctx is not None and names.PLUGIN_SRIOV_VF in ctx.enabled_filters:
+            # SriovVF fits VFs one by one, from the CNR
+            self.ignored |= {names.RESOURCE_SRIOV_NIC}
         self.ignored_groups = args.ignored_groups()
         self.skip_reclaimed = skip_reclaimed
 
