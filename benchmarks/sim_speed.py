@@ -6,13 +6,18 @@ times each policy separately, since only `katalyst` runs the agents:
     python benchmarks/sim_speed.py                       # 10, 30 and 100 nodes, 6 h each
     python benchmarks/sim_speed.py --nodes 100 --hours 24
     python benchmarks/sim_speed.py --scenario examples/scenarios/cluster-100.yaml --hours 24
+    python benchmarks/sim_speed.py --nodes 1000 --hours 24 --policies katalyst
 
-The last line is `100-node day: <seconds> s (all policies)` when 100 nodes x 24 h was run.
+The last lines are `100-node day: <seconds> s (...)` and `1000-node day: <seconds> s (...)`
+when 100 or 1,000 nodes x 24 h were run (naming the policies timed). CPU seconds and the
+peak resident memory are printed beside wall time: on a machine shared with other work,
+wall time moves with its load.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 from pathlib import Path
 
@@ -50,45 +55,66 @@ def scaled(base: Scenario, nodes: int, hours: float) -> Scenario:
     )
 
 
+def time_policies(sc: Scenario, nodes: int, hours: float, only: list[str] | None) -> float:
+    """Run each (chosen) policy of `sc` once, print a line each, and return the wall
+    seconds they took together."""
+    wl = build_workload(sc)
+    total = cpu_total = 0.0
+    for policy in sc.policies:
+        if only and policy.name not in only:
+            continue
+        sim = PolicySim(sc, policy, wl)
+        t0, c0 = time.perf_counter(), time.process_time()
+        run = sim.run()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        total += wall
+        cpu_total += cpu
+        pods = max(run.series.batch_running) + sum(s.replicas for s in sc.services)
+        print(
+            f"{nodes:>5} {policy.name:<18} {pods:>6} {wall:>8.1f} {cpu:>7.1f} "
+            f"{nodes * hours / wall:>9.1f} {run.tally.agent_reconciles:>10}"
+        )
+    rate = nodes * hours / total if total else 0.0
+    print(f"{nodes:>5} {'together':<18} {'':>6} {total:>8.1f} {cpu_total:>7.1f} {rate:>9.1f}")
+    return total
+
+
+def peak_rss_gib() -> float:
+    """The process's peak resident memory so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="*", default=[10, 30, 100])
     ap.add_argument("--hours", type=float, default=6.0)
     ap.add_argument("--scenario", type=Path, help="time this scenario as it is (no scaling)")
+    ap.add_argument(
+        "--policies", nargs="*", help="time only these policies (default: all of the scenario's)"
+    )
     args = ap.parse_args()
     base = load_scenario(args.scenario or demo_scenario_path())
     if args.scenario is not None:
         args.nodes = [sum(g.count for g in base.nodes)]
     print(f"step {base.step:g} s; katalyst agent period {base.policies[-1].agent.period:g} s")
     print(
-        f"{'nodes':>5} {'policy':<18} {'pods':>6} {'wall s':>8} {'node-h/s':>9} {'reconciles':>10}"
+        f"{'nodes':>5} {'policy':<18} {'pods':>6} {'wall s':>8} {'cpu s':>7} "
+        f"{'node-h/s':>9} {'reconciles':>10}"
     )
-    day_total = None
+    which = ", ".join(args.policies) if args.policies else "all policies"
+    days: list[str] = []
     for n in args.nodes:
         sc = (
             base.model_copy(update={"duration": args.hours * 3600.0})
             if args.scenario is not None
             else scaled(base, n, args.hours)
         )
-        wl = build_workload(sc)
-        total = 0.0
-        for policy in sc.policies:
-            sim = PolicySim(sc, policy, wl)
-            t0 = time.perf_counter()
-            run = sim.run()
-            wall = time.perf_counter() - t0
-            total += wall
-            pods = max(run.series.batch_running) + sum(s.replicas for s in sc.services)
-            rate = n * args.hours / wall
-            print(
-                f"{n:>5} {policy.name:<18} {pods:>6} {wall:>8.1f} {rate:>9.1f} "
-                f"{run.tally.agent_reconciles:>10}"
-            )
-        print(f"{n:>5} {'all policies':<18} {'':>6} {total:>8.1f} {n * args.hours / total:>9.1f}")
-        if n == 100 and args.hours >= 24:
-            day_total = total
-    if day_total is not None:
-        print(f"100-node day: {day_total:.1f} s (all policies)")
+        total = time_policies(sc, n, args.hours, args.policies)
+        if n in (100, 1000) and args.hours >= 24:
+            days.append(f"{n}-node day: {total:.1f} s ({which})")
+    print(f"peak resident memory: {peak_rss_gib():.2f} GiB")
+    for line in days:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -310,3 +310,23 @@ def test_a_burst_of_exclusive_pods_waits_for_the_agent_under_katalysts_reservati
     assert later[waiting[0]].node == "n0"
     # reserved, as Katalyst does, on every zone until the agent reports where it went
     assert later[waiting[0]].numa is not None and later[waiting[0]].numa.numa_ids == (0, 1)
+
+
+def test_a_cnr_rewritten_with_new_zones_is_read_again() -> None:
+    """Zones read once are kept while a CNR is rewritten with the same zones (the agent's
+    heartbeat), and read again as soon as an allocation in them changes, even when the
+    scheduler's copy of the old object was changed in place."""
+    snap = snapshot([node("n0", cpu="16", memory="32Gi")])
+    slot = snap.index["n0"]
+    first = four_numa("n0", NUMERIC, {1: [("default/d/uid-d", "3", "1Gi")]})
+    snap.upsert_cnr(first)
+    assert int(snap.numa_cpu_used[1, slot]) == 3000
+    beat = four_numa("n0", NUMERIC, {1: [("default/d/uid-d", "3", "1Gi")]})
+    beat["status"]["conditions"] = [{"type": "AgentReady", "status": "True"}]  # type: ignore[index]
+    assert not snap.upsert_cnr(beat)
+    assert int(snap.numa_cpu_used[1, slot]) == 3000
+    moved = four_numa("n0", NUMERIC, {2: [("default/d/uid-d", "2", "1Gi")]})
+    first["status"] = moved["status"]  # the old object now says the same as the new one
+    assert snap.upsert_cnr(moved)
+    assert int(snap.numa_cpu_used[1, slot]) == 0
+    assert int(snap.numa_cpu_used[2, slot]) == 2000

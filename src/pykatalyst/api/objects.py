@@ -7,7 +7,7 @@ changing the object, because components write to the cluster through patches any
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -390,6 +390,12 @@ class TopologyZone:
     attributes: Mapping[str, str] = field(default_factory=dict)
 
 
+def numa_zones_of(zones: Iterable[TopologyZone]) -> list[TopologyZone]:
+    """The NUMA zones of a CNR's flattened zones, ordered by id."""
+    numa = [z for z in zones if z.type == names.ZONE_NUMA]
+    return sorted(numa, key=lambda z: (int(z.name) if z.name.isdigit() else 1 << 30, z.name))
+
+
 class CustomNodeResource(KubeObject):
     """The per-node CNR the agent publishes: reclaimed resources and NUMA topology."""
 
@@ -456,8 +462,7 @@ class CustomNodeResource(KubeObject):
 
     def numa_zones(self) -> list[TopologyZone]:
         """NUMA zones ordered by id, each with its socket as `parent`."""
-        zones = [z for z in self.zones() if z.type == names.ZONE_NUMA]
-        return sorted(zones, key=lambda z: (int(z.name) if z.name.isdigit() else 1 << 30, z.name))
+        return numa_zones_of(self.zones())
 
     def resources_status_patch(
         self, allocatable: Mapping[str, Quantity], capacity: Mapping[str, Quantity]

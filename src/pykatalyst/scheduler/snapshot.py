@@ -21,8 +21,9 @@ import numpy.typing as npt
 
 from pykatalyst.api import names
 from pykatalyst.api.gpu import MILLI, WHOLE, parse_selection
-from pykatalyst.api.objects import CustomNodeResource, Node
+from pykatalyst.api.objects import CustomNodeResource, Node, TopologyZone, numa_zones_of
 from pykatalyst.api.quantity import QuantityError
+from pykatalyst.cluster.patch import copy_json
 from pykatalyst.scheduler.config import canonical_resource
 from pykatalyst.scheduler.podinfo import PodInfo, amount
 from pykatalyst.topology.vf import VfSlot
@@ -290,6 +291,8 @@ class NodeSnapshot:
         # SR-IOV VFs: per node, how many RDMA VFs are free (kept current); the VFs by node
         self.vf_free: I32 = np.zeros(cap, np.int32)
         self._cnr_vf: dict[str, _CNRVfs] = {}
+        # each CNR's topology zones as last read, with the raw list they were read from
+        self._cnr_zones: dict[str, tuple[Any, list[TopologyZone]]] = {}
         self.cnr_problems: dict[str, str] = {}
         # pod accounting
         self.pods: dict[str, PodRecord] = {}
@@ -559,10 +562,11 @@ class NodeSnapshot:
                     rc_mem = amount(canon, q)
             if rc_cpu < 0 or rc_mem < 0:
                 raise ValueError("negative reclaimed allocatable")
-            numa = _read_numa(view, self)
-            gpus = _read_gpus(view, self)
-            nics = _read_nics(view)
-            vfs = _read_vfs(view)
+            zones = self._zones_of(name, view)
+            numa = _read_numa(view, zones, self)
+            gpus = _read_gpus(zones)
+            nics = _read_nics(zones)
+            vfs = _read_vfs(zones)
         except (QuantityError, ValueError, TypeError, KeyError, AttributeError) as exc:
             problem = f"CNR {name} ignored: {exc}"
             if self.cnr_problems.get(name) != problem:
@@ -595,7 +599,19 @@ class NodeSnapshot:
             self._apply_cnr_to_slot(name, slot)
         return changed
 
+    def _zones_of(self, name: str, view: CustomNodeResource) -> list[TopologyZone]:
+        """The CNR's topology zones, read again only when they changed: an agent rewrites
+        its CNR every period for the heartbeat, mostly with the zones it wrote before."""
+        raw = view.status.get("topologyZone")
+        known = self._cnr_zones.get(name)
+        if known is not None and known[0] == raw:
+            return known[1]
+        zones = view.zones()
+        self._cnr_zones[name] = (copy_json(raw), zones)
+        return zones
+
     def remove_cnr(self, name: str) -> bool:
+        self._cnr_zones.pop(name, None)
         self._cnr_raw_alloc.pop(name, None)
         self._cnr_numa.pop(name, None)
         self._cnr_gpu.pop(name, None)
@@ -943,9 +959,11 @@ def required_pod_terms(pod: Mapping[str, Any], kind: str) -> list[Mapping[str, A
     return [t for t in terms if isinstance(t, Mapping)]
 
 
-def _read_numa(view: CustomNodeResource, snap: NodeSnapshot) -> _CNRNuma:
+def _read_numa(
+    view: CustomNodeResource, all_zones: list[TopologyZone], snap: NodeSnapshot
+) -> _CNRNuma:
     out = _CNRNuma()
-    zones = view.numa_zones()
+    zones = numa_zones_of(all_zones)
     sockets: dict[str, int] = {}
     for zone in zones:
         if not zone.name.isdigit():
@@ -1022,11 +1040,11 @@ def _int(text: str, default: int) -> int:
         return default
 
 
-def _read_vfs(view: CustomNodeResource) -> _CNRVfs:
+def _read_vfs(zones: list[TopologyZone]) -> _CNRVfs:
     """The SR-IOV VF zones of a CNR (NIC zones with `sriov_nic` capacity, children of
     their PF's NIC zone): each VF, which of them the CNR's allocations hold, and who."""
     out = _CNRVfs()
-    for zone in view.zones():
+    for zone in zones:
         if zone.type != names.ZONE_NIC or names.RESOURCE_SRIOV_NIC not in zone.capacity:
             continue
         if not zone.name:
@@ -1055,12 +1073,12 @@ def _read_vfs(view: CustomNodeResource) -> _CNRVfs:
     return out
 
 
-def _read_nics(view: CustomNodeResource) -> _CNRNic:
+def _read_nics(zones: list[TopologyZone]) -> _CNRNic:
     """The NIC zones (children of Socket zones) of a CNR: what a new pod may use of each
     (`net_bandwidth` allocatable, Mbps), its socket, its network namespace and what the
     CNR's allocations hold on it."""
     out = _CNRNic()
-    for zone in view.zones():
+    for zone in zones:
         if zone.type != names.ZONE_NIC or names.RESOURCE_SRIOV_NIC in zone.capacity:
             continue  # a VF zone is not a NIC of its own (_read_vfs)
         if not zone.name:
@@ -1088,12 +1106,11 @@ def _units(q: Any) -> int:
     return int(q.milli_value()) if q is not None else -1
 
 
-def _read_gpus(view: CustomNodeResource, snap: NodeSnapshot) -> _CNRGpu:
+def _read_gpus(zones: list[TopologyZone]) -> _CNRGpu:
     """The GPU zones (children of NUMA zones) of a CNR: each card's size and what a new
     pod may use of it (nothing when the card reports 0 `nvidia.com/gpu`), its NUMA node,
     socket, PCIe switch and model, and what the CNR's allocations hold on it."""
     out = _CNRGpu()
-    zones = view.zones()
     numa_socket = {z.name: z.parent for z in zones if z.type == names.ZONE_NUMA}
     default = names.DEFAULT_GPU_MEMORY_PER_GPU * MILLI
     for zone in zones:

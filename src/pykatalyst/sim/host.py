@@ -13,6 +13,9 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from pykatalyst.agent.host import cgroupfs
 from pykatalyst.agent.host.base import (
     ApplyResult,
@@ -110,10 +113,15 @@ def run_queue_wait_us(busy: float) -> float:
     """The run-queue wait per timeslice of a cpu busy `busy` (0..1) of the time: a single
     server queue, service × ρ / (1 − ρ), so waiting stays short until the cpu is nearly
     always busy and then grows steeply (460 µs at ρ ≈ 0.82)."""
-    rho = min(max(busy, 0.0), 1.0)
-    if rho >= 1.0:
-        return SCHED_WAIT_CAP_US
-    return min(SCHED_SERVICE_US * rho / (1.0 - rho), SCHED_WAIT_CAP_US)
+    return float(run_queue_waits_us(np.array([busy], dtype=np.float64))[0])
+
+
+def run_queue_waits_us(busy: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """`run_queue_wait_us` of every cpu at once."""
+    rho = np.clip(busy, 0.0, 1.0)
+    full = rho >= 1.0
+    wait = SCHED_SERVICE_US * rho / np.where(full, 1.0, 1.0 - rho)
+    return np.where(full, SCHED_WAIT_CAP_US, np.minimum(wait, SCHED_WAIT_CAP_US))
 
 
 def _no_pod(uid: str) -> PodUsage | None:

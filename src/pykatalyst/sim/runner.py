@@ -34,7 +34,7 @@ from pykatalyst.cluster.protocol import ApiError, NotFound
 from pykatalyst.sim import manifests
 from pykatalyst.sim.arrays import CpuStep, domains, mask_rows
 from pykatalyst.sim.control import ControlPlane, make_control_plane
-from pykatalyst.sim.host import NodeUsage, PodKnobs, PodUsage, SimHost, run_queue_wait_us
+from pykatalyst.sim.host import NodeUsage, PodKnobs, PodUsage, SimHost, run_queue_waits_us
 from pykatalyst.sim.physics import (
     latency_p99,
     model_constants,
@@ -789,10 +789,10 @@ class PolicySim:
     def _node_usage(self, nidx: int) -> NodeUsage:
         per_cpu = self._per_cpu_all[nidx][self._valid[nidx]] if len(self._per_cpu_all) else ()
         load = self._node_load[nidx]
-        ratio = tuple(float(x) for x in np.clip(per_cpu, 0.0, 1.0))
+        ratio = np.clip(np.asarray(per_cpu, dtype=np.float64), 0.0, 1.0)
         return NodeUsage(
-            cpu_ratio=ratio,
-            sched_wait_us=tuple(run_queue_wait_us(x) for x in ratio),
+            cpu_ratio=tuple(ratio.tolist()),
+            sched_wait_us=tuple(run_queue_waits_us(ratio).tolist()),
             load=(float(load[0]), float(load[1]), float(load[2])),
             memory_used=int(self._node_mem_used[nidx]),
         )

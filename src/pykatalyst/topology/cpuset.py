@@ -9,6 +9,7 @@ per-pod cpuset diffing call them constantly.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from typing import Final
 
@@ -182,7 +183,7 @@ class CPUSet:
         return result
 
     def __str__(self) -> str:
-        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ranges())
+        return _list_format(self._mask)
 
     def __repr__(self) -> str:
         return f"CPUSet({str(self)!r})"
@@ -269,3 +270,10 @@ class CPUSet:
 
 
 EMPTY: Final = CPUSet(0)
+
+
+@functools.lru_cache(maxsize=8192)
+def _list_format(mask: int) -> str:
+    """The kernel's list format of a mask ("0-3,8"); an agent writes the same few cpusets
+    into cgroups and annotations over and over, so each is formatted once."""
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in CPUSet(mask).ranges())

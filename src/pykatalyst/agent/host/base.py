@@ -54,6 +54,12 @@ class Knob(enum.Enum):
     IO_LATENCY = "io.latency"
     NET_CLS_CLASSID = "net_cls.classid"
 
+    # Knobs key the enforcer's maps, looked up hundreds of times a reconcile; Enum's own
+    # hash is a Python call (hash of the name). Members are singletons and compare by
+    # identity, so the identity hash agrees with equality; like the name's string hash it
+    # differs between processes, so nothing may depend on the order of a set of knobs.
+    __hash__ = object.__hash__
+
 
 # Knobs that are actions rather than states: written whenever they are desired, never read
 # back, never checkpointed (a restarted agent does not replay them).
