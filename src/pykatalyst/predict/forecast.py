@@ -291,7 +291,7 @@ def _recent_error(z: Array, shape: Array, level_n: int, back: int) -> float:
         return 0.0
     start = z.size - back
     factor = _level_factor(z[start - level_n : start], shape[start - level_n : start])
-    # the shape as known one period before the backtest window, on the level then
+    # the shape over the backtest window (it repeats every period), on the level then
     pred = shape[start - p : start - p + back] * factor
     actual = z[start:]
     scale = max(float(np.mean(np.abs(actual))), 1e-9)
