@@ -17,13 +17,16 @@ predicted load (target: capacity × target per pod); the HPA takes the larger pr
   max-value estimator, margin 0), and the metric is its max over the next
   `--ehpa-window` seconds (predictionWindowSeconds, 3600 in Crane's examples).
 - ihpa: the resource portrait: every `--resync` seconds (Katalyst's 3600) the built-in
-  predictor forecasts the next 120 minutes from the last 7 days of 1-minute history with
-  quantile `--quantile` over a start-up horizon of `--startup`; the metric is the latest
-  predicted point before now, as `katalyst metrics` serves it. Its AverageValue target
-  is the customMetric `value` 0 rule (capacity × `--target`) unless `--ihpa-value` sets
-  it to a fraction of a replica's capacity; its scale-down window is
-  `--ihpa-scale-down-window` (its `behavior`), and `--ihpa-metrics predicted` leaves out
-  the cpu metric.
+  predictor forecasts the next 120 minutes from the last 7 days of 1-minute history (each
+  minute's peak 15 s request rate, or with `--ihpa-history mean` its mean) with quantile
+  `--quantile` over a start-up horizon of `--startup`; the metric is the latest predicted
+  point before now, as `katalyst metrics` serves it. Its AverageValue target is
+  `--ihpa-value` × a replica's capacity (0: the customMetric `value` 0 rule, capacity ×
+  `--target`); its scale-down window is `--ihpa-scale-down-window` (its `behavior`), and
+  `--ihpa-metrics predicted` leaves out the cpu metric. The defaults are the IHPA
+  docs/autoscaling.md recommends for a request-driven service; `--quantile 0.8
+  --ihpa-value 0 --ihpa-scale-down-window 300 --ihpa-history mean` is the IHPA as Katalyst
+  users write it by default.
 
 Scored after the first `--train-days` days: replica-minutes (pods asked for, ready or
 starting), under-provisioned minutes (load above ready capacity), SLO-violating minutes
@@ -114,9 +117,13 @@ def alibaba_steps(peak_replicas: float, capacity: float) -> Array:
     return shape / shape.max() * peak_replicas * capacity
 
 
-def per_minute(steps: Array) -> Array:
+def per_minute(steps: Array, how: str = "mean") -> Array:
+    """Each minute's mean of the 15 s steps, or its peak (`how="peak"`: the largest
+    15 s rate of the minute, what `max_over_time(rate(...)[1m:15s])` answers)."""
     n = steps.size // STEPS_PER_MIN * STEPS_PER_MIN
-    return steps[:n].reshape(-1, STEPS_PER_MIN).mean(axis=1)
+    minutes = steps[:n].reshape(-1, STEPS_PER_MIN)
+    out: Array = minutes.max(axis=1) if how == "peak" else minutes.mean(axis=1)
+    return out
 
 
 # --- predictions: the value of the External metric at each step ----------------------------
@@ -232,7 +239,8 @@ def run_trace(
     score_from = int(args.train_days * DAY_S / DT)
     cfg = ForecastConfig(quantile=args.quantile, scale_up_forward_s=args.startup)
     t0 = time.perf_counter()
-    ihpa, used = ihpa_metric(minutes, args.resync, cfg, score_from // STEPS_PER_MIN)
+    history = per_minute(demand, args.ihpa_history)
+    ihpa, used = ihpa_metric(history, args.resync, cfg, score_from // STEPS_PER_MIN)
     t_ihpa = time.perf_counter() - t0
     ehpa = ehpa_metric(minutes, args.ehpa_window)
     # the IHPA's `behavior` (passed through to its HPA): its scale-down stabilization
@@ -306,7 +314,18 @@ def main(argv: list[str] | None = None) -> None:
         help="seconds from asking for a pod to its readiness",
     )
     p.add_argument("--target", type=float, default=0.6, help="target utilization of the cpu metric")
-    p.add_argument("--quantile", type=float, default=0.8, help="the IHPA predictor's quantile")
+    p.add_argument(
+        "--quantile",
+        type=float,
+        default=0.99,
+        help="the IHPA predictor's quantile (Katalyst's default 0.99)",
+    )
+    p.add_argument(
+        "--ihpa-history",
+        choices=("peak", "mean"),
+        default="peak",
+        help="the IHPA custom metric's query: each minute's peak 15 s request rate, or its mean",
+    )
     p.add_argument(
         "--resync", type=float, default=3600.0, help="seconds between portrait refreshes"
     )
@@ -319,15 +338,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--ihpa-scale-down-window",
         type=float,
-        default=300.0,
-        help="the IHPA's behavior.scaleDown.stabilizationWindowSeconds (HPA default 300)",
+        default=0.0,
+        help="the IHPA's behavior.scaleDown.stabilizationWindowSeconds (the HPA's default "
+        "is 300; the forecast already holds replicas for the coming peaks)",
     )
     p.add_argument(
         "--ihpa-value",
         type=float,
-        default=0.0,
+        default=1.0,
         help="the IHPA predicted metric's customMetric value as a fraction of a replica's "
-        "capacity (0: value 0, i.e. template requests x the cpu target)",
+        "capacity (1: the rate one replica serves; 0: value 0, i.e. template requests x "
+        "the cpu target)",
     )
     p.add_argument(
         "--ehpa-window", type=float, default=3600.0, help="Crane's predictionWindowSeconds"

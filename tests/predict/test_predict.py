@@ -78,6 +78,43 @@ def test_the_served_value_covers_the_coming_peak(amp: float, phase: int, noise: 
     assert np.mean(f.served >= ahead - 2.0) > 0.9
 
 
+def test_a_quieter_day_is_forecast_on_the_shape_scaled_to_its_level() -> None:
+    # six days swinging 20..180, then a day at half that: the forecast keeps the
+    # swing in proportion instead of carrying the busy days' amplitude into troughs
+    y = 100 + 80 * np.sin(2 * np.pi * np.arange(N) / 1440)
+    y[-1440:] *= 0.5
+    f = forecast(y, 60.0, 120)
+    assert f.method is Method.SEASONAL
+    truth = 0.5 * (100 + 80 * np.sin(2 * np.pi * np.arange(N, N + 120) / 1440))
+    assert np.abs(f.point - truth).mean() < 0.05 * truth.mean()
+    assert np.all(f.point > 0)
+
+
+def test_the_band_follows_the_last_hours_bursts() -> None:
+    calm = daily(noise=2.0)
+    bursty = calm.copy()
+    bursty[-60::10] *= 1.8  # a burst every ten minutes within the last hour
+    earlier = calm.copy()
+    earlier[-1440:-1380:10] *= 1.8  # the same bursts, a day ago
+    f_calm, f_bursty, f_earlier = (forecast(y, 60.0, 60) for y in (calm, bursty, earlier))
+    width = [float(np.mean(f.upper / f.point)) for f in (f_calm, f_bursty, f_earlier)]
+    assert width[1] > 1.5 > width[0]
+    # bursts that stopped a day ago no longer widen the band
+    assert width[2] == pytest.approx(width[0], rel=0.02)
+
+
+@settings(max_examples=15, deadline=None)
+@given(scale=st.floats(1e-3, 1e3), phase=st.integers(0, 1439), seed=st.integers(0, 5))
+def test_the_forecast_scales_with_the_series(scale: float, phase: int, seed: int) -> None:
+    # a service twice as busy gets twice the forecast, band and served value: the model
+    # is a shape on a level with a band relative to it, nothing in absolute units
+    y = daily(phase=phase, seed=seed)
+    f, g = forecast(y, 60.0, 60), forecast(y * scale, 60.0, 60)
+    assert (f.method, f.reason) == (g.method, g.reason)
+    for a, b in ((f.point, g.point), (f.upper, g.upper), (f.served, g.served)):
+        assert np.allclose(a * scale, b, rtol=1e-6)
+
+
 def request(values: np.ndarray[Any, Any], start: int = 1_800_000_000) -> dict[str, Any]:
     ts = start - 60 * values.size + 60 * np.arange(values.size)
     return {

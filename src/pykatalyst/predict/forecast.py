@@ -8,12 +8,17 @@ week of 1-minute samples. Then:
    autocorrelation of the detrended series at that lag is at least `min_acf` and higher
    than at half the lag (so a 12-hour rhythm is not taken for a day). At least two whole
    periods of history are needed.
-2. **Model**: statsmodels' STL splits the series into seasonal, trend and remainder; the
-   forecast is the last period's seasonal shape on the current level (the mean of the
-   seasonally adjusted series over the last hour).
-3. **Band**: the empirical distribution, per horizon, of how far the seasonally adjusted
-   series moved from its one-hour mean that far ahead, over the whole history: the
-   `quantile` of it is the upper band, 1 - quantile the lower.
+2. **Model**: the period's shape is each bucket's mean over the whole periods of the
+   history, smoothed over half an hour either side; the forecast is that shape scaled to
+   the current level (the last hour's mean over the shape's mean there), so a day that
+   runs at half the usual load is forecast at half the shape, peaks and troughs alike.
+   (An additive split, STL's seasonal on the current level, carries a weekday's
+   amplitude into a quiet weekend day and forecasts troughs near zero.)
+3. **Band**: the ratios of the last hour's samples (not the buckets' means) to the
+   shape on the current level; their `quantile` times the point forecast is the upper
+   band, their 1 - quantile the lower. The band is the forecast's own recent error, so it
+   widens within the hour a service turns bursty and narrows when it calms, and scales
+   with the load the shape expects.
 4. **Recent error**: the same forecast made `backtest` ago is compared with what
    happened since; above `max_recent_error` (mean absolute error over mean level) the
    forecast is not trusted.
@@ -43,6 +48,8 @@ WEEK_S = 7 * DAY_S
 BUCKETS_PER_PERIOD = 288
 LEVEL_WINDOW_S = 3600.0
 REACTIVE_WINDOW_S = 900.0
+BAND_WINDOW_S = 3600.0
+SMOOTH_BUCKETS = 3
 
 Array = NDArray[np.float64]
 
@@ -158,40 +165,49 @@ def _serve(upper: Array, interval_s: float, forward_s: float, steps: int) -> Arr
     return out
 
 
-def _seasonal_model(z: Array, horizon: int) -> tuple[Array, Array, Array]:
-    """STL on the bucketed series: (forecast over `horizon` buckets, the seasonally
-    adjusted series, the seasonal component)."""
+def _profile(z: Array) -> Array:
+    """The period's shape: each bucket's mean over the whole periods of the history
+    (a busier or quieter period counts in proportion), smoothed over half an hour either
+    side so the noise of single buckets does not become the shape; laid over the series
+    so it lines up bucket for bucket."""
     p = BUCKETS_PER_PERIOD
-    jump = max(1, p // 10)
-    stl = _statsmodels("tsa.seasonal").STL
-    fit = stl(z, period=p, seasonal_jump=1, trend_jump=jump, low_pass_jump=jump).fit()
-    seasonal = np.asarray(fit.seasonal, dtype=np.float64)
-    adjusted = z - seasonal
-    last = seasonal[-p:]
-    future = np.resize(last, horizon)
-    return future, adjusted, seasonal
+    k = z.size // p
+    whole = z[z.size - k * p :].reshape(k, p)
+    mean = whole.mean(axis=0)
+    wrapped = np.concatenate([mean[-SMOOTH_BUCKETS:], mean, mean[:SMOOTH_BUCKETS]])
+    shape = _smooth(wrapped, SMOOTH_BUCKETS)[SMOOTH_BUCKETS:-SMOOTH_BUCKETS]
+    floor = max(0.1 * float(mean.mean()), 1e-9)
+    out: Array = np.resize(np.maximum(shape, floor), z.size + (p - z.size % p) % p)
+    return out[out.size - z.size :]
 
 
-def _band_offsets(
-    adjusted: Array, peaks: Array, level_n: int, horizon: int, q: float
-) -> tuple[Array, Array]:
-    """Per-horizon quantiles of how far the series moved from its mean over the last
-    `level_n` buckets, h buckets ahead: the upper band from each bucket's peak sample
-    (`peaks`), the lower from its mean (`adjusted`)."""
-    csum = np.concatenate(([0.0], np.cumsum(adjusted)))
-    means = (csum[level_n:] - csum[:-level_n]) / level_n  # mean ending at t = level_n-1..
-    hi = np.empty(horizon)
-    lo = np.empty(horizon)
-    for h in range(1, horizon + 1):
-        ahead = adjusted[level_n - 1 + h :]
-        base = means[: ahead.size]
-        if ahead.size < 2:
-            hi[h - 1 :] = hi[h - 2] if h > 1 else 0.0
-            lo[h - 1 :] = lo[h - 2] if h > 1 else 0.0
-            break
-        hi[h - 1] = float(np.quantile(peaks[level_n - 1 + h :] - base, q))
-        lo[h - 1] = float(np.quantile(ahead - base, 1.0 - q))
-    return lo, hi
+def _smooth(x: Array, half: int) -> Array:
+    """Centred moving average over 2 × half + 1 points, the ends over what there is."""
+    if half < 1 or x.size <= 2 * half:
+        return x
+    kernel = np.ones(2 * half + 1)
+    sums = np.convolve(x, kernel, mode="same")
+    counts = np.convolve(np.ones(x.size), kernel, mode="same")
+    out: Array = sums / counts
+    return out
+
+
+def _recent_ratios(y: Array, expected: Array, n: int) -> Array:
+    """Each of the last `n` samples over what the forecast expects there now (`expected`
+    is aligned to the end of `y`), the expectation floored at a tenth of the samples' mean
+    so that one near zero does not blow a ratio up."""
+    actual = y[-n:]
+    floor = max(0.1 * float(np.mean(np.abs(actual))), 1e-9)
+    out: Array = actual / np.maximum(expected[-n:], floor)
+    return out
+
+
+def _band_factors(ratios: Array, q: float) -> tuple[float, float]:
+    """(lower, upper) multipliers of the point forecast: the 1 - q and q quantiles of the
+    recent ratios, never inside the point itself."""
+    hi = float(np.quantile(ratios, q))
+    lo = float(np.quantile(ratios, 1.0 - q))
+    return min(lo, 1.0), max(hi, 1.0)
 
 
 def _upsample(z: Array, per: int, steps: int) -> Array:
@@ -221,50 +237,62 @@ def forecast(
             cfg,
             Fallback.SHORT_HISTORY if short else Fallback.NO_PERIOD,
         )
+    return _seasonal(y, interval_s, steps, total, period_s, cfg)
+
+
+def _seasonal(
+    y: Array, interval_s: float, steps: int, total: int, period_s: float, cfg: ForecastConfig
+) -> Forecast:
+    """The seasonal forecast (module doc, 2-5) of a series with a period."""
     per = max(1, round(period_s / BUCKETS_PER_PERIOD / interval_s))
     z = _bucket(y, per)
     horizon = math.ceil(total / per) + 1
     level_n = max(1, round(LEVEL_WINDOW_S / (per * interval_s)))
     back = max(1, round(cfg.backtest_s / (per * interval_s)))
-    seasonal_future, adjusted, seasonal = _seasonal_model(z, horizon)
-    level = float(adjusted[-level_n:].mean())
-    # each bucket's peak sample, seasonally adjusted: the band covers the peaks within a
-    # bucket, not only its mean
-    n_used = z.size * per
-    peaks = (y[y.size - n_used :] - np.repeat(seasonal, per)).reshape(-1, per).max(axis=1)
-    lo_off, hi_off = _band_offsets(adjusted, peaks, level_n, horizon, cfg.quantile)
-    error = _recent_error(z, adjusted, seasonal, level_n, back)
+    shape = _profile(z)
+    error = _recent_error(z, shape, level_n, back)
     if error > cfg.max_recent_error:
         fb = _fallback(y, interval_s, steps, total, cfg, Fallback.HIGH_ERROR)
         return Forecast(
             fb.method, fb.reason, period_s, fb.point, fb.lower, fb.upper, fb.served, error
         )
-    point_b = np.maximum(seasonal_future + level, 0.0)
-    point = _upsample(point_b, per, total)
-    upper = _upsample(np.maximum(point_b + hi_off, 0.0), per, total)
-    lower = _upsample(np.maximum(point_b + lo_off, 0.0), per, total)
+    # the shape on the current level: a quieter or busier day than usual scales it
+    factor = _level_factor(z[-level_n:], shape[-level_n:])
+    future = np.resize(shape[-BUCKETS_PER_PERIOD:], horizon) * factor
+    # the band: how far the samples themselves (not the buckets' means) ran above and
+    # below the shape on the current level in the last hour, as a ratio
+    band_n = min(z.size * per, max(1, round(BAND_WINDOW_S / interval_s)))
+    ratios = _recent_ratios(y, np.repeat(shape * factor, per), band_n)
+    lo_f, hi_f = _band_factors(ratios, cfg.quantile)
+    point = _upsample(future, per, total)
+    upper = point * hi_f
     served = _serve(upper, interval_s, cfg.scale_up_forward_s, steps)
     return Forecast(
         Method.SEASONAL,
         Fallback.NONE,
         period_s,
         point[:steps],
-        lower[:steps],
+        (point * lo_f)[:steps],
         upper[:steps],
         served,
         error,
     )
 
 
-def _recent_error(z: Array, adjusted: Array, seasonal: Array, level_n: int, back: int) -> float:
+def _level_factor(actual: Array, shape: Array) -> float:
+    """How much busier (> 1) or quieter the series ran than the shape expects."""
+    return float(np.mean(actual)) / max(float(np.mean(shape)), 1e-9)
+
+
+def _recent_error(z: Array, shape: Array, level_n: int, back: int) -> float:
     """Mean absolute error, over the mean level, of the forecast made `back` buckets ago."""
     p = BUCKETS_PER_PERIOD
     if z.size < back + level_n + p:
         return 0.0
     start = z.size - back
-    level = float(adjusted[start - level_n : start].mean())
-    # the seasonal shape as known one period before the backtest window
-    pred = seasonal[start - p : start - p + back] + level
+    factor = _level_factor(z[start - level_n : start], shape[start - level_n : start])
+    # the shape over the backtest window (it repeats every period), on the level then
+    pred = shape[start - p : start - p + back] * factor
     actual = z[start:]
     scale = max(float(np.mean(np.abs(actual))), 1e-9)
     return float(np.mean(np.abs(actual - pred)) / scale)
