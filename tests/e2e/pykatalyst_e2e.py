@@ -82,6 +82,31 @@ def fit_to_node(pod: dict[str, Any], namespace: str, command: str = SLEEP) -> di
     return out
 
 
+def katalyst_pod(
+    name: str, namespace: str, limits: dict[str, str], command: str = SLEEP
+) -> dict[str, Any]:
+    """A one-container pod for `katalyst scheduler` on the workload image, with 32Mi of
+    memory and these limits beside it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "schedulerName": "katalyst-scheduler",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": WORKLOAD_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", command],
+                    "resources": {"limits": {"memory": "32Mi", **limits}},
+                }
+            ],
+        },
+    }
+
+
 def start_agent(
     components: Callable[..., Component],
     tmp_path: Path,

@@ -30,37 +30,19 @@ from pykatalyst.agent.net_policy import NetPod, bandwidth
 from pykatalyst.api import names
 from tests.e2e.conftest import (
     REPO,
-    WORKLOAD_IMAGE,
     Component,
     Kubectl,
     component_kubeconfig,
     wait_until,
 )
-from tests.e2e.pykatalyst_e2e import explain_pod_json, running_pods, start_agent
+from tests.e2e.pykatalyst_e2e import explain_pod_json, katalyst_pod, running_pods, start_agent
 
 BW = names.RESOURCE_NET_BANDWIDTH
 SPEED = 10000  # the line rate assumed where sysfs has none: 9000 Mbps given out
 
 
 def _pod(name: str, namespace: str, mbps: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "schedulerName": "katalyst-scheduler",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": WORKLOAD_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", "sleep 36000"],
-                    "resources": {"limits": {"memory": "32Mi", BW: str(mbps)}},
-                }
-            ],
-        },
-    }
+    return katalyst_pod(name, namespace, {BW: str(mbps)})
 
 
 def _nic_zones(kubectl: Kubectl, node: str) -> dict[str, Any]:

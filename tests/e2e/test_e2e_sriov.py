@@ -17,14 +17,13 @@ from typing import Any
 from pykatalyst.api import names
 from tests.e2e.conftest import (
     REPO,
-    WORKLOAD_IMAGE,
     Component,
     Kubectl,
     LocalNode,
     component_kubeconfig,
     wait_until,
 )
-from tests.e2e.pykatalyst_e2e import explain_pod_json, running_pods, start_agent
+from tests.e2e.pykatalyst_e2e import explain_pod_json, katalyst_pod, running_pods, start_agent
 
 SRIOV = names.RESOURCE_SRIOV_NIC
 PRINT = (
@@ -50,24 +49,7 @@ def _config(local_node: LocalNode) -> dict[str, Any]:
 
 
 def _pod(name: str, namespace: str, count: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "schedulerName": "katalyst-scheduler",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": WORKLOAD_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", PRINT],
-                    "resources": {"limits": {"memory": "32Mi", SRIOV: count}},
-                }
-            ],
-        },
-    }
+    return katalyst_pod(name, namespace, {SRIOV: count}, PRINT)
 
 
 def _vf_zones(kubectl: Kubectl, node: str) -> dict[str, Any]:
