@@ -165,3 +165,24 @@ def test_an_sriov_nic_count_other_than_one_is_refused_naming_the_field() -> None
     )
     verdict = validate_pod(pod_request(two))
     assert not verdict.allowed and "one VF per pod" in verdict.message
+
+
+def test_an_unreadable_gpu_rdma_pairing_is_refused_naming_the_annotation() -> None:
+    aff = names.GPU_RDMA_AFFINITY_ANNOTATION
+    koord = names.KOORDINATOR_JOINT_ALLOCATE_ANNOTATION
+    ask = {names.RESOURCE_NVIDIA_GPU: "1", names.RESOURCE_SRIOV_NIC: "1"}
+    for key, bad, accepted in (
+        (aff, "always", "pcie_switch, numa, preferred, none"),
+        (koord, '{"deviceTypes":["gpu"]}', '["gpu", "rdma"]'),
+        (koord, '{"deviceTypes":["gpu","rdma"],"requiredScope":"PCIe"}', "'SamePCIe'"),
+        (koord, "[1", "accepted"),
+    ):
+        obj = _gpu_pod(ask)
+        obj["metadata"]["annotations"] = {key: bad}
+        verdict = validate_pod(pod_request(obj))
+        assert not verdict.allowed, bad
+        assert key in verdict.message and accepted in verdict.message, verdict.message
+    for key, good in ((aff, "pcie_switch"), (koord, '{"deviceTypes":["gpu","rdma"]}')):
+        obj = _gpu_pod(ask)
+        obj["metadata"]["annotations"] = {key: good}
+        assert validate_pod(pod_request(obj)).allowed

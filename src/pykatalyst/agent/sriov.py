@@ -56,7 +56,15 @@ def synthetic_vfs(
 
 def vf_slot(vf: VfDevice, socket: int, pf_healthy: bool) -> VfSlot:
     return VfSlot(
-        vf.rep_name, vf.pf, vf.index, vf.numa, socket, vf.rdma, vf.queue_count, pf_healthy
+        vf.rep_name,
+        vf.pf,
+        vf.index,
+        vf.numa,
+        socket,
+        vf.rdma,
+        vf.queue_count,
+        pf_healthy,
+        vf.pcie_switch,
     )
 
 

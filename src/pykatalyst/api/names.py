@@ -141,6 +141,25 @@ RESOURCE_SRIOV_NIC: Final = "resource.katalyst.kubewharf.io/sriov_nic"
 SRIOV_VF_RESULT_ANNOTATION: Final = "katalyst.kubewharf.io/sriov_vf_result"
 # pykatalyst's own: why that VF (one line, like nic_selection_reason).
 SRIOV_VF_REASON_ANNOTATION: Final = "katalyst.kubewharf.io/sriov_vf_reason"
+# A pod asking GPUs and an SR-IOV VF together: how close the VF must sit to its cards.
+# `pcie_switch` (required: the VF under a switch that holds the pod's cards), `numa`
+# (a switch preferred, the same NUMA node required), `preferred` (the default: a switch,
+# else a NUMA node, else anywhere on the node) or `none` (no pairing).
+GPU_RDMA_AFFINITY_ANNOTATION: Final = "katalyst.kubewharf.io/gpu_rdma_affinity"
+GPU_RDMA_AFFINITY_PCIE_SWITCH: Final = "pcie_switch"
+GPU_RDMA_AFFINITY_NUMA: Final = "numa"
+GPU_RDMA_AFFINITY_PREFERRED: Final = "preferred"
+GPU_RDMA_AFFINITY_NONE: Final = "none"
+GPU_RDMA_AFFINITIES: Final = (
+    GPU_RDMA_AFFINITY_PCIE_SWITCH,
+    GPU_RDMA_AFFINITY_NUMA,
+    GPU_RDMA_AFFINITY_PREFERRED,
+    GPU_RDMA_AFFINITY_NONE,
+)
+# Koordinator's joint allocation, read as an alias: JSON {"deviceTypes": ["gpu", "rdma"],
+# "requiredScope": "SamePCIe"} (requiredScope left out: preferred).
+KOORDINATOR_JOINT_ALLOCATE_ANNOTATION: Final = "scheduling.koordinator.sh/device-joint-allocate"
+KOORDINATOR_SCOPE_SAME_PCIE: Final = "SamePCIe"
 # the container's annotations (Katalyst's --sriov-vf-pci-annotation-key and
 # --sriov-vf-netns-annotation-key defaults): JSON [{"address","repName","vfName"}] and the
 # VF's network namespace path when it is not the host's

@@ -373,6 +373,9 @@ class GPUShareArgs(_Strict):
     fgdTieBreak: Literal["bestfit", "random"] = "bestfit"
     # fgd: the host resources a task class must find free to fit a node (the paper: cpu)
     fgdHostResources: Literal["cpu", "cpu-memory"] = "cpu-memory"
+    # a pod asking GPUs and an SR-IOV VF: rank the nodes by the closest GPU-VF pair they
+    # offer (one PCIe switch, then one NUMA node) before the policy's score
+    rdmaPairScoring: bool = True
     seed: int = 0
 
 

@@ -1061,6 +1061,7 @@ def _read_vfs(zones: list[TopologyZone]) -> _CNRVfs:
                 a.get(names.VF_ATTR_RDMA, "true") == "true",
                 _int(a.get(names.VF_ATTR_QUEUE_COUNT, ""), -1),
                 alloc is not None and alloc.value() > 0,
+                a.get(names.GPU_ATTR_PCIE_SWITCH, ""),
             )
         )
         for consumer, _ in zone.allocations:

@@ -42,6 +42,7 @@ class VfSlot:
     rdma: bool = True
     queue_count: int = -1
     allocatable: bool = True  # its PF is healthy and gives it out
+    pcie_switch: str = ""  # the PCIe switch its PF hangs off ("" unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,53 @@ class VfChoice:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class VfCandidates:
+    """The VFs a pod may get (empty: `refusal` says why), with what narrowed them."""
+
+    vfs: list[VfSlot]
+    where: str = ""
+    sized: str = ""
+    refusal: str = ""
+
+
+def vf_candidates(
+    vfs: Iterable[VfSlot],
+    taken: Set[str],
+    policy: VfPolicy,
+    *,
+    sockets: Set[int] | None = None,
+    cpus: int = 0,
+    dedicated: bool = False,
+    annotations: Mapping[str, str] | None = None,
+) -> VfCandidates:
+    """Every VF the pod may get: free, RDMA-capable and allocatable, on `sockets` when
+    given (the pod's NUMA binding), of the dynamic policy's size when it asks one."""
+    free = [v for v in vfs if v.rdma and v.allocatable and v.id not in taken]
+    if not free:
+        return VfCandidates([], refusal="no free RDMA-capable VF")
+    where = ""
+    if sockets is not None:
+        free = [v for v in free if v.socket in sockets]
+        where = f" on socket {','.join(map(str, sorted(sockets)))} (the pod's NUMA binding)"
+        if not free:
+            return VfCandidates([], where, refusal=f"no free RDMA-capable VF{where}")
+    size = policy.size_for(cpus, dedicated, annotations)
+    sized = ""
+    if size is not None:
+        queues, refuse = size
+        exact = [v for v in free if v.queue_count == queues]
+        if exact:
+            free, sized = exact, f", {queues} queues for {cpus} dedicated cpus (dynamic policy)"
+        elif refuse:
+            return VfCandidates(
+                [], where, refusal=f"no free {queues}-queue VF{where} for {cpus} dedicated cpus"
+            )
+        else:
+            sized = f", no {queues}-queue VF free: any size (dynamic policy)"
+    return VfCandidates(free, where, sized)
+
+
 def choose_vf(
     vfs: Iterable[VfSlot],
     taken: Set[str],
@@ -140,31 +188,21 @@ def choose_vf(
     dedicated: bool = False,
     annotations: Mapping[str, str] | None = None,
 ) -> VfChoice:
-    """The VF for one pod: free, RDMA-capable and allocatable, on `sockets` when given
-    (the pod's NUMA binding), sized by the dynamic policy, first in Katalyst's order."""
-    free = [v for v in vfs if v.rdma and v.allocatable and v.id not in taken]
-    if not free:
-        return VfChoice(None, "no free RDMA-capable VF")
-    where = ""
-    if sockets is not None:
-        free = [v for v in free if v.socket in sockets]
-        where = f" on socket {','.join(map(str, sorted(sockets)))} (the pod's NUMA binding)"
-        if not free:
-            return VfChoice(None, f"no free RDMA-capable VF{where}")
-    size = policy.size_for(cpus, dedicated, annotations)
-    sized = ""
-    if size is not None:
-        queues, refuse = size
-        exact = [v for v in free if v.queue_count == queues]
-        if exact:
-            free, sized = exact, f", {queues} queues for {cpus} dedicated cpus (dynamic policy)"
-        elif refuse:
-            return VfChoice(None, f"no free {queues}-queue VF{where} for {cpus} dedicated cpus")
-        else:
-            sized = f", no {queues}-queue VF free: any size (dynamic policy)"
-    best = min(free, key=katalyst_order)
+    """The VF for one pod: among `vf_candidates`, the first in Katalyst's order."""
+    c = vf_candidates(
+        vfs,
+        taken,
+        policy,
+        sockets=sockets,
+        cpus=cpus,
+        dedicated=dedicated,
+        annotations=annotations,
+    )
+    if not c.vfs:
+        return VfChoice(None, c.refusal)
+    best = min(c.vfs, key=katalyst_order)
     return VfChoice(
         best,
-        f"VF {best.index} of {best.pf} ({best.id}){where}{sized}: the lowest VF index free, "
+        f"VF {best.index} of {best.pf} ({best.id}){c.where}{c.sized}: the lowest VF index free, "
         "then NUMA node, then PF name (Katalyst's order)",
     )

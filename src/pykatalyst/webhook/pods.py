@@ -2,8 +2,8 @@
 
 Validation shares `api.qos.inspect_pod_qos` with `katalyst validate`: an error (what no node
 can run: an unknown QoS level, a malformed enhancement, dedicated_cores without whole
-cpus, a GPU request no node can honour (`api.gpu`), an `sriov_nic` count other than 1,
-...) refuses the pod with the field, the value and what is accepted; a warning (what
+cpus, a GPU request no node can honour (`api.gpu`), an `sriov_nic` count other than 1, a
+GPU-RDMA pairing annotation that cannot be read (`topology/joint.py`), ...) refuses the pod with the field, the value and what is accepted; a warning (what
 Katalyst would ignore, e.g. an enhancement its level does not read) admits it and comes
 back as an AdmissionReview warning, which kubectl prints as `Warning: ...`.
 
@@ -22,6 +22,7 @@ from pykatalyst.api.gpu import pod_gpu_request
 from pykatalyst.api.qos import inspect_pod_qos
 from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.protocol import JSON
+from pykatalyst.topology.joint import joint_problem
 from pykatalyst.topology.vf import sriov_problem
 from pykatalyst.webhook.review import pointer
 
@@ -64,6 +65,11 @@ def validate_pod(request: AdmissionRequest) -> AdmissionResponse:
     if sriov:
         return AdmissionResponse.deny(
             f"pod {_pod_name(request, pod)}: invalid SR-IOV request: {sriov}"
+        )
+    joint = joint_problem(pod)
+    if joint:
+        return AdmissionResponse.deny(
+            f"pod {_pod_name(request, pod)}: invalid GPU-RDMA pairing: {joint}"
         )
     warnings = tuple(
         _clip(f"Katalyst will ignore this: {p}") for p in problems if p.severity == "warning"

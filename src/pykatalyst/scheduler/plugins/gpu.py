@@ -11,6 +11,13 @@ zones and the pods it has assumed.
 * Score: the profile's `policy` (see `GPUShareArgs`, docs/scheduler.md "GPUs").
 * Reserve: the cards, in allocation order, into `gpu_selection_result` (written on the pod
   before its Binding) and into the snapshot, so the next pod sees them taken.
+
+A pod that also asks an SR-IOV VF (`sriov_nic: 1`, with SriovVF in the profile) gets cards
+and VF as one pair (topology/joint.py): one PCIe switch, else one NUMA node, else the
+node, as its `gpu_rdma_affinity` (or Koordinator's `device-joint-allocate`) allows. The
+filter drops nodes whose closest pair is too far for a required affinity; the score ranks
+nodes by their closest pair first (`rdmaPairScoring`); Reserve writes the VF beside the
+cards (`sriov_vf_result`, and both reasons name the switch).
 """
 
 from __future__ import annotations
@@ -46,18 +53,39 @@ from pykatalyst.scheduler.plugins.base import (
     PluginContext,
 )
 from pykatalyst.scheduler.plugins.resources import least_allocated, most_allocated
+from pykatalyst.scheduler.plugins.sriov import (
+    VF_RESERVATION,
+    joint_of,
+    pod_annotations,
+    reserved_sockets,
+    vf_policy_of,
+)
 from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.snapshot import CPU, I32, MEMORY, GPUReservation, NodeSnapshot
+from pykatalyst.topology.joint import (
+    LEVEL_NODE,
+    LEVEL_NONE,
+    LEVEL_NUMA,
+    Cards,
+    JointAsk,
+    Pair,
+    best_pair,
+)
+from pykatalyst.topology.vf import vf_candidates
 
 MAX: Final = reg.MAX_NODE_SCORE
 GPU_RESERVATION: Final = Key[GPUReservation]("GPUShare/reservation")
 _CARDS: Final = Key["_Cards"]("GPUShare/cards")
+_JOINT: Final = Key["JointAsk | None"]("GPUShare/joint")
+_PAIRED: Final = Key[str]("GPUShare/pairedVF")
 
 REASON_NO_ZONES: Final = "node(s) report no GPU cards in their CNR"
 REASON_MODEL: Final = "node(s) had no GPU card of the requested model"
 REASON_CARDS: Final = "node(s) had too few GPU cards with enough memory free"
 REASON_NUMA: Final = "node(s) had too few GPU cards with enough memory free in one NUMA node"
+REASON_PAIR_SWITCH: Final = "node(s) had no free GPU cards and RDMA VF under one PCIe switch"
+REASON_PAIR_NUMA: Final = "node(s) had no free GPU cards and RDMA VF in one NUMA node"
 
 
 @dataclass(slots=True)
@@ -70,6 +98,10 @@ class _Cards:
     numa_fits: BOOL  # per node: within the NUMA rule (all True for pods not NUMA-bound)
     zones: BOOL  # per node: the CNR reports cards
     passes: BOOL  # per node: what the filter answers
+    # per node, for a pod pairing cards with a VF: the closest pair's level (LEVEL_NONE
+    # where not judged: no free VF or too few cards), and whether it is close enough
+    pair: I64 | None = None
+    pair_ok: BOOL | None = None
 
 
 def _units(milli: int) -> str:
@@ -121,6 +153,7 @@ class GPUShare(Plugin):
         self.model_label = args.modelLabel
         self.tie_break = args.fgdTieBreak
         self.host_rows = [CPU] if args.fgdHostResources == "cpu" else [CPU, MEMORY]
+        self.pair_scoring = args.rdmaPairScoring
         self.rng = np.random.default_rng(args.seed)
         self.mix = RecentMix(args.taskMixWindow, args.taskMixCoverage / 100)
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -131,6 +164,10 @@ class GPUShare(Plugin):
         req = pod.gpu
         if req.problem:
             return req.problem
+        try:
+            state[_JOINT] = joint_of(pod, self.ctx)
+        except ValueError as exc:
+            return str(exc)
         if pod.uid not in self._seen:  # a pod retried while pending counts once
             self._seen[pod.uid] = None
             if len(self._seen) > self.mix.window:
@@ -221,8 +258,80 @@ class GPUShare(Plugin):
         cached = state.get(_CARDS)
         if cached is None:
             cached = self.cards(pod, snap)
+            ask = self._joint(pod, state)
+            if ask is not None:
+                self._pair_levels(pod, snap, cached, ask)
             state[_CARDS] = cached
         return cached
+
+    # --- pairing with an SR-IOV VF ----------------------------------------------------------
+
+    def _joint(self, pod: PodInfo, state: CycleState) -> JointAsk | None:
+        if _JOINT in state:
+            return state[_JOINT]
+        try:
+            ask = joint_of(pod, self.ctx)
+        except ValueError:
+            ask = None  # PreFilter refuses such a pod
+        state[_JOINT] = ask
+        return ask
+
+    def _pair_levels(self, pod: PodInfo, snap: NodeSnapshot, c: _Cards, ask: JointAsk) -> None:
+        """Per node the cards fit on, with a VF free: the closest pair's level; the nodes
+        whose closest pair is farther than the pod allows stop passing."""
+        n = snap.n
+        levels = np.full(n, LEVEL_NONE, np.int64)
+        judge = c.passes & c.zones & (snap.vf_free[:n] > 0)
+        for slot in np.flatnonzero(judge).tolist():
+            pair = self.pair_on(pod, snap, slot, c.ok[:, slot])
+            if pair is not None:
+                levels[slot] = pair.level
+        need = ask.required_level
+        ok = (levels >= need) | ~judge  # a node without a free VF: SriovVF says so
+        if need > LEVEL_NODE:
+            ok &= c.zones  # a required pairing needs the cards in the CNR
+        c.pair, c.pair_ok = levels, ok
+        c.passes = c.passes & ok
+
+    def pair_on(
+        self,
+        pod: PodInfo,
+        snap: NodeSnapshot,
+        slot: int,
+        ok: BOOL,
+        sockets: set[int] | None = None,
+        keys: F64 | None = None,
+    ) -> Pair | None:
+        """The closest pair of the pod's cards (among `ok`) and a VF it may get on node
+        `slot`; None when no VF is free for it or too few cards are."""
+        node = snap.names[slot]
+        k = int(snap.gpu_count[slot])
+        info = snap.gpu_card_info(node)
+        qos = pod.qos
+        cands = vf_candidates(
+            snap.vf_slots(node),
+            snap.vf_taken(node),
+            vf_policy_of(self.ctx),
+            sockets=sockets,
+            cpus=pod.request(names.RESOURCE_CPU) // 1000,
+            dedicated=qos is not None and qos.is_dedicated,
+            annotations=pod_annotations(pod),
+        )
+        if not cands.vfs:
+            return None
+        cards = Cards(
+            np.asarray(ok[:k], np.bool_),
+            np.asarray(snap.gpu_cap[:k, slot] > 0, np.bool_),
+            list(info.pcie[:k]) if info is not None else [""] * k,
+            group_ids(snap, slot, numa=True),
+            keys if keys is not None else np.zeros(k, np.float64),
+        )
+        return best_pair(cards, cands.vfs, pod.gpu.cards)
+
+    def _pair_reason(self, pod: PodInfo, state: CycleState) -> str:
+        ask = self._joint(pod, state)
+        numa = ask is not None and ask.required_level == LEVEL_NUMA
+        return REASON_PAIR_NUMA if numa else REASON_PAIR_SWITCH
 
     def filter(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot) -> BOOL | None:
         if not pod.gpu.cards:
@@ -242,6 +351,8 @@ class GPUShare(Plugin):
                 out.append((REASON_MODEL,))
             elif not c.fits[slot]:
                 out.append((REASON_CARDS,))
+            elif c.pair_ok is not None and c.numa_fits[slot] and not c.pair_ok[slot]:
+                out.append((self._pair_reason(pod, state),))
             else:
                 out.append((REASON_NUMA,))
         return out
@@ -253,12 +364,16 @@ class GPUShare(Plugin):
         usable: BOOL = c.model_ok & (snap.gpu_cap[:, : snap.n] > 0)
         model_any = np.asarray(usable.any(axis=0), np.bool_)[idx]
         zones, fits = c.zones[idx], c.fits[idx]
+        pair_bad = np.zeros(len(idx), np.bool_)
+        if c.pair_ok is not None:
+            pair_bad = c.numa_fits[idx] & ~c.pair_ok[idx]
         counts: Counter[str] = Counter()
         for reason, mask in (
             (REASON_NO_ZONES, ~zones),
             (REASON_MODEL, zones & ~model_any),
             (REASON_CARDS, zones & model_any & ~fits),
-            (REASON_NUMA, zones & model_any & fits),
+            (REASON_NUMA, zones & model_any & fits & ~pair_bad),
+            (self._pair_reason(pod, state), zones & model_any & fits & pair_bad),
         ):
             k = int(mask.sum())
             if k:
@@ -268,6 +383,18 @@ class GPUShare(Plugin):
     # --- score ----------------------------------------------------------------------------
 
     def score(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX) -> I64 | int:
+        base = self._policy_score(pod, state, snap, idx)
+        c = state.get(_CARDS)
+        if not self.pair_scoring or c is None or c.pair is None:
+            return base
+        # the closest pair first (one switch 66.., one NUMA node 33.., else 0..), then
+        # the policy's score within a third of the range
+        tier = np.clip(c.pair[idx], 0, 2)
+        return np.asarray(tier * 33 + np.asarray(base, np.int64) * 34 // 100, np.int64)
+
+    def _policy_score(
+        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, idx: IDX
+    ) -> I64 | int:
         policy = self.policy
         if policy in ("katalyst", "random"):
             return MAX
@@ -420,6 +547,11 @@ class GPUShare(Plugin):
         if notes is not None:
             notes.pop(names.GPU_SELECTION_RESULT_ANNOTATION, None)
             notes.pop(names.GPU_SELECTION_REASON_ANNOTATION, None)
+        if state.pop(_PAIRED, None) is not None:
+            state.pop(VF_RESERVATION, None)
+            if notes is not None:
+                notes.pop(names.SRIOV_VF_RESULT_ANNOTATION, None)
+                notes.pop(names.SRIOV_VF_REASON_ANNOTATION, None)
 
     def card_keys(self, pod: PodInfo, snap: NodeSnapshot, slot: int) -> F64:
         """Per card of the node, lower first: the order the card policy takes them in."""
@@ -451,13 +583,14 @@ class GPUShare(Plugin):
         socket = group_ids(snap, slot, numa=False)
         allowed = ok.copy()
         where = "the node"
+        ask = self._joint(pod, state)
         res = state.get(NUMA_RESERVATION)
         if pod.is_dedicated_numa and res is not None:
             in_set = np.isin(numa, res.numa_ids)
             sockets = np.unique(socket[in_set])
             allowed &= in_set if (ok & in_set).sum() >= need else np.isin(socket, sockets)
             where = f"NUMA {','.join(map(str, res.numa_ids))} (the pod's NUMA binding)"
-        elif pod.is_dedicated_numa or self.card_policy == "katalyst":
+        elif pod.is_dedicated_numa or (self.card_policy == "katalyst" and ask is None):
             group = _affine_group(allowed, numa, socket, need, keys, snap, slot)
             if group is None and pod.is_dedicated_numa:
                 return None, REASON_NUMA.replace("node(s) had", "the node has")
@@ -466,9 +599,42 @@ class GPUShare(Plugin):
                 where = group[1]
         if allowed.sum() < need:
             return None, REASON_CARDS.replace("node(s) had", "the node has")
+        if ask is not None and snap.vf_slots(snap.names[slot]):
+            return self._choose_pair(pod, state, snap, slot, allowed, keys, where, ask)
         order = np.lexsort((np.arange(len(keys)), keys))
         picked = [int(i) for i in order if allowed[i]][:need]
         return picked, self._why(pod, snap, slot, picked, where)
+
+    def _choose_pair(
+        self,
+        pod: PodInfo,
+        state: CycleState,
+        snap: NodeSnapshot,
+        slot: int,
+        allowed: BOOL,
+        keys: F64,
+        where: str,
+        ask: JointAsk,
+    ) -> tuple[list[int] | None, str]:
+        """The cards and the VF as one pair (the VF into the cycle state and the pod's
+        sriov_vf_result); None and why when no pair the pod accepts is free."""
+        sockets = reserved_sockets(pod, state, snap, slot)
+        pair = self.pair_on(pod, snap, slot, allowed, sockets, keys)
+        if pair is None:
+            return None, f"the node has no free RDMA-capable VF for the pod's cards ({where})"
+        if pair.level < ask.required_level:
+            reason = self._pair_reason(pod, state).replace("node(s) had", "the node has")
+            return None, f"{reason} ({ask.source} {ask.mode})"
+        ids = snap.gpu_card_ids(snap.names[slot])
+        told = f"{ask.source} {ask.mode}" if ask.source else f"{ask.mode} (the default)"
+        paired = f"paired ({told}): {pair.describe(ids)}"
+        state[VF_RESERVATION] = pair.vf.id
+        state[_PAIRED] = pair.vf.id
+        notes = state.setdefault(BIND_ANNOTATIONS, {})
+        notes[names.SRIOV_VF_RESULT_ANNOTATION] = pair.vf.id
+        notes[names.SRIOV_VF_REASON_ANNOTATION] = paired
+        picked = list(pair.cards)
+        return picked, f"{self._why(pod, snap, slot, picked, where)}; {paired}"
 
     def _why(
         self, pod: PodInfo, snap: NodeSnapshot, slot: int, picked: Sequence[int], where: str

@@ -10,7 +10,8 @@ their PF's NIC zone) and the pods it has assumed. Katalyst's SR-IOV plugin rules
   sized by the cpus of a dedicated_cores pod under the dynamic policy), on the socket of
   the pod's NUMA binding when it has one; into `sriov_vf_result` (the representor name,
   written on the pod by the Binding; the agent's device plugin serves that VF) and into
-  the snapshot.
+  the snapshot. A pod that also asks GPUs placed card by card gets its VF from GPUShare,
+  which picks cards and VF as one pair (topology/joint.py); this plugin then only filters.
 """
 
 from __future__ import annotations
@@ -35,12 +36,51 @@ from pykatalyst.scheduler.plugins.base import (
 from pykatalyst.scheduler.plugins.topology import NUMA_RESERVATION
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.snapshot import NodeSnapshot
+from pykatalyst.topology.joint import JointAsk, joint_ask
 from pykatalyst.topology.vf import VfPolicy, choose_vf, sriov_problem
 
 SRIOV: Final = names.RESOURCE_SRIOV_NIC
 VF_RESERVATION: Final = Key[str]("SriovVF/reservation")
 
 REASON_NO_VF: Final = "node(s) had no free RDMA-capable SR-IOV VF (sriov_nic)"
+
+
+def pod_annotations(pod: PodInfo) -> dict[str, str]:
+    meta = pod.raw.get("metadata") or {}
+    return {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+
+
+def joint_of(pod: PodInfo, ctx: PluginContext) -> JointAsk | None:
+    """How a pod asking GPUs (placed card by card) and a VF wants them paired; None when
+    it asks only one of them, pairs nothing (`none`), or the profile lacks GPUShare or
+    SriovVF. ValueError for annotations that cannot be read."""
+    enabled = ctx.enabled_filters
+    if (
+        not pod.gpu.cards
+        or pod.request(SRIOV) <= 0
+        or names.PLUGIN_GPU_SHARE not in enabled
+        or names.PLUGIN_SRIOV_VF not in enabled
+    ):
+        return None
+    ask = joint_ask(pod_annotations(pod))
+    return None if ask.mode == names.GPU_RDMA_AFFINITY_NONE else ask
+
+
+def vf_policy_of(ctx: PluginContext) -> VfPolicy:
+    args = ctx.args.get(names.PLUGIN_SRIOV_VF)
+    return args.vf_policy() if isinstance(args, SriovVFArgs) else SriovVFArgs().vf_policy()
+
+
+def reserved_sockets(
+    pod: PodInfo, state: CycleState, snap: NodeSnapshot, slot: int
+) -> set[int] | None:
+    """The sockets of the NUMA zones reserved for a NUMA-bound pod (None: any)."""
+    res = state.get(NUMA_RESERVATION)
+    if not pod.is_dedicated_numa or res is None:
+        return None
+    zones = int(snap.numa_count[slot])
+    ids, socks = snap.numa_id[:zones, slot], snap.numa_socket[:zones, slot]
+    return {int(s) for i, s in zip(ids, socks, strict=True) if int(i) in res.numa_ids}
 
 
 @reg.register(names.PLUGIN_SRIOV_VF, args=SriovVFArgs)
@@ -74,8 +114,7 @@ class SriovVF(Plugin):
 
     @staticmethod
     def _annotations(pod: PodInfo) -> dict[str, str]:
-        meta = pod.raw.get("metadata") or {}
-        return {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+        return pod_annotations(pod)
 
     @staticmethod
     def _cpus(pod: PodInfo) -> int:
@@ -111,27 +150,18 @@ class SriovVF(Plugin):
 
     # --- reserve --------------------------------------------------------------------------
 
-    def _sockets(
-        self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, slot: int
-    ) -> set[int] | None:
-        """The sockets of the NUMA zones reserved for a NUMA-bound pod (None: any)."""
-        res = state.get(NUMA_RESERVATION)
-        if not pod.is_dedicated_numa or res is None:
-            return None
-        zones = int(snap.numa_count[slot])
-        ids, socks = snap.numa_id[:zones, slot], snap.numa_socket[:zones, slot]
-        return {int(s) for i, s in zip(ids, socks, strict=True) if int(i) in res.numa_ids}
-
     def reserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> str | None:
         slot = snap.index.get(node)
         if pod.request(SRIOV) <= 0 or slot is None:
             return None
+        if snap.gpu_count[slot] and self._paired_by_gpu_share(pod):
+            return None  # GPUShare gives the VF with the cards
         qos = pod.qos
         choice = choose_vf(
             snap.vf_slots(node),
             snap.vf_taken(node),
             self.policy,
-            sockets=self._sockets(pod, state, snap, slot),
+            sockets=reserved_sockets(pod, state, snap, slot),
             cpus=self._cpus(pod),
             dedicated=qos is not None and qos.is_dedicated,
             annotations=self._annotations(pod),
@@ -143,6 +173,12 @@ class SriovVF(Plugin):
         notes[names.SRIOV_VF_RESULT_ANNOTATION] = choice.vf.id
         notes[names.SRIOV_VF_REASON_ANNOTATION] = choice.reason
         return None
+
+    def _paired_by_gpu_share(self, pod: PodInfo) -> bool:
+        try:
+            return joint_of(pod, self.ctx) is not None
+        except ValueError:
+            return False  # GPUShare's PreFilter refuses the pod
 
     def unreserve(self, pod: PodInfo, state: CycleState, snap: NodeSnapshot, node: str) -> None:
         state.pop(VF_RESERVATION, None)
