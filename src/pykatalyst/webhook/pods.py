@@ -3,9 +3,10 @@
 Validation shares `api.qos.inspect_pod_qos` with `katalyst validate`: an error (what no node
 can run: an unknown QoS level, a malformed enhancement, dedicated_cores without whole
 cpus, a GPU request no node can honour (`api.gpu`), an `sriov_nic` count other than 1, a
-GPU-RDMA pairing annotation that cannot be read (`topology/joint.py`), ...) refuses the pod with the field, the value and what is accepted; a warning (what
-Katalyst would ignore, e.g. an enhancement its level does not read) admits it and comes
-back as an AdmissionReview warning, which kubectl prints as `Warning: ...`.
+GPU-RDMA pairing annotation that cannot be read (`topology/joint.py`), ...) refuses the
+pod with the field, the value and what is accepted; a warning (what Katalyst would ignore,
+e.g. an enhancement its level does not read) admits it and comes back as an
+AdmissionReview warning, which kubectl prints as `Warning: ...`.
 
 Mutation runs Katalyst's chain in its order: the resource mutator (the slot for
 recommendations: `Recommender`, no-op by default), then the SPD-reference mutator.
