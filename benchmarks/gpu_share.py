@@ -24,6 +24,19 @@ is `unallocated_vs_best_baseline: <fgd / best baseline> alloc_ratio: <fgd> best_
 
 `--throughput` instead times the scheduling cycle alone (filter, score, reserve and the
 snapshot's accounting) on 1,213 nodes of 8 cards each, per policy.
+
+`--pairing N` instead places GPU tasks with an RDMA VF each (`sriov_nic: 1`, GPUDirect
+RDMA) on N of the trace's 8-GPU nodes (drawn once, seed 0), each built as 2 sockets x 4
+PCIe switches x 2 cards with one synthetic NIC of 8 VFs under every switch, tasks
+arriving as above until their GPU demand reaches those nodes' capacity. It reports, per
+rule, the share of multi-GPU tasks placed whose VF sits under a switch holding as many of
+their cards as it can (`pcie_switch`), whose VF shares a switch with any of their cards,
+and whose cards and VF share a NUMA node, besides the allocation ratio. The rules:
+`pykatalyst` (GPUShare's joint rule: pairs in the node, nodes ranked by their closest
+pair), `koordinator-joint` (Koordinator's documented joint allocation, re-implemented
+with the same in-node rule, switch then NUMA node then node, under its default
+LeastAllocated node score, which does not look at pairs) and `no-topology` (cards by
+Katalyst's best fit, the VF by Katalyst's order, each blind to the other).
 """
 
 from __future__ import annotations
@@ -225,12 +238,15 @@ def _base_snapshot(rows: Sequence[NodeRow]) -> NodeSnapshot:
     return _BASE[key]
 
 
-def task_pod(task: Task, uid: str) -> PodInfo:
+def task_pod(task: Task, uid: str, pairing: dict[str, str] | None = None) -> PodInfo:
+    """`pairing`: the task also asks an RDMA VF, with these annotations."""
     requests: dict[str, str] = {"cpu": f"{task.cpu_milli}m", "memory": f"{task.memory_mib}Mi"}
     if task.num_gpu:
         requests[names.RESOURCE_NVIDIA_GPU] = str(task.num_gpu)
         if task.gpu_milli < 1000:
             requests[names.RESOURCE_GPU_MEMORY] = str(task.gpu_milli)
+    if pairing is not None:
+        requests[names.RESOURCE_SRIOV_NIC] = "1"
     spec: dict[str, Any] = {
         "containers": [{"name": "main", "resources": {"requests": requests, "limits": requests}}]
     }
@@ -245,8 +261,8 @@ def task_pod(task: Task, uid: str) -> PodInfo:
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
             }
         }
-    raw = {"metadata": {"name": uid, "namespace": "trace", "uid": uid}, "spec": spec}
-    return pod_info(raw)
+    meta = {"name": uid, "namespace": "trace", "uid": uid, "annotations": dict(pairing or {})}
+    return pod_info({"metadata": meta, "spec": spec})
 
 
 def trace_mix(tasks: Sequence[Task]) -> TaskMix:
@@ -436,6 +452,187 @@ def throughput(tasks: Sequence[Task], policies: Sequence[str], pods: int) -> Non
         )
 
 
+# --- GPU + RDMA VF pairing ------------------------------------------------------------------
+
+SWITCHES = 8  # per 8-card node: 2 sockets x 4 PCIe switches, 2 cards each
+VFS_PER_NIC = 8
+# rule -> (GPUShare args, the pod's pairing annotation, kube's default scorers kept)
+PAIRING: dict[str, tuple[dict[str, Any], dict[str, str], bool]] = {
+    "pykatalyst": ({"policy": "katalyst"}, {}, True),
+    "koordinator-joint": (
+        {"policy": "spread", "rdmaPairScoring": False},
+        {names.KOORDINATOR_JOINT_ALLOCATE_ANNOTATION: '{"deviceTypes":["gpu","rdma"]}'},
+        True,
+    ),
+    "no-topology": (
+        {"policy": "katalyst"},
+        {names.GPU_RDMA_AFFINITY_ANNOTATION: names.GPU_RDMA_AFFINITY_NONE},
+        True,
+    ),
+}
+
+
+def pairing_node(row: NodeRow) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An 8-card node: cards 2i, 2i+1 and NIC eth<i> (8 VFs) under switch i, switches
+    0-3 on socket (and NUMA node) 0, 4-7 on socket 1."""
+    node, _ = node_objects(row)
+    sockets = []
+    for sock in range(2):
+        cards, nics = [], []
+        for i in range(sock * 4, sock * 4 + 4):
+            sw = f"sw{i}"
+            for c in (2 * i, 2 * i + 1):
+                zone = gpu_zone(row.name, c, sock, row.model)
+                zone["attributes"].append({"name": names.GPU_ATTR_PCIE_SWITCH, "value": sw})
+                cards.append(zone)
+            nics.append(_nic_zone(i, sock, sw))
+        numa = {"type": names.ZONE_NUMA, "name": str(sock), "children": cards}
+        sockets.append({"type": names.ZONE_SOCKET, "name": str(sock), "children": [numa, *nics]})
+    return node, {"metadata": {"name": row.name}, "status": {"topologyZone": sockets}}
+
+
+def _nic_zone(i: int, sock: int, sw: str) -> dict[str, Any]:
+    def attrs(**kv: str) -> list[dict[str, str]]:
+        return [{"name": k, "value": v} for k, v in kv.items()]
+
+    one = {names.RESOURCE_SRIOV_NIC: "1"}
+    vfs = [
+        {
+            "type": names.ZONE_NIC,
+            "name": f"eth{i}_{j}",
+            "resources": {"allocatable": one, "capacity": one},
+            "attributes": attrs(
+                pf_name=f"eth{i}",
+                vf_index=str(j),
+                numa=str(sock),
+                socket=str(sock),
+                pcie_switch=sw,
+                rdma="true",
+            ),
+        }
+        for j in range(VFS_PER_NIC)
+    ]
+    bw = {names.RESOURCE_NET_BANDWIDTH: "94000"}
+    return {
+        "type": names.ZONE_NIC,
+        "name": f"eth{i}",
+        "resources": {"allocatable": bw, "capacity": bw},
+        "attributes": attrs(numa=str(sock), socket=str(sock), pcie_switch=sw),
+        "children": vfs,
+    }
+
+
+def pairing_framework(rule: str, seed: int) -> Framework:
+    args, _, keep = PAIRING[rule]
+    text = profile_yaml(rule, args, keep, seed).replace(
+        "      - name: GPUShare\n        weight: 1\n",
+        "      - name: GPUShare\n        weight: 1\n      - name: SriovVF\n",
+        1,
+    )
+    return Framework(load_config_text(text).profiles[0], 100, seed)
+
+
+@dataclass(slots=True)
+class PairingResult:
+    rule: str
+    seed: int
+    alloc_ratio: float = 0.0
+    multi: int = 0  # multi-GPU tasks placed
+    multi_switch: int = 0  # ... with the VF under a switch holding as many cards as it can
+    multi_any_switch: int = 0  # ... with the VF under the switch of any of their cards
+    multi_numa: int = 0  # ... with all cards and the VF on one NUMA node
+    single: int = 0
+    single_switch: int = 0
+    failed_tasks: int = 0
+
+
+def _count_pair(res: PairingResult, cards: Sequence[str], vf: str) -> None:
+    vf_sw = int(vf.split("_")[0][3:])
+    sw = [int(c.rsplit("gpu", 1)[1]) // 2 for c in cards]
+    on = sum(1 for x in sw if x == vf_sw)
+    numa_ok = all(x // 4 == vf_sw // 4 for x in sw)
+    if len(cards) == 1:
+        res.single += 1
+        res.single_switch += on
+        return
+    res.multi += 1
+    res.multi_switch += on == min(len(cards), 2)
+    res.multi_any_switch += on > 0
+    res.multi_numa += numa_ok
+
+
+def pairing_run(
+    rule: str, seed: int, rows: Sequence[NodeRow], tasks: Sequence[Task]
+) -> PairingResult:
+    snap = NodeSnapshot(capacity=len(rows) + 1)
+    for row in rows:
+        node, cnr = pairing_node(row)
+        snap.upsert_node(node)
+        snap.upsert_cnr(cnr)
+    fw = pairing_framework(rule, seed)
+    capacity = float(sum(r.gpus for r in rows))
+    res = PairingResult(rule, seed)
+    allocated = 0.0
+    for i, task in enumerate(arrivals(tasks, capacity, np.random.default_rng(seed))):
+        info = task_pod(task, f"{task.name}-{i}", PAIRING[rule][1] if task.num_gpu else None)
+        result = fw.schedule(info, snap)
+        if result.node is None or fw.reserve(info, result, snap) is not None:
+            res.failed_tasks += 1
+            continue
+        snap.assume(info, result.node, result.numa, result.gpu, vf=result.vf)
+        allocated += task.demand
+        if result.gpu is not None and result.vf:
+            _count_pair(res, result.gpu.ids, result.vf)
+    res.alloc_ratio = allocated / capacity
+    return res
+
+
+def pairing_main(rows: Sequence[NodeRow], tasks: Sequence[Task], a: Any) -> None:
+    eight = [r for r in rows if r.gpus == 8]
+    pick = np.random.default_rng(0).permutation(len(eight))[: a.pairing]
+    chosen = [eight[i] for i in sorted(pick.tolist())]
+    models = {r.model for r in chosen}
+    usable = [t for t in tasks if not t.gpu_spec or set(t.gpu_spec) & models]
+    print(f"{len(chosen)} 8-GPU nodes (models {', '.join(sorted(models))}), {len(usable)} tasks")
+    jobs = [
+        (rule, seed) for seed in range(a.first_seed, a.first_seed + a.seeds) for rule in PAIRING
+    ]
+    out: list[PairingResult] = []
+    with ProcessPoolExecutor(max(a.jobs, 1)) as pool:
+        futures = [pool.submit(pairing_run, rule, seed, chosen, usable) for rule, seed in jobs]
+        for fut in futures:
+            r = fut.result()
+            out.append(r)
+            print(
+                f"seed {r.seed} {r.rule:<18} alloc {100 * r.alloc_ratio:6.2f} % multi-GPU "
+                f"{r.multi:4d}: switch {r.multi_switch:4d} any-switch {r.multi_any_switch:4d} "
+                f"numa {r.multi_numa:4d}; 1-GPU {r.single}: switch {r.single_switch}",
+                flush=True,
+            )
+    print(
+        "| rule | multi-GPU tasks placed | VF under their switch | VF under a switch of any "
+        "card | cards + VF in one NUMA node | 1-GPU tasks with VF under their switch | GPU "
+        "allocation |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for rule in PAIRING:
+        rs = [r for r in out if r.rule == rule]
+        multi = sum(r.multi for r in rs) or 1
+        single = sum(r.single for r in rs) or 1
+
+        def pct(num: int, den: int) -> str:
+            return f"{100 * num / den:.1f} %"
+
+        print(
+            f"| {rule} | {sum(r.multi for r in rs) / len(rs):.1f} | "
+            f"{pct(sum(r.multi_switch for r in rs), multi)} | "
+            f"{pct(sum(r.multi_any_switch for r in rs), multi)} | "
+            f"{pct(sum(r.multi_numa for r in rs), multi)} | "
+            f"{pct(sum(r.single_switch for r in rs), single)} | "
+            f"{100 * statistics.mean(r.alloc_ratio for r in rs):.2f} % |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=Path, default=TRACE / "openb_node_list_gpu_node.csv")
@@ -450,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", type=Path, nargs="+", help="report on dumped runs instead")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (processes)")
     ap.add_argument("--throughput", type=int, default=0, help="time N pods per policy instead")
+    ap.add_argument("--pairing", type=int, default=0, help="GPU+VF pairing on N 8-GPU nodes")
     a = ap.parse_args(argv)
     for p in (a.nodes, a.pods):
         if not p.is_file():
@@ -469,6 +667,9 @@ def main(argv: list[str] | None = None) -> int:
         throughput(tasks, policies, a.throughput)
         return 0
     rows = read_nodes(a.nodes)
+    if a.pairing:
+        pairing_main(rows, tasks, a)
+        return 0
     if a.merge:
         merged = [RunResult(**json.loads(line)) for f in a.merge for line in f.open() if line]
         report(merged, rows, tasks, a)
