@@ -216,3 +216,53 @@ def test_a_filled_box_never_gives_a_card_or_vf_twice_and_pairs_on_a_switch_when_
         if could:
             on = sum(1 for x in got if sw[x] == vsw[vf])
             assert on == min(cards, 2), (got, vf)
+
+
+def test_the_examples_pair_cards_and_vf_under_one_switch() -> None:
+    """examples/agent/synthetic-gpu-rdma.yaml through the agent's zone writers, placed by
+    examples/scheduler/katalyst-scheduler-gpu-rdma.yaml."""
+    from pathlib import Path
+
+    from pykatalyst.agent import gpu as agent_gpu
+    from pykatalyst.agent import nic as agent_nic
+    from pykatalyst.agent.config import load_config
+    from pykatalyst.agent.config_sections import NicsConfig
+    from pykatalyst.topology.machine import CPUTopology
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    devices = load_config(root / "agent" / "synthetic-gpu-rdma.yaml").devices
+    topo = CPUTopology.synthetic(2, 4, 2)
+    cards = agent_gpu.synthetic_cards(devices.gpus)
+    per_numa = agent_gpu.gpu_zones(cards, [], 100, topo, lambda _: None)
+    nics = agent_nic.synthetic_nics(devices.nic.interfaces)
+    per_socket = agent_nic.nic_zones(agent_nic.capacities(nics, NicsConfig()), (), topo)
+    res = {"cpu": "32", "memory": "128Gi"}
+    zones = [
+        {
+            "type": names.ZONE_SOCKET,
+            "name": str(s),
+            "children": [
+                {
+                    "type": names.ZONE_NUMA,
+                    "name": str(s),
+                    "resources": {"allocatable": res, "capacity": res},
+                    "children": per_numa.get(s, []),
+                },
+                *per_socket.get(s, []),
+            ],
+        }
+        for s in (0, 1)
+    ]
+    c = MemoryCluster()
+    add_node(c, node("gpu-1", cpu="64", memory="256Gi"))
+    add_cnr(c, cnr("gpu-1", zones=zones))
+    switch = {g.id: g.pcie_switch for g in devices.gpus}
+    vf_switch = {f"{i.name}_{j}": i.pcie_switch for i in devices.nic.interfaces for j in range(8)}
+    pods = [
+        pod("two", {GPU: "2", SRIOV: "1", "cpu": "1"}, scheduler="katalyst-scheduler"),
+        pod("share", {GPU: "1", MEM: "30", SRIOV: "1", "cpu": "1"}, scheduler="katalyst-scheduler"),
+    ]
+    run(c, pods, (root / "scheduler" / "katalyst-scheduler-gpu-rdma.yaml").read_text())
+    for name in ("two", "share"):
+        where, got, vf, _ = placed(c, name)
+        assert where == "gpu-1" and {switch[x] for x in got} == {vf_switch[vf]}, name

@@ -223,8 +223,10 @@ FEATURES: tuple[Feature, ...] = (
         "partly (a GPU QRM plugin, needs a patched kubelet)",
         "yes (DeviceShare)",
         "Katalyst's `nvidia.com/gpu` + `gpu_memory` pods: cards chosen by the scheduler's "
-        "GPUShare plugin, handed to a stock kubelet by `katalyst device-plugin`; no NIC/RDMA "
-        "pairing yet",
+        "GPUShare plugin, handed to a stock kubelet by `katalyst device-plugin`; with an "
+        "RDMA VF (`sriov_nic: 1`) cards and VF are paired under one PCIe switch, else one "
+        "NUMA node (`gpu_rdma_affinity`, Koordinator's `device-joint-allocate` read as an "
+        "alias)",
         by="scheduler, device-plugin, agent",
         resources=(names.RESOURCE_NVIDIA_GPU, names.RESOURCE_GPU_MEMORY),
     ),
