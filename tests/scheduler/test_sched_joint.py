@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
+from pykatalyst.cli.explain_pod import explain_pod
+from pykatalyst.cli.explain_render import print_pod
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import load_config_text
 from pykatalyst.scheduler.scheduler import Scheduler
@@ -266,3 +269,19 @@ def test_the_examples_pair_cards_and_vf_under_one_switch() -> None:
     for name in ("two", "share"):
         where, got, vf, _ = placed(c, name)
         assert where == "gpu-1" and {switch[x] for x in got} == {vf_switch[vf]}, name
+
+
+def test_explain_pod_shows_the_pair_and_the_switch(capsys: pytest.CaptureFixture[str]) -> None:
+    slots = symmetric(1, 2)
+    c = cluster({"n1": slots})
+    run(c, [joint_pod("p", cards=2, ann={AFF: "pcie_switch"})])
+    report = explain_pod(c, "default", "p", 0.0)
+    pair = report["pairing"]
+    _, cards, vf, _ = placed(c, "p")
+    assert pair["vf"] == vf and pair["vf_pcie_switch"] == vf_switches(slots)[vf]
+    assert pair["cards_under_vf_switch"] == 2 and pair["closest"] == "pcie_switch"
+    assert pair["asked"] == f"pcie_switch ({AFF})"
+    assert [x["id"] for x in pair["cards"]] == cards
+    print_pod(report)
+    shown = capsys.readouterr().out
+    assert "GPU-VF pairing" in shown and vf_switches(slots)[vf] in shown

@@ -1,6 +1,7 @@
 """`katalyst explain pod`, its GPU part: what the pod asks of GPUs, the cards the scheduler
 chose for it (`gpu_selection_result`) and why (`gpu_selection_reason`), and what the
-node's CNR says about those cards now."""
+node's CNR says about those cards now; for a pod that also holds an SR-IOV VF, how close
+the VF sits to its cards (the PCIe switch and NUMA node of each)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pykatalyst.api import names
 from pykatalyst.api.gpu import pod_gpu_request
 from pykatalyst.api.objects import CustomNodeResource, Pod, TopologyZone
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
+from pykatalyst.topology.joint import joint_ask
 
 
 def node_zones(
@@ -66,3 +68,38 @@ def gpu_json(cluster: Cluster, pod: Pod, problems: list[str]) -> JSON | None:
             }
         )
     return out
+
+
+def pairing_json(pod: Pod, gpu: JSON | None, sriov: JSON | None) -> JSON | None:
+    """The pod's cards and VF side by side: the affinity it asked, the VF's PCIe switch
+    and NUMA node, and how many of its cards share each (None: it holds not both)."""
+    if not gpu or not sriov or not gpu["cards"] or sriov.get("vf") is None:
+        return None
+    try:
+        ask = joint_ask(pod.annotations or {})
+        asked = f"{ask.mode} ({ask.source or 'the default'})"
+    except ValueError as exc:
+        asked = f"unreadable: {exc}"
+    attrs = sriov["vf"]["attributes"]
+    switch = attrs.get(names.GPU_ATTR_PCIE_SWITCH, "")
+    numa = attrs.get(names.GPU_ATTR_NUMA, "")
+    cards = [
+        {
+            "id": c["id"],
+            "pcie_switch": c["attributes"].get(names.GPU_ATTR_PCIE_SWITCH, ""),
+            "numa": c["attributes"].get(names.GPU_ATTR_NUMA, c["numa"]),
+        }
+        for c in gpu["cards"]
+    ]
+    under = sum(1 for c in cards if switch and c["pcie_switch"] == switch)
+    near = sum(1 for c in cards if numa and c["numa"] == numa)
+    return {
+        "asked": asked,
+        "vf": sriov["selection"],
+        "vf_pcie_switch": switch or None,
+        "vf_numa": numa or None,
+        "cards": cards,
+        "cards_under_vf_switch": under,
+        "cards_on_vf_numa": near,
+        "closest": "pcie_switch" if under else "numa" if near else "node",
+    }

@@ -23,7 +23,7 @@ from pykatalyst.cli.explain_cluster import (
     recent,
 )
 from pykatalyst.cli.explain_events import FAILED_SCHEDULING, OUR_COMPONENTS, component_of
-from pykatalyst.cli.explain_gpu import gpu_json
+from pykatalyst.cli.explain_gpu import gpu_json, pairing_json
 from pykatalyst.cli.explain_nic import nic_json, sriov_json
 from pykatalyst.cli.explain_recommend import resource_recommends_json
 from pykatalyst.cli.explain_vertical import vertical_json
@@ -59,9 +59,10 @@ def explain_pod(
         "qos": qos_json(qos, found, cpu_burst_json(cluster, view, qos, problems)),
         "placement": placement_json(cluster, view, qos, found, problems),
         "resource_recommends": resource_recommends_json(cluster, view, problems),
-        "gpu": gpu_json(cluster, view, problems),
+        "gpu": (gpu := gpu_json(cluster, view, problems)),
         "nic": nic_json(cluster, view, problems, events),
-        "sriov": sriov_json(cluster, view, problems),
+        "sriov": (sriov := sriov_json(cluster, view, problems)),
+        "pairing": pairing_json(view, gpu, sriov),
         "events": events,
         "scheduling": scheduling_json(view, events),
         "vertical": vertical_json(cluster, pod, now, problems),

@@ -257,6 +257,20 @@ def _sriov_rows(sriov: JSON | None) -> list[list[str]]:
     return rows
 
 
+def _pairing_rows(pair: JSON | None) -> list[list[str]]:
+    if pair is None:
+        return []
+    n = len(pair["cards"])
+    text = (
+        f"asked {pair['asked']}: VF {pair['vf']} under PCIe switch "
+        f"{fmt(pair['vf_pcie_switch'])} (NUMA {fmt(pair['vf_numa'])}); "
+        f"{pair['cards_under_vf_switch']} of {n} card(s) under that switch, "
+        f"{pair['cards_on_vf_numa']} on its NUMA node"
+    )
+    cards = ", ".join(f"{c['id']} ({fmt(c['pcie_switch'] or None)})" for c in pair["cards"])
+    return [["GPU-VF pairing", text], ["cards' switches", cards]]
+
+
 def print_pod(report: JSON) -> None:
     qos = report["qos"]
     rows = [
@@ -297,6 +311,7 @@ def print_pod(report: JSON) -> None:
     rows += _gpu_rows(report.get("gpu"))
     rows += _nic_rows(report.get("nic"))
     rows += _sriov_rows(report.get("sriov"))
+    rows += _pairing_rows(report.get("pairing"))
     print_table(f"Pod {report['pod']}", ["", "value"], rows)
     print_recommends(report.get("resource_recommends") or [])
     for p in qos["errors"]:
