@@ -472,8 +472,8 @@ PAIRING: dict[str, tuple[dict[str, Any], dict[str, str], bool]] = {
 }
 
 
-def pairing_node(row: NodeRow) -> tuple[dict[str, Any], dict[str, Any]]:
-    """An 8-card node: cards 2i, 2i+1 and NIC eth<i> (8 VFs) under switch i, switches
+def pairing_node(row: NodeRow, vfs: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An 8-card node: cards 2i, 2i+1 and NIC eth<i> (`vfs` VFs) under switch i, switches
     0-3 on socket (and NUMA node) 0, 4-7 on socket 1."""
     node, _ = node_objects(row)
     sockets = []
@@ -485,13 +485,13 @@ def pairing_node(row: NodeRow) -> tuple[dict[str, Any], dict[str, Any]]:
                 zone = gpu_zone(row.name, c, sock, row.model)
                 zone["attributes"].append({"name": names.GPU_ATTR_PCIE_SWITCH, "value": sw})
                 cards.append(zone)
-            nics.append(_nic_zone(i, sock, sw))
+            nics.append(_nic_zone(i, sock, sw, vfs))
         numa = {"type": names.ZONE_NUMA, "name": str(sock), "children": cards}
         sockets.append({"type": names.ZONE_SOCKET, "name": str(sock), "children": [numa, *nics]})
     return node, {"metadata": {"name": row.name}, "status": {"topologyZone": sockets}}
 
 
-def _nic_zone(i: int, sock: int, sw: str) -> dict[str, Any]:
+def _nic_zone(i: int, sock: int, sw: str, vfs: int) -> dict[str, Any]:
     def attrs(**kv: str) -> list[dict[str, str]]:
         return [{"name": k, "value": v} for k, v in kv.items()]
 
@@ -510,7 +510,7 @@ def _nic_zone(i: int, sock: int, sw: str) -> dict[str, Any]:
                 rdma="true",
             ),
         }
-        for j in range(VFS_PER_NIC)
+        for j in range(vfs)
     ]
     bw = {names.RESOURCE_NET_BANDWIDTH: "94000"}
     return {
@@ -562,11 +562,11 @@ def _count_pair(res: PairingResult, cards: Sequence[str], vf: str) -> None:
 
 
 def pairing_run(
-    rule: str, seed: int, rows: Sequence[NodeRow], tasks: Sequence[Task]
+    rule: str, seed: int, rows: Sequence[NodeRow], tasks: Sequence[Task], vfs: int = VFS_PER_NIC
 ) -> PairingResult:
     snap = NodeSnapshot(capacity=len(rows) + 1)
     for row in rows:
-        node, cnr = pairing_node(row)
+        node, cnr = pairing_node(row, vfs)
         snap.upsert_node(node)
         snap.upsert_cnr(cnr)
     fw = pairing_framework(rule, seed)
@@ -593,13 +593,19 @@ def pairing_main(rows: Sequence[NodeRow], tasks: Sequence[Task], a: Any) -> None
     chosen = [eight[i] for i in sorted(pick.tolist())]
     models = {r.model for r in chosen}
     usable = [t for t in tasks if not t.gpu_spec or set(t.gpu_spec) & models]
-    print(f"{len(chosen)} 8-GPU nodes (models {', '.join(sorted(models))}), {len(usable)} tasks")
+    print(
+        f"{len(chosen)} 8-GPU nodes (models {', '.join(sorted(models))}), "
+        f"{a.pairing_vfs} VFs per NIC, {len(usable)} tasks"
+    )
     jobs = [
         (rule, seed) for seed in range(a.first_seed, a.first_seed + a.seeds) for rule in PAIRING
     ]
     out: list[PairingResult] = []
     with ProcessPoolExecutor(max(a.jobs, 1)) as pool:
-        futures = [pool.submit(pairing_run, rule, seed, chosen, usable) for rule, seed in jobs]
+        futures = [
+            pool.submit(pairing_run, rule, seed, chosen, usable, a.pairing_vfs)
+            for rule, seed in jobs
+        ]
         for fut in futures:
             r = fut.result()
             out.append(r)
@@ -648,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (processes)")
     ap.add_argument("--throughput", type=int, default=0, help="time N pods per policy instead")
     ap.add_argument("--pairing", type=int, default=0, help="GPU+VF pairing on N 8-GPU nodes")
+    ap.add_argument("--pairing-vfs", type=int, default=VFS_PER_NIC, help="VFs per NIC")
     a = ap.parse_args(argv)
     for p in (a.nodes, a.pods):
         if not p.is_file():

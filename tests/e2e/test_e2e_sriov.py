@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from pykatalyst.api import names
 from tests.e2e.conftest import (
     REPO,
@@ -141,4 +143,103 @@ def test_a_pod_gets_a_vf_from_the_scheduler_and_the_device_plugin(
         raise AssertionError(f"two: {conds}")
 
     wait_until("two Pending naming the field", pending, 60, interval=2)
+    assert "Traceback" not in scheduler.log() + agent.log() + plugin.log()
+
+
+def test_gpus_and_a_vf_are_placed_under_one_pcie_switch(
+    kubectl: Kubectl,
+    local_node: LocalNode,
+    namespace: str,
+    components: Callable[..., Component],
+    tmp_path: Path,
+) -> None:
+    """examples/agent/synthetic-gpu-rdma.yaml (2 cards and a NIC of 8 VFs under each of 8
+    PCIe switches) and examples/scheduler/katalyst-scheduler-gpu-rdma.yaml: pods asking
+    cards and a VF get both under one switch, written with the Binding and served by the
+    device plugin; `katalyst explain pod` shows the pair; a required pairing no node has
+    stays Pending with the summary."""
+    node = local_node.name
+    example = yaml.safe_load((REPO / "examples" / "agent" / "synthetic-gpu-rdma.yaml").read_text())
+    cfg = _config(local_node)
+    cfg["devices"] = {**example["devices"], "device_plugin": {"shares_per_gpu": 10, "poll_s": 1}}
+    switch = {g["id"]: g["pcie_switch"] for g in cfg["devices"]["gpus"]}
+    vf_switch = {
+        f"{i['name']}_{j}": i["pcie_switch"]
+        for i in cfg["devices"]["nic"]["interfaces"]
+        for j in range(i["vfs"])
+    }
+    agent = start_agent(components, tmp_path, node, config=cfg)
+    kc = component_kubeconfig("agent")
+    plugin = components(
+        "device-plugin",
+        "device-plugin",
+        "--node",
+        node,
+        "--config",
+        str(tmp_path / "agent.yaml"),
+        "--kubeconfig",
+        kc,
+    )
+
+    def ready() -> bool:
+        alloc = kubectl.json("get", "node", node)["status"].get("allocatable", {})
+        mem = alloc.get(names.RESOURCE_GPU_MEMORY)
+        if alloc.get(SRIOV) == "64" and mem == "1600" and len(_vf_zones(kubectl, node)) == 64:
+            return True
+        raise AssertionError(f"allocatable {alloc}: {plugin.log()[-800:]}")
+
+    wait_until("the kubelet advertising 16 cards and 64 VFs, the CNR listing them", ready, 120)
+    scheduler = components(
+        "scheduler",
+        "scheduler",
+        "--config",
+        str(REPO / "examples" / "scheduler" / "katalyst-scheduler-gpu-rdma.yaml"),
+        "--kubeconfig",
+        component_kubeconfig("scheduler"),
+    )
+    gpu, mem = names.RESOURCE_NVIDIA_GPU, names.RESOURCE_GPU_MEMORY
+    show = f'echo "cards=$NVIDIA_VISIBLE_DEVICES vf=${names.ENV_SRIOV_VF_REP_NAME}"; sleep 36000'
+    pods = {
+        "pair2": {gpu: "2", mem: "60", SRIOV: "1"},
+        "pair1": {gpu: "1", mem: "30", SRIOV: "1"},
+    }
+    for name, limits in pods.items():
+        obj = katalyst_pod(name, namespace, limits, show)
+        obj["metadata"]["annotations"] = {names.GPU_RDMA_AFFINITY_ANNOTATION: "pcie_switch"}
+        kubectl.apply(obj)
+        try:
+            wait_until(f"{name} Running", lambda n=name: running_pods(kubectl, namespace, [n]), 120)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}\nscheduler:\n{scheduler.log()[-1500:]}\nplugin:\n{plugin.log()[-1500:]}"
+            ) from None
+        ann = kubectl.json("get", "pod", name, "-n", namespace)["metadata"]["annotations"]
+        cards = ann[names.GPU_SELECTION_RESULT_ANNOTATION].split(",")
+        vf = ann[names.SRIOV_VF_RESULT_ANNOTATION]
+        assert {switch[c] for c in cards} == {vf_switch[vf]}, (cards, vf)
+        out = wait_until(
+            f"{name}'s output", lambda n=name: kubectl.run("logs", n, "-n", namespace).stdout, 30
+        )
+        fields = dict(part.split("=", 1) for part in out.splitlines()[0].split())
+        assert fields == {"cards": ",".join(cards), "vf": vf}, fields
+    pair = explain_pod_json(kubectl, namespace, "pair2")["pairing"]
+    assert pair["closest"] == "pcie_switch" and pair["cards_under_vf_switch"] == 2
+
+    koord = names.KOORDINATOR_JOINT_ALLOCATE_ANNOTATION
+    bad = katalyst_pod("bad", namespace, {gpu: "1", mem: "10", SRIOV: "1"})
+    bad["metadata"]["annotations"] = {
+        koord: '{"deviceTypes":["gpu","rdma"],"requiredScope":"PCIe"}'
+    }
+    kubectl.apply(bad)
+
+    def pending() -> str:
+        conds = kubectl.json("get", "pod", "bad", "-n", namespace)["status"].get("conditions", [])
+        msg = " ".join(str(c.get("message", "")) for c in conds)
+        if koord in msg and "'SamePCIe'" in msg:
+            return msg
+        raise AssertionError(f"bad: {conds}")
+
+    wait_until("bad Pending naming the annotation", pending, 60, interval=2)
+    ann = kubectl.json("get", "pod", "bad", "-n", namespace)["metadata"].get("annotations", {})
+    assert names.SRIOV_VF_RESULT_ANNOTATION not in ann  # nothing handed out
     assert "Traceback" not in scheduler.log() + agent.log() + plugin.log()
