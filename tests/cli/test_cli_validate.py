@@ -201,3 +201,23 @@ def test_missing_path_fails() -> None:
     code, out = run("validate", "-f", "/no/such/place")
     assert code == 1
     assert "no such file or folder" in out
+
+
+def test_an_unreadable_gpu_rdma_pairing_is_an_error_naming_the_annotation(
+    tmp_path: Path,
+) -> None:
+    aff = names.GPU_RDMA_AFFINITY_ANNOTATION
+    (tmp_path / "p.yaml").write_text(
+        f"kind: Pod\nmetadata:\n  name: p\n  annotations:\n    {aff}: always\n"
+        "spec:\n  containers: [{name: a, image: x}]\n"
+    )
+    code, report = run_json("validate", "-f", str(tmp_path))
+    assert code == 1
+    problem = report["problems"][0]
+    assert problem["field"] == f"metadata.annotations[{aff}]" and problem["value"] == "always"
+    assert problem["accepted"] == "pcie_switch, numa, preferred, none"
+    (tmp_path / "p.yaml").write_text(
+        f"kind: Pod\nmetadata:\n  name: p\n  annotations:\n    {aff}: pcie_switch\n"
+        "spec:\n  containers: [{name: a, image: x}]\n"
+    )
+    assert run_json("validate", "-f", str(tmp_path))[0] == 0

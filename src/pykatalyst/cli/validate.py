@@ -23,6 +23,7 @@ from pykatalyst.api.qos_model import annotation_field
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.cli import config_report
 from pykatalyst.cli.output import OutputFormat, print_json, print_message, print_table
+from pykatalyst.topology.joint import joint_problem
 
 
 @dataclass(slots=True)
@@ -145,6 +146,33 @@ _ENHANCEMENT_ANNOTATION = {
 }
 
 
+_PAIRING_ACCEPTED = {
+    names.GPU_RDMA_AFFINITY_ANNOTATION: ", ".join(names.GPU_RDMA_AFFINITIES),
+    names.KOORDINATOR_JOINT_ALLOCATE_ANNOTATION: (
+        '{"deviceTypes": ["gpu", "rdma"], "requiredScope": "SamePCIe"} (scope optional)'
+    ),
+}
+
+
+def _pairing(template: PodTemplate) -> Finding | None:
+    """An error for a GPU-RDMA pairing annotation the webhook would refuse."""
+    problem = joint_problem(template.pod)
+    if not problem:
+        return None
+    meta = template.pod.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    key = next(
+        k
+        for k in (names.GPU_RDMA_AFFINITY_ANNOTATION, names.KOORDINATOR_JOINT_ALLOCATE_ANNOTATION)
+        if k in ann
+    )
+    doc = template.document
+    path = _field(template.field_prefix, f"metadata.annotations[{key}]")
+    return Finding(
+        "error", str(doc.path), doc.label, path, str(ann[key]), _PAIRING_ACCEPTED[key], problem
+    )
+
+
 def _not_acted_on(template: PodTemplate, qos: PodQoS) -> list[Finding]:
     """Warnings for the pod's enhancements and resources that nothing acts on yet."""
     doc = template.document
@@ -249,6 +277,10 @@ def _check_document(doc: Document, report: Report) -> None:
             )
         )
     if any(p.severity == "error" for p in problems):
+        return
+    pairing = _pairing(template)
+    if pairing is not None:
+        report.findings.append(pairing)
         return
     report.findings += _not_acted_on(template, qos)
     report.pods.append(_template_entry(template, qos))
