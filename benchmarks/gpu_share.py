@@ -472,22 +472,26 @@ PAIRING: dict[str, tuple[dict[str, Any], dict[str, str], bool]] = {
 }
 
 
-def pairing_node(row: NodeRow, vfs: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def pairing_node(row: NodeRow, vfs: int, nics: int = 4) -> tuple[dict[str, Any], dict[str, Any]]:
     """An 8-card node: cards 2i, 2i+1 and NIC eth<i> (`vfs` VFs) under switch i, switches
-    0-3 on socket (and NUMA node) 0, 4-7 on socket 1."""
+    0-3 on socket (and NUMA node) 0, 4-7 on socket 1; `nics` < 4: a NIC under only the
+    first `nics` switches of each socket."""
     node, _ = node_objects(row)
     sockets = []
     for sock in range(2):
-        cards, nics = [], []
+        cards, nic_zones = [], []
         for i in range(sock * 4, sock * 4 + 4):
             sw = f"sw{i}"
             for c in (2 * i, 2 * i + 1):
                 zone = gpu_zone(row.name, c, sock, row.model)
                 zone["attributes"].append({"name": names.GPU_ATTR_PCIE_SWITCH, "value": sw})
                 cards.append(zone)
-            nics.append(_nic_zone(i, sock, sw, vfs))
+            if i % 4 < nics:
+                nic_zones.append(_nic_zone(i, sock, sw, vfs))
         numa = {"type": names.ZONE_NUMA, "name": str(sock), "children": cards}
-        sockets.append({"type": names.ZONE_SOCKET, "name": str(sock), "children": [numa, *nics]})
+        sockets.append(
+            {"type": names.ZONE_SOCKET, "name": str(sock), "children": [numa, *nic_zones]}
+        )
     return node, {"metadata": {"name": row.name}, "status": {"topologyZone": sockets}}
 
 
@@ -562,11 +566,16 @@ def _count_pair(res: PairingResult, cards: Sequence[str], vf: str) -> None:
 
 
 def pairing_run(
-    rule: str, seed: int, rows: Sequence[NodeRow], tasks: Sequence[Task], vfs: int = VFS_PER_NIC
+    rule: str,
+    seed: int,
+    rows: Sequence[NodeRow],
+    tasks: Sequence[Task],
+    vfs: int = VFS_PER_NIC,
+    nics: int = 4,
 ) -> PairingResult:
     snap = NodeSnapshot(capacity=len(rows) + 1)
     for row in rows:
-        node, cnr = pairing_node(row, vfs)
+        node, cnr = pairing_node(row, vfs, nics)
         snap.upsert_node(node)
         snap.upsert_cnr(cnr)
     fw = pairing_framework(rule, seed)
@@ -595,7 +604,7 @@ def pairing_main(rows: Sequence[NodeRow], tasks: Sequence[Task], a: Any) -> None
     usable = [t for t in tasks if not t.gpu_spec or set(t.gpu_spec) & models]
     print(
         f"{len(chosen)} 8-GPU nodes (models {', '.join(sorted(models))}), "
-        f"{a.pairing_vfs} VFs per NIC, {len(usable)} tasks"
+        f"{a.pairing_nics} NIC(s) per socket of {a.pairing_vfs} VFs, {len(usable)} tasks"
     )
     jobs = [
         (rule, seed) for seed in range(a.first_seed, a.first_seed + a.seeds) for rule in PAIRING
@@ -603,7 +612,7 @@ def pairing_main(rows: Sequence[NodeRow], tasks: Sequence[Task], a: Any) -> None
     out: list[PairingResult] = []
     with ProcessPoolExecutor(max(a.jobs, 1)) as pool:
         futures = [
-            pool.submit(pairing_run, rule, seed, chosen, usable, a.pairing_vfs)
+            pool.submit(pairing_run, rule, seed, chosen, usable, a.pairing_vfs, a.pairing_nics)
             for rule, seed in jobs
         ]
         for fut in futures:
@@ -655,6 +664,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--throughput", type=int, default=0, help="time N pods per policy instead")
     ap.add_argument("--pairing", type=int, default=0, help="GPU+VF pairing on N 8-GPU nodes")
     ap.add_argument("--pairing-vfs", type=int, default=VFS_PER_NIC, help="VFs per NIC")
+    ap.add_argument(
+        "--pairing-nics", type=int, default=4, help="NICs per socket (under its first switches)"
+    )
     a = ap.parse_args(argv)
     for p in (a.nodes, a.pods):
         if not p.is_file():
