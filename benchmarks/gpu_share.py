@@ -648,7 +648,7 @@ def pairing_main(rows: Sequence[NodeRow], tasks: Sequence[Task], a: Any) -> None
         )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=Path, default=TRACE / "openb_node_list_gpu_node.csv")
     ap.add_argument("--pods", type=Path, default=TRACE / "openb_pod_list_default.csv")
@@ -667,7 +667,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--pairing-nics", type=int, default=4, help="NICs per socket (under its first switches)"
     )
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
     for p in (a.nodes, a.pods):
         if not p.is_file():
             print(
