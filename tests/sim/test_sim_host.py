@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobWrite
+from pykatalyst.agent.host.cgroupfs import check_knob_value, values_equal
 from pykatalyst.sim.host import PodUsage, SimHost, milli_to_shares
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
@@ -60,3 +64,38 @@ def test_sample_reports_what_the_physics_measured() -> None:
     assert sample.memory is not None and sample.memory.total == 16 * 2**30
     host.stop_pod("u1")
     assert {p.pod_uid for p in host.discover()} == {"u2"}
+
+
+_KNOB_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**40), max_value=2**40),
+    st.integers(min_value=0, max_value=2**16 - 1).map(CPUSet.from_mask),
+    st.builds(
+        CpuQuota,
+        st.one_of(st.none(), st.integers(min_value=-10, max_value=10**7)),
+        st.integers(min_value=0, max_value=2 * 10**6),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(list(Knob)), _KNOB_VALUES), max_size=20))
+def test_knob_problems_are_the_cgroupfs_answers_however_often_asked(
+    asks: list[tuple[Knob, object]],
+) -> None:
+    # The host remembers answers per (knob, type, value): True and 1 are equal and hash
+    # alike, yet only 1 is a valid cpu.idle; asking twice must not change an answer.
+    host = _host()
+    for knob, value in [*asks, *asks, (Knob.CPU_IDLE, 1), (Knob.CPU_IDLE, True)]:
+        assert host.knob_problem(knob, value) == check_knob_value(knob, value)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(list(Knob)), _KNOB_VALUES, _KNOB_VALUES)
+def test_same_value_is_cgroupfs_equality_for_the_hosts_version_and_page(
+    knob: Knob, a: object, b: object
+) -> None:
+    host = _host()
+    want = values_equal(knob, a, b, host.cgroup_version, host.page_size)  # type: ignore[arg-type]
+    assert host.same_value(knob, a, b) == want  # type: ignore[arg-type]
