@@ -76,6 +76,9 @@ _KNOB_VALUES = st.one_of(
         st.one_of(st.none(), st.integers(min_value=-10, max_value=10**7)),
         st.integers(min_value=0, max_value=2 * 10**6),
     ),
+    # equal to an int quota, yet not a valid one
+    st.integers(min_value=1000, max_value=10**6).map(lambda q: CpuQuota(float(q))),  # type: ignore[arg-type]
+    st.floats(allow_nan=False),
 )
 
 
@@ -84,10 +87,16 @@ _KNOB_VALUES = st.one_of(
 def test_knob_problems_are_the_cgroupfs_answers_however_often_asked(
     asks: list[tuple[Knob, object]],
 ) -> None:
-    # The host remembers answers per (knob, type, value): True and 1 are equal and hash
-    # alike, yet only 1 is a valid cpu.idle; asking twice must not change an answer.
+    # The host remembers answers: True and 1, or quotas of 1000 and 1000.0 us, are equal
+    # and hash alike, yet only the ints are valid; asking again must not change an answer.
     host = _host()
-    for knob, value in [*asks, *asks, (Knob.CPU_IDLE, 1), (Knob.CPU_IDLE, True)]:
+    twins = [
+        (Knob.CPU_IDLE, 1),
+        (Knob.CPU_IDLE, True),
+        (Knob.CPU_QUOTA, CpuQuota(1000)),
+        (Knob.CPU_QUOTA, CpuQuota(1000.0)),  # type: ignore[arg-type]
+    ]
+    for knob, value in [*asks, *asks, *twins, *twins]:
         assert host.knob_problem(knob, value) == check_knob_value(knob, value)  # type: ignore[arg-type]
 
 

@@ -127,8 +127,22 @@ def run_queue_waits_us(busy: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]
 
 
 # check_knob_value's answers, shared by every simulated host (it is a pure function).
-_KNOB_PROBLEMS: dict[tuple[Knob, type, KnobValue], str | None] = {}
+_KNOB_PROBLEMS: dict[tuple[object, ...], str | None] = {}
 _KNOB_PROBLEMS_MAX = 65_536
+_PLAIN = (CPUSet, int, bool, type(None))
+
+
+def _knob_key(knob: Knob, value: KnobValue) -> tuple[object, ...] | None:
+    """What `check_knob_value`'s answer depends on: the value and the types in it (1 and
+    True, or a quota of 1 and of 1.0, are equal yet not equally valid); None for values
+    not remembered."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return (knob, kind, value)
+    if isinstance(value, CpuQuota):
+        q, p = value.quota_us, value.period_us
+        return (knob, kind, type(q), q, type(p), p)
+    return None
 
 
 def _no_pod(uid: str) -> PodUsage | None:
@@ -185,13 +199,13 @@ class SimHost:
     def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
         """`cgroupfs.check_knob_value`, remembered per (knob, type, value): the enforcer
         asks about every knob of every cgroup each pass, mostly the same few values."""
-        key = (knob, type(value), value)
+        key = _knob_key(knob, value)
+        if key is None:
+            return cgroupfs.check_knob_value(knob, value)
         try:
             return _KNOB_PROBLEMS[key]
         except KeyError:
             pass
-        except TypeError:  # an unhashable value: not remembered
-            return cgroupfs.check_knob_value(knob, value)
         if len(_KNOB_PROBLEMS) >= _KNOB_PROBLEMS_MAX:
             _KNOB_PROBLEMS.clear()
         problem = _KNOB_PROBLEMS[key] = cgroupfs.check_knob_value(knob, value)

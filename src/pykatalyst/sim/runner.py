@@ -78,7 +78,6 @@ class SimPod:
     terminating: bool = False
     cpu_s: float = 0.0  # cumulative cpu seconds (cpuacct.usage)
     knobs: PodKnobs | None = None  # as the kernel applies them; None: read again
-    row: tuple[float, ...] = ()  # its figures for the physics, from `knobs` (`_pod_row`)
     periods: int = 0
     throttled_periods: int = 0
     oom_adj: int = 0
@@ -143,43 +142,6 @@ class PolicyRun:
     latency: dict[str, list[float]]  # per service: p99 per step (mean over replicas)
     sample_node: str
     wall_s: float = 0.0
-
-
-# The columns of a running pod's row in the physics' arrays (see `_pod_row`).
-_ROW = (
-    "node",
-    "is_svc",
-    "svc_idx",
-    "replica",
-    "cores",
-    "mem_used",
-    "adj",
-    "ncpu",
-    "quota",
-    "weight",
-    "idle",
-    "mem_limit",
-)
-
-
-def _pod_row(p: SimPod, k: PodKnobs) -> tuple[float, ...]:
-    """A running pod's figures in `_ROW`'s order, from the pod and its effective knobs
-    (kept on the pod until its knobs change)."""
-    service = p.kind == "service"
-    return (
-        p.node,
-        service,
-        p.index if service else -1,
-        p.replica,
-        p.cores,
-        p.memory_used,
-        p.oom_adj,
-        k.cpus.bit_count(),
-        math.inf if k.quota_cores is None else k.quota_cores,
-        k.shares,
-        k.idle,
-        math.inf if k.memory_limit is None else k.memory_limit,
-    )
 
 
 # Allocations between young-generation collections while a simulation runs (Python's
@@ -501,36 +463,49 @@ class PolicySim:
             if node_sim.host.dirty:
                 dirty |= node_sim.host.dirty
                 node_sim.host.dirty.clear()
+        knobs: list[PodKnobs] = []
         for p in running:
             if p.knobs is None or p.uid in dirty:
                 p.knobs = self.nodes[p.node].host.effective(p.uid)
-                p.row = _pod_row(p, p.knobs)
-        # one conversion of every pod's row instead of one pass per column (the rows hold
-        # small integers and floats, which float64 keeps exactly)
-        rows = np.array([p.row for p in running], dtype=np.float64).reshape(n, len(_ROW))
-        col = {name: rows[:, i] for i, name in enumerate(_ROW)}
-        masks = [p.knobs.cpus for p in running if p.knobs is not None]
+            knobs.append(p.knobs)
+        node = np.fromiter((p.node for p in running), np.int64, n)
+        is_svc = np.fromiter((p.kind == "service" for p in running), bool, n)
+        masks = [k.cpus for k in knobs]
+        ncpu = np.fromiter((m.bit_count() for m in masks), np.float64, n)
+        quota = np.fromiter(
+            (math.inf if k.quota_cores is None else k.quota_cores for k in knobs), np.float64, n
+        )
+        limit = np.minimum(ncpu, quota)
+        weight = np.fromiter((k.shares for k in knobs), np.float64, n)
+        idle = np.fromiter((k.idle for k in knobs), bool, n)
+        mem_limit = np.fromiter(
+            (math.inf if k.memory_limit is None else k.memory_limit for k in knobs), np.float64, n
+        )
         domain, dom_mask, dom_node = domains([p.node for p in running], masks)
         dm = mask_rows(dom_mask, self._max_cpus)
+        cap = dm.sum(axis=1).astype(np.float64)
+        svc_idx = np.fromiter(
+            (p.index if p.kind == "service" else -1 for p in running), np.int64, n
+        )
         self._sample_pools = self._cpus_on_sample(running, masks)
         self._row = {p.uid: i for i, p in enumerate(running)}
         self._a = {
             "running": running,
-            "node": col["node"].astype(np.int64),
-            "is_svc": col["is_svc"].astype(bool),
-            "svc_idx": col["svc_idx"].astype(np.int64),
-            "replica": col["replica"].astype(np.int64),
-            "limit": np.minimum(col["ncpu"], col["quota"]),
-            "weight": col["weight"].copy(),
-            "idle": col["idle"].astype(bool),
+            "node": node,
+            "is_svc": is_svc,
+            "svc_idx": svc_idx,
+            "replica": np.fromiter((p.replica for p in running), np.int64, n),
+            "limit": limit,
+            "weight": weight,
+            "idle": idle,
             "domain": domain,
             "dom_node": np.asarray(dom_node, dtype=np.int64),
             "dm": dm,
-            "cap": dm.sum(axis=1).astype(np.float64),
-            "cores": col["cores"].copy(),
-            "mem_used": col["mem_used"].copy(),
-            "mem_limit": col["mem_limit"].copy(),
-            "adj": col["adj"].astype(np.int64),
+            "cap": cap,
+            "cores": np.fromiter((p.cores for p in running), np.float64, n),
+            "mem_used": np.fromiter((p.memory_used for p in running), np.float64, n),
+            "mem_limit": mem_limit,
+            "adj": np.fromiter((p.oom_adj for p in running), np.int64, n),
         }
         self._arrays_dirty = False
 
