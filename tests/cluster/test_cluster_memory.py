@@ -369,3 +369,22 @@ def test_a_scale_write_keeps_the_replicas_in_range_and_changes_nothing_else(
         with pytest.raises(Invalid, match=r"spec\.replicas"):
             c.patch(kind, "s", {"spec": {"replicas": replicas}}, "default", subresource="scale")
         assert c.get(kind, "s", "default")["spec"] == {"size": 2}
+
+
+def test_uncopied_watch_events_are_the_copied_ones() -> None:
+    mc = MemoryCluster()
+    copied = mc.watch(CONFIG_MAP, resource_version=mc.resource_version)
+    uncopied = mc.watch(CONFIG_MAP, resource_version=mc.resource_version)
+    mc.create(CONFIG_MAP, config_map("a"))
+    mc.patch(CONFIG_MAP, "a", {"data": {"k": "v"}}, "default")
+    mc.delete(CONFIG_MAP, "a", "default")
+    got = copied.next_events()
+    assert [(e.type, e.object) for e in uncopied.next_events(copy=False)] == [
+        (e.type, e.object) for e in got
+    ]
+    assert [e.type for e in got] == ["ADDED", "MODIFIED", "DELETED"]
+    # a copied event is the watcher's own: changing it changes nothing stored
+    mc.create(CONFIG_MAP, config_map("b"))
+    ev = copied.next_events()[0]
+    ev.object["data"] = {"changed": "yes"}
+    assert mc.get(CONFIG_MAP, "b", "default").get("data") != {"changed": "yes"}

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobWrite
+from pykatalyst.agent.host.cgroupfs import check_knob_value, values_equal
 from pykatalyst.sim.host import PodUsage, SimHost, milli_to_shares
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
@@ -60,3 +64,47 @@ def test_sample_reports_what_the_physics_measured() -> None:
     assert sample.memory is not None and sample.memory.total == 16 * 2**30
     host.stop_pod("u1")
     assert {p.pod_uid for p in host.discover()} == {"u2"}
+
+
+_KNOB_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**40), max_value=2**40),
+    st.integers(min_value=0, max_value=2**16 - 1).map(CPUSet.from_mask),
+    st.builds(
+        CpuQuota,
+        st.one_of(st.none(), st.integers(min_value=-10, max_value=10**7)),
+        st.integers(min_value=0, max_value=2 * 10**6),
+    ),
+    # equal to an int quota, yet not a valid one
+    st.integers(min_value=1000, max_value=10**6).map(lambda q: CpuQuota(float(q))),  # type: ignore[arg-type]
+    st.floats(allow_nan=False),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(list(Knob)), _KNOB_VALUES), max_size=20))
+def test_knob_problems_are_the_cgroupfs_answers_however_often_asked(
+    asks: list[tuple[Knob, object]],
+) -> None:
+    # The host remembers answers: True and 1, or quotas of 1000 and 1000.0 us, are equal
+    # and hash alike, yet only the ints are valid; asking again must not change an answer.
+    host = _host()
+    twins = [
+        (Knob.CPU_IDLE, 1),
+        (Knob.CPU_IDLE, True),
+        (Knob.CPU_QUOTA, CpuQuota(1000)),
+        (Knob.CPU_QUOTA, CpuQuota(1000.0)),  # type: ignore[arg-type]
+    ]
+    for knob, value in [*asks, *asks, *twins, *twins]:
+        assert host.knob_problem(knob, value) == check_knob_value(knob, value)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(list(Knob)), _KNOB_VALUES, _KNOB_VALUES)
+def test_same_value_is_cgroupfs_equality_for_the_hosts_version_and_page(
+    knob: Knob, a: object, b: object
+) -> None:
+    host = _host()
+    want = values_equal(knob, a, b, host.cgroup_version, host.page_size)  # type: ignore[arg-type]
+    assert host.same_value(knob, a, b) == want  # type: ignore[arg-type]

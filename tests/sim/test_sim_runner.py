@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from pykatalyst.api import names
 from pykatalyst.sim.report import POLICY_KEYS, write_report
-from pykatalyst.sim.runner import PolicySim
+from pykatalyst.sim.runner import GC_YOUNG_THRESHOLD, PolicySim
 from pykatalyst.sim.scenario import Scenario, parse_scenario
 from pykatalyst.sim.simulate import simulate
 from pykatalyst.sim.workload import build_workload
@@ -239,3 +240,38 @@ def test_latency_constants_can_be_overridden_and_are_reported(tmp_path: Path) ->
     data = write_report(calm, tmp_path)
     assert data["model"]["constants"]["alpha_ht"] == 0.0
     assert "`alpha_ht` = 0 (set by the scenario)" in (tmp_path / "report.md").read_text()
+
+
+def test_physics_arrays_follow_each_pods_knobs_as_the_agent_rewrites_them() -> None:
+    # Each pod's row is kept until its knobs change: after every step, the cpus, quota,
+    # weight, SCHED_IDLE and memory limit the physics used are the kernel's for that pod.
+    sc = parse_scenario({**tiny(duration="1h"), "policies": [KATALYST]})
+    sim = PolicySim(sc, sc.policies[0], build_workload(sc))
+    checked = 0
+    for step in range(sc.steps):
+        sim.step(step)
+        a = sim._a
+        for i, pod in enumerate(a["running"]):
+            host = sim.nodes[pod.node].host
+            if not host.has_pod(pod.uid):  # finished or killed after the physics ran
+                continue
+            k = host.effective(pod.uid)
+            quota = np.inf if k.quota_cores is None else k.quota_cores
+            assert a["node"][i] == pod.node
+            assert a["limit"][i] == min(float(k.cpus.bit_count()), quota)
+            assert a["weight"][i] == k.shares and bool(a["idle"][i]) == k.idle
+            mem = np.inf if k.memory_limit is None else k.memory_limit
+            assert a["mem_limit"][i] == mem and a["mem_used"][i] == pod.memory_used
+            checked += 1
+    assert checked > 0 and sim.tally.agent_reconciles > 0
+
+
+def test_a_run_leaves_the_garbage_collectors_settings_as_it_found_them() -> None:
+    before = gc.get_threshold()
+    frozen = gc.get_freeze_count()
+    sc = parse_scenario(tiny(duration="10m"))
+    seen: list[tuple[int, ...]] = []
+    sim = PolicySim(sc, sc.policies[0], build_workload(sc))
+    sim.run(lambda done, total: seen.append(gc.get_threshold()))
+    assert seen and seen[0][0] >= GC_YOUNG_THRESHOLD  # collections were fewer meanwhile
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen

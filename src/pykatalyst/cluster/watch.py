@@ -105,7 +105,11 @@ class MemoryWatch:
             # (say, dropping the last finalizer) also changed what the selector looks at.
             self.push(ev.type, ev.obj)
 
-    def next_events(self, timeout: float = 0.0) -> list[WatchEvent]:
+    def next_events(self, timeout: float = 0.0, copy: bool = True) -> list[WatchEvent]:
+        """The events queued so far (waiting up to `timeout` for one). With `copy=False`
+        each event holds the stored object itself, uncopied: only for an in-process
+        reader that reads it at once and never changes or keeps it (the simulator's
+        kubelet)."""
         cond = self._cond
         with cond:
             if self._gone is None and not self._pending and not self.closed and timeout > 0:
@@ -119,8 +123,11 @@ class MemoryWatch:
                 raise Gone(self._gone)
             if self.closed:
                 return []
-            with bulk_copy(len(self._pending)):
-                out = [WatchEvent(t, copy_object(o)) for t, o in self._pending]
+            if not copy:
+                out = [WatchEvent(t, o) for t, o in self._pending]
+            else:
+                with bulk_copy(len(self._pending)):
+                    out = [WatchEvent(t, copy_object(o)) for t, o in self._pending]
             self._pending.clear()
             return out
 

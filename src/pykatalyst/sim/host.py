@@ -39,6 +39,8 @@ from pykatalyst.topology.machine import CPUTopology
 KUBEPODS = "kubepods"
 _QOS_DIR = {"guaranteed": "", "burstable": "burstable", "besteffort": "besteffort"}
 MIN_SHARES = 2
+_CGROUP_VERSION = 1
+_PAGE_SIZE = 1  # simulated limits are exact: no page rounding
 MAX_SHARES = 262144
 
 
@@ -124,6 +126,25 @@ def run_queue_waits_us(busy: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]
     return np.where(full, SCHED_WAIT_CAP_US, np.minimum(wait, SCHED_WAIT_CAP_US))
 
 
+# check_knob_value's answers, shared by every simulated host (it is a pure function).
+_KNOB_PROBLEMS: dict[tuple[object, ...], str | None] = {}
+_KNOB_PROBLEMS_MAX = 65_536
+_PLAIN = (CPUSet, int, bool, type(None))
+
+
+def _knob_key(knob: Knob, value: KnobValue) -> tuple[object, ...] | None:
+    """What `check_knob_value`'s answer depends on: the value and the types in it (1 and
+    True, or a quota of 1 and of 1.0, are equal yet not equally valid); None for values
+    not remembered."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return (knob, kind, value)
+    if isinstance(value, CpuQuota):
+        q, p = value.quota_us, value.period_us
+        return (knob, kind, type(q), q, type(p), p)
+    return None
+
+
 def _no_pod(uid: str) -> PodUsage | None:
     return None
 
@@ -155,12 +176,11 @@ class SimHost:
 
     @property
     def cgroup_version(self) -> int:
-        return 1
+        return _CGROUP_VERSION
 
     @property
     def page_size(self) -> int:
-        # Simulated limits are exact: no page rounding.
-        return 1
+        return _PAGE_SIZE
 
     def qos_cgroup(self, qos_class: str) -> str | None:
         return None  # the agent infers it from the pods' cgroups, as on a bare node
@@ -172,10 +192,24 @@ class SimHost:
         return None  # the simulator's agents run no fast watch: their pools follow the period
 
     def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
-        return cgroupfs.values_equal(knob, desired, actual, self.cgroup_version, self.page_size)
+        return desired == actual or cgroupfs.values_equal(
+            knob, desired, actual, _CGROUP_VERSION, _PAGE_SIZE
+        )
 
     def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
-        return cgroupfs.check_knob_value(knob, value)
+        """`cgroupfs.check_knob_value`, remembered per (knob, type, value): the enforcer
+        asks about every knob of every cgroup each pass, mostly the same few values."""
+        key = _knob_key(knob, value)
+        if key is None:
+            return cgroupfs.check_knob_value(knob, value)
+        try:
+            return _KNOB_PROBLEMS[key]
+        except KeyError:
+            pass
+        if len(_KNOB_PROBLEMS) >= _KNOB_PROBLEMS_MAX:
+            _KNOB_PROBLEMS.clear()
+        problem = _KNOB_PROBLEMS[key] = cgroupfs.check_knob_value(knob, value)
+        return problem
 
     def apply_net(self, shape: NetShape | None) -> NetApplyResult:
         return NetApplyResult(False, "the simulator has no network to shape", unsupported=True)

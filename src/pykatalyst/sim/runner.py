@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +142,28 @@ class PolicyRun:
     latency: dict[str, list[float]]  # per service: p99 per step (mean over replicas)
     sample_node: str
     wall_s: float = 0.0
+
+
+# Allocations between young-generation collections while a simulation runs (Python's
+# default is 700).
+GC_YOUNG_THRESHOLD = 20_000
+
+
+@contextlib.contextmanager
+def few_collections() -> Iterator[None]:
+    """Collect cycles less often while simulating: a run allocates millions of short-lived
+    objects and makes few cycles, and every full collection rescans the whole cluster
+    store (14 % of a 100-node run's CPU at Python's defaults). The objects alive at the
+    start are frozen out of collections; both settings are restored afterwards."""
+    old = gc.get_threshold()
+    gc.freeze()
+    if old[0]:  # 0: automatic collection is off, and stays off
+        gc.set_threshold(max(GC_YOUNG_THRESHOLD, old[0]), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
 
 
 def _topology(group: NodeGroup) -> CPUTopology:
@@ -328,7 +351,8 @@ class PolicySim:
 
     def _sync_pods(self) -> None:
         """Start pods the scheduler bound; stop pods something else deleted (evictions)."""
-        for ev in self._watch.next_events():
+        # The events are read here and now, never kept or changed: no copies.
+        for ev in self._watch.next_events(copy=False):
             obj = ev.object
             meta = obj.get("metadata") or {}
             key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -501,10 +525,11 @@ class PolicySim:
 
     def run(self, progress: Progress | None = None) -> PolicyRun:
         steps = self.scenario.steps
-        for step in range(steps):
-            self.step(step)
-            if progress is not None:
-                progress(step + 1, steps)
+        with few_collections():
+            for step in range(steps):
+                self.step(step)
+                if progress is not None:
+                    progress(step + 1, steps)
         return PolicyRun(
             self.policy,
             self.series,
