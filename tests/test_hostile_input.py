@@ -45,7 +45,8 @@ from tests.pod_fuzz import (
 
 HOSTILE = Path(__file__).parent / "data" / "hostile"
 HOSTILE_FILES = sorted(p for p in HOSTILE.iterdir() if p.suffix in (".yaml", ".json"))
-# Each reader gets this long for any file of the corpus (the slowest measured is ~0.1 s).
+# Each reader gets this much cpu time for any file of the corpus (the slowest measured is
+# ~0.1 s); cpu time, not wall time, so a loaded machine does not read as a blow-up.
 TIME_BOUND_S = 2.0
 
 runner = CliRunner()
@@ -72,9 +73,9 @@ def test_the_corpus_holds_pods_that_load_and_files_that_do_not() -> None:
 
 @pytest.mark.parametrize("path", HOSTILE_FILES, ids=lambda p: p.name)
 def test_validate_reports_each_hostile_file_without_a_traceback(path: Path) -> None:
-    start = time.perf_counter()
+    start = time.process_time()
     result = runner.invoke(app, ["validate", "--strict", "-f", str(path), "-o", "json"])
-    assert time.perf_counter() - start < TIME_BOUND_S
+    assert time.process_time() - start < TIME_BOUND_S
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     assert result.exit_code == 1
     report = json.loads(result.stdout)
@@ -108,9 +109,9 @@ def test_a_bad_file_does_not_hide_the_good_ones(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "pod"), LOADABLE, ids=[n for n, _ in LOADABLE])
 def test_every_reader_survives_each_hostile_pod_quickly(name: str, pod: dict[str, Any]) -> None:
     for entry, read in ENTRY_POINTS.items():
-        start = time.perf_counter()
+        start = time.process_time()
         read(pod)
-        assert time.perf_counter() - start < TIME_BOUND_S, (name, entry)
+        assert time.process_time() - start < TIME_BOUND_S, (name, entry)
 
 
 @pytest.mark.parametrize(
@@ -150,11 +151,11 @@ def test_a_huge_bare_json_number_makes_the_enhancement_empty(name: str) -> None:
 
 def test_numa_ids_cost_is_bounded() -> None:
     text = ",".join(f"{i * 4097}-{i * 4097 + 4096}" for i in range(60))
-    start = time.perf_counter()
+    start = time.process_time()
     assert parse_numa_ids(text) is None
     assert parse_numa_ids("0-1023") == tuple(range(1024))
     assert parse_numa_ids("0-1024") is None
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
 
 
 def test_unreadable_pods_are_skipped_by_the_scheduler_with_their_reason() -> None:
