@@ -31,6 +31,7 @@ from pykatalyst.scheduler.config import SchedulerConfig, default_config
 from pykatalyst.scheduler.framework import CycleResult, Framework
 from pykatalyst.scheduler.podinfo import PodInfo, pod_info
 from pykatalyst.scheduler.queue import QueuedPod, RequeueHint, SchedulingQueue
+from pykatalyst.scheduler.registry import Registry
 from pykatalyst.scheduler.snapshot import NodeSnapshot, NUMAReservation
 
 log = logging.getLogger(__name__)
@@ -91,21 +92,24 @@ class Scheduler:
         record_scheduled_events: bool = True,
         percentage_of_nodes_to_score: int | None = None,
         bind_workers: int = 0,
+        registry: Registry | None = None,
     ) -> None:
         """`bind_workers` > 0 sends bindings (and their Scheduled Events) from that many
         threads while the next cycles run, as kube-scheduler binds asynchronously; the
-        cluster must then be thread-safe (KubeCluster is). 0 binds within the cycle."""
+        cluster must then be thread-safe (KubeCluster is). 0 binds within the cycle.
+        `registry` maps plugin names to their classes (the in-tree registry if None); the
+        configuration should have been resolved against the same one."""
         if bind_workers < 0:
             raise ValueError(f"bind_workers must be >= 0, got {bind_workers}")
         self.cluster = cluster
-        self.config = config or default_config()
+        self.config = config or default_config(registry)
         pct = (
             percentage_of_nodes_to_score
             if percentage_of_nodes_to_score is not None
             else self.config.percentage_of_nodes_to_score
         )
         self.frameworks: dict[str, Framework] = {
-            p.scheduler_name: Framework(p, pct, seed) for p in self.config.profiles
+            p.scheduler_name: Framework(p, pct, seed, registry) for p in self.config.profiles
         }
         self.snapshot = NodeSnapshot()
         self.queue = SchedulingQueue(
