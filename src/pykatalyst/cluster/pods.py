@@ -7,7 +7,7 @@ return."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.api.timefmt import rfc3339
@@ -20,10 +20,7 @@ from pykatalyst.cluster.protocol import (
     TooManyRequests,
 )
 from pykatalyst.cluster.selectors import label_selector_from_dict
-from pykatalyst.cluster.strategy import Strategy, field_of, grace_seconds
-
-if TYPE_CHECKING:
-    from pykatalyst.cluster.store import KindStore
+from pykatalyst.cluster.strategy import KindState, Strategy, field_of, grace_seconds
 
 DEFAULT_SCHEDULER: Final = "default-scheduler"
 DEFAULT_TERMINATION_GRACE_SECONDS: Final = 30
@@ -49,18 +46,18 @@ class PodStrategy(Strategy):
     graceful = True
     patch_subresources = ("status", "resize")
 
-    def prepare_for_create(self, st: KindStore, obj: JSON, now: float) -> None:
+    def prepare_for_create(self, st: KindState, obj: JSON, now: float) -> None:
         default_pod(obj)
         obj["status"] = {"phase": "Pending", "qosClass": pod_qos_class(obj["spec"])}
 
     def prepare_for_update(self, obj: JSON) -> None:
         default_pod(obj)
 
-    def validate_update(self, st: KindStore, name: str, old: JSON, new: JSON) -> None:
+    def validate_update(self, st: KindState, name: str, old: JSON, new: JSON) -> None:
         if not spec_update_allowed(old.get("spec") or {}, new.get("spec") or {}):
             raise st.invalid(name, "spec", _IMMUTABLE_SPEC_MESSAGE)
 
-    def write_subresource(self, st: KindStore, sub: str, old: JSON, new: JSON, ns: str) -> JSON:
+    def write_subresource(self, st: KindState, sub: str, old: JSON, new: JSON, ns: str) -> JSON:
         if sub == "resize":
             out = resized(old, new)
             problem = resize_problem(old, new, out)
@@ -69,7 +66,7 @@ class PodStrategy(Strategy):
             return out
         return self.status_write(st, old, new, ns)
 
-    def status_write(self, st: KindStore, old: JSON, new: JSON, ns: str) -> JSON:
+    def status_write(self, st: KindState, old: JSON, new: JSON, ns: str) -> JSON:
         """Everything but spec; the pod's ownerReferences stay as they were, and so does
         its QoS class, fixed at creation, when the write leaves it out."""
         out = super().status_write(st, old, new, ns)
