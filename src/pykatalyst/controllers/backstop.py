@@ -48,7 +48,8 @@ from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.api.units import Seconds
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
+from pykatalyst.cluster.retry import retry_on_conflict
 
 # Kubernetes' markers of pods nobody may evict (the same rule the agent applies).
 
@@ -518,7 +519,7 @@ class BackstopController:
     def _set_taint(self, node: str, *, present: bool) -> None:
         # The whole list is replaced, so the patch carries the resourceVersion it was built
         # from: the agent's own CNR taints, written meanwhile, are never lost.
-        for attempt in range(3):
+        def write(attempt: int) -> None:
             obj = self.cluster.get(names.CUSTOM_NODE_RESOURCE, node)
             spec = obj.get("spec") or {}
             current = [t for t in spec.get("taints") or [] if isinstance(t, dict)]
@@ -535,12 +536,9 @@ class BackstopController:
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if rv:
                 body["metadata"] = {"resourceVersion": rv}
-            try:
-                self.cluster.patch(names.CUSTOM_NODE_RESOURCE, node, body)
-                return
-            except Conflict:
-                if attempt == 2:
-                    raise
+            self.cluster.patch(names.CUSTOM_NODE_RESOURCE, node, body)
+
+        retry_on_conflict(write)
 
     def _event(self, record: DecisionRecord) -> None:
         if record.object_kind == names.POD.kind:
