@@ -49,6 +49,7 @@ from pykatalyst.api.units import Seconds
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
+from pykatalyst.cluster.ratelimit import TokenBucket
 from pykatalyst.cluster.retry import retry_on_conflict
 
 # Kubernetes' markers of pods nobody may evict (the same rule the agent applies).
@@ -347,25 +348,6 @@ def _evict_record(
     )
 
 
-class _Bucket:
-    """A token bucket on the injected clock."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = float(burst)
-        self.last: float | None = None
-
-    def available(self, now: float) -> int:
-        if self.last is not None and now > self.last:
-            self.tokens = min(float(self.burst), self.tokens + (now - self.last) * self.rate)
-        self.last = now
-        return int(self.tokens + 1e-9)
-
-    def take(self, n: int) -> None:
-        self.tokens = max(self.tokens - n, 0.0)
-
-
 @dataclass(frozen=True, slots=True)
 class BackstopResult:
     done: tuple[str, ...] = ()
@@ -430,8 +412,8 @@ class BackstopController:
         self._pods = Informer(cluster, names.POD)
         self._digests = PodDigests()
         self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
-        self._taint_bucket = _Bucket(self.config.taint_qps, self.config.burst)
-        self._evict_bucket = _Bucket(self.config.evict_qps, self.config.burst)
+        self._taint_bucket = TokenBucket(self.config.taint_qps, self.config.burst)
+        self._evict_bucket = TokenBucket(self.config.evict_qps, self.config.burst)
 
     def reconcile(self, now: float) -> BackstopPlan:
         self._cnrs.sync()

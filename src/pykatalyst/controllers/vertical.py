@@ -34,9 +34,9 @@ from pykatalyst.cluster.protocol import (
     NotFound,
     TooManyRequests,
 )
+from pykatalyst.cluster.ratelimit import TokenBucket
 from pykatalyst.controllers import kvpa as kv
 from pykatalyst.controllers import oom_record, resize, vparec
-from pykatalyst.controllers.backstop import _Bucket as Bucket
 from pykatalyst.controllers.kvpa import KVPAInputs, KVPAOutcome, PodAction
 from pykatalyst.controllers.resize import ResizeConfig, ResizeMemory
 from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig, oom_events
@@ -147,7 +147,7 @@ class VPAController:
         self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
         self.memories: dict[str, ResizeMemory] = {}
         self._requested: set[str] = set()
-        self._evictions = Bucket(self.config.evict_qps, self.config.burst)
+        self._evictions = TokenBucket(self.config.evict_qps, self.config.burst)
         self.resizes = Counter(
             "katalyst_vpa_resizes",
             "Pod resizes by the vpa controller, by outcome (requested, completed, evicted, "
