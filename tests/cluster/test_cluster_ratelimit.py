@@ -55,3 +55,15 @@ def test_never_more_taken_than_the_burst_plus_the_rate_allows(
             taken += 1
         assert 0 <= bucket.available(now) <= burst
     assert taken <= burst + rate * now + 1e-6
+
+
+def test_is_due_never_run_then_every_period() -> None:
+    from pykatalyst.cluster.clock import is_due
+
+    assert is_due(None, 0.0, 60.0)
+    assert not is_due(0.0, 59.9, 60.0)
+    assert is_due(0.0, 60.0, 60.0)
+    # ten steps of 0.1 s sum to a hair under 1 s: the slack makes that run on time
+    step_sum = sum([0.1] * 10)
+    assert not is_due(0.0, step_sum, 1.0)
+    assert is_due(0.0, step_sum, 1.0, slack_s=1e-6)
