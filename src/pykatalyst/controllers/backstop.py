@@ -47,7 +47,7 @@ from pykatalyst.api.records import DecisionLog, DecisionRecord
 from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.api.units import Seconds
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
-from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.cluster.ratelimit import TokenBucket
 from pykatalyst.cluster.retry import retry_on_conflict
@@ -372,6 +372,7 @@ class BackstopController:
         *,
         registry: CollectorRegistry | None = None,
         records_path: str | Path | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.cluster = cluster
         self.config = config if config is not None else BackstopConfig()
@@ -408,8 +409,9 @@ class BackstopController:
             registry=self.registry,
         )
         self.log = DecisionLog(self.config.records_limit, records_path)
-        self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
-        self._pods = Informer(cluster, names.POD)
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self._cnrs = shared.informer(names.CUSTOM_NODE_RESOURCE)
+        self._pods = shared.informer(names.POD)
         self._digests = PodDigests()
         self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
         self._taint_bucket = TokenBucket(self.config.taint_qps, self.config.burst)
