@@ -32,14 +32,14 @@ from typing import Any
 import numpy as np
 
 from pykatalyst.api import names
-from pykatalyst.api.duration import parse_duration
+from pykatalyst.api.duration import format_duration, parse_duration
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
 from pykatalyst.controllers.history import HistoryError, HistorySource, SampleHistory
-from pykatalyst.controllers.ihpaspec import go_duration, preset_query
+from pykatalyst.controllers.ihpaspec import preset_query
 from pykatalyst.predict.client import InProcessPredictor, Predictor, PredictorError
 from pykatalyst.predict.contract import PredictReply
 
@@ -201,7 +201,7 @@ def portrait_items(
         except ValueError:
             continue
         by_time[ts] = json.loads(json.dumps(dict(item)))
-    window = go_duration(cfg.input_s * cfg.output)
+    window = format_duration(cfg.input_s * cfg.output)
     periodicity = {
         names.PERIODICITY_PREFIX + k: _milli(v) for k, v in sorted(reply.Periodicity.items())
     }
