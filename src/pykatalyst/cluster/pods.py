@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from pykatalyst.api.qos_model import K8S_QOS_RESOURCES, kube_qos_class
 from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.protocol import (
@@ -111,27 +112,20 @@ def _nanos(value: Any) -> int:
 
 def pod_qos_class(spec: Mapping[str, Any]) -> str:
     """The Kubernetes QoS class the API server writes to a new pod's status.qosClass, from
-    the cpu and memory requests and limits of its containers and init containers."""
-    requests: dict[str, int] = {}
-    limits: dict[str, int] = {}
-    guaranteed = True
-    for key in ("initContainers", "containers"):
-        for c in spec.get(key) or []:
-            res = (c.get("resources") if isinstance(c, dict) else None) or {}
-            for name in ("cpu", "memory"):
-                req = _nanos((res.get("requests") or {}).get(name, 0))
-                lim = _nanos((res.get("limits") or {}).get(name, 0))
-                if req > 0:
-                    requests[name] = requests.get(name, 0) + req
-                if lim > 0:
-                    limits[name] = limits.get(name, 0) + lim
-                else:
-                    guaranteed = False
-    if not requests and not limits:
-        return "BestEffort"
-    if guaranteed and requests == limits:
-        return "Guaranteed"
-    return "Burstable"
+    the cpu and memory requests and limits of its containers and init containers (an
+    amount that does not parse counts as none)."""
+
+    def shapes() -> Iterable[tuple[dict[str, int], dict[str, int]]]:
+        for key in ("initContainers", "containers"):
+            for c in spec.get(key) or []:
+                res = (c.get("resources") if isinstance(c, dict) else None) or {}
+                reqs, lims = res.get("requests") or {}, res.get("limits") or {}
+                yield (
+                    {n: _nanos(reqs.get(n, 0)) for n in K8S_QOS_RESOURCES},
+                    {n: _nanos(lims.get(n, 0)) for n in K8S_QOS_RESOURCES},
+                )
+
+    return kube_qos_class(shapes(), 0)
 
 
 def default_pod(obj: JSON) -> None:
