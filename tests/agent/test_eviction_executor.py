@@ -22,9 +22,9 @@ from pykatalyst.agent.eviction.plugins import RECLAIMED_CONDITION
 from pykatalyst.api import names
 from pykatalyst.api.crds import new_cnr
 from pykatalyst.cluster.clock import VirtualClock
+from pykatalyst.cluster.kubelet import StandInKubelet
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON
-from pykatalyst.sim.kubelet import StandInKubelet
 
 GIB = 1 << 30
 NODE = "node-1"

@@ -15,9 +15,9 @@ from pykatalyst.api.names import CONFIG_MAP, CRD, CUSTOM_NODE_RESOURCE, NAMESPAC
 from pykatalyst.cluster.admission import AdmissionResponse
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.kubelet import StandInKubelet
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import AlreadyExists, BadRequest, Conflict, Gone, Invalid, NotFound
-from pykatalyst.sim.kubelet import StandInKubelet
 from tests.cluster.conformance import cnr, config_map, node, pod
 
 

@@ -17,7 +17,7 @@ from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.connect import ConnectError, connect
 from pykatalyst.cluster.http import kubeconfig_for
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.kube import KubeCluster, KubeWatch, TokenBucket, error_from_response
+from pykatalyst.cluster.kube import KubeCluster, KubeWatch, RateLimiter, error_from_response
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import (
     AlreadyExists,
@@ -289,7 +289,7 @@ class FakeTime:
 
 def test_token_bucket_allows_a_burst_then_the_rate() -> None:
     clock = FakeTime()
-    bucket = TokenBucket(qps=5, burst=10, now=clock.now, sleep=clock.sleep)
+    bucket = RateLimiter(qps=5, burst=10, now=clock.now, sleep=clock.sleep)
     for _ in range(10):
         bucket.acquire()
     assert clock.slept == []
@@ -306,10 +306,10 @@ def test_token_bucket_allows_a_burst_then_the_rate() -> None:
 
 def test_token_bucket_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="qps"):
-        TokenBucket(qps=-1, burst=1)
+        RateLimiter(qps=-1, burst=1)
     with pytest.raises(ValueError, match="burst"):
-        TokenBucket(qps=1, burst=0)
-    unlimited = TokenBucket(qps=0, burst=0)
+        RateLimiter(qps=1, burst=0)
+    unlimited = RateLimiter(qps=0, burst=0)
     assert all(unlimited.acquire() == 0 for _ in range(1000))
 
 

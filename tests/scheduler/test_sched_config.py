@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
+from pykatalyst.scheduler.args import NodeResourcesFitArgs, QoSAwareNodeResourcesFitArgs
 from pykatalyst.scheduler.config import (
     NO_EFFECT,
-    NodeResourcesFitArgs,
-    QoSAwareNodeResourcesFitArgs,
     SchedulerConfigError,
     default_config,
     load_config,

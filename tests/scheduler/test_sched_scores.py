@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pykatalyst.scheduler.config import RequestedToCapacityRatioParam, UtilizationShapePoint
+from pykatalyst.scheduler.args import RequestedToCapacityRatioParam, UtilizationShapePoint
 from pykatalyst.scheduler.plugins.resources import (
     Shape,
     balanced_score,

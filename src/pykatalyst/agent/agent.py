@@ -60,7 +60,7 @@ from pykatalyst.agent.tick import UNMANAGED as UNMANAGED
 from pykatalyst.agent.tick import Decision, Notes
 from pykatalyst.api import config_fields, names
 from pykatalyst.api import spd as spd_api
-from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.clock import Clock, is_due
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
 from pykatalyst.cluster.skips import Skip, skip_reason
@@ -430,10 +430,8 @@ class Agent:
         # names but no cgroup was found for (a restart) counts too: cpusets sit on the
         # container cgroups, so a new one runs unconfined until it is found.
         unknown = self._unknown(specs)
-        due = (
-            self._last_discovery is None
-            or now - self._last_discovery >= REDISCOVER_PERIOD_S
-            or not unknown.issubset(self._unknown_at_discovery)
+        due = is_due(self._last_discovery, now, REDISCOVER_PERIOD_S) or not unknown.issubset(
+            self._unknown_at_discovery
         )
         if not due:
             return

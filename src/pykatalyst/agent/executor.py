@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from pykatalyst.agent.host.base import Knob, KnobValue
 from pykatalyst.agent.plan import knob_value_json
+from pykatalyst.cluster.clock import is_due
 
 
 class KnobEnforcer(Protocol):
@@ -48,7 +49,7 @@ class KnobWriter:
         if self.enforcer is None:
             return WriteOutcome({"state": "no enforcer"})
         changed = desired != self._last_desired
-        due = self._last_enforce is None or now - self._last_enforce >= resync_s
+        due = is_due(self._last_enforce, now, resync_s)
         if not (changed or due):
             return WriteOutcome({"state": "unchanged"})
         try:

@@ -25,7 +25,7 @@ from pykatalyst.agent.host.nics import NicSource
 from pykatalyst.agent.inputs import EvictionInput
 from pykatalyst.agent.node_state import NodeState
 from pykatalyst.api import names
-from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.clock import Clock, is_due
 from pykatalyst.cluster.events import EventRecorder
 from pykatalyst.cluster.protocol import Cluster
 from pykatalyst.cluster.skips import SkippedObjects
@@ -43,7 +43,7 @@ class Periodic:
 
     def __call__(self, inp: EvictionInput) -> Sequence[Any]:
         now = float(inp.now)
-        if self._last is not None and now - self._last < self.period - 1e-6:
+        if not is_due(self._last, now, self.period, slack_s=1e-6):
             return ()
         self._last = now
         return self.stage(inp)

@@ -29,6 +29,7 @@ from pykatalyst.api import names
 from pykatalyst.api.crds import new_cnr
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.cluster.clock import is_due
 from pykatalyst.cluster.protocol import ApiError, Cluster, NotFound
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
@@ -268,9 +269,7 @@ class Reporter:
         """Publish if needed; returns what was written (for the plan)."""
         out: dict[str, Any] = {"cnr": "unchanged"}
         status = build_status(inp, self.topology_policy)
-        heartbeat_due = (
-            self._last_heartbeat is None or now - self._last_heartbeat >= self.cfg.period_s
-        )
+        heartbeat_due = is_due(self._last_heartbeat, now, self.cfg.period_s)
         changed = status != self._last_status
         node_due = (
             self.cfg.publish_node_extended_resources
@@ -468,10 +467,7 @@ class Reporter:
         }
         # Re-sent now and then even unchanged: other writers of the Node's status (an
         # admission webhook, a node problem detector) must not erase it for good.
-        fresh = (
-            self._last_node_write is not None
-            and now - self._last_node_write < NODE_REPUBLISH_PERIOD_S
-        )
+        fresh = not is_due(self._last_node_write, now, NODE_REPUBLISH_PERIOD_S)
         if figures == self._last_node_figures and fresh:
             return "unchanged"
         try:

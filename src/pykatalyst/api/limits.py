@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pykatalyst.api.qos import QoSError
+from pykatalyst.api.qos_model import QoSError
 
 MAX_POD_NODES: Final = 200_000
 MAX_POD_BYTES: Final = 3 * 1024 * 1024

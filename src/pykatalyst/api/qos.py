@@ -26,6 +26,7 @@ from pykatalyst.api.qos_model import PodQoS as PodQoS
 from pykatalyst.api.qos_model import QoSError as QoSError
 from pykatalyst.api.qos_model import QoSProblem as QoSProblem
 from pykatalyst.api.qos_model import annotation_field as annotation_field
+from pykatalyst.api.qos_model import kube_qos_class
 from pykatalyst.api.quantity import MAX_UNITS, NANO, Quantity, QuantityError, parse_quantity
 from pykatalyst.api.yamlio import load_json
 
@@ -161,32 +162,13 @@ def k8s_qos_class(pod: Mapping[str, Any]) -> str:
 
     Only cpu and memory count; a zero quantity counts as absent; init containers count too.
     """
-    requests: dict[str, Quantity] = {}
-    limits: dict[str, Quantity] = {}
-    guaranteed = True
-    zero = Quantity.from_milli(0)
-    for path, container in _all_containers(pod):
-        reqs, lims, _ = container_resources(container, path)
-        for name in _QOS_RESOURCES:
-            if name in reqs and reqs[name] > zero:
-                requests[name] = requests[name] + reqs[name] if name in requests else reqs[name]
-        found: set[str] = set()
-        for name in _QOS_RESOURCES:
-            if name in lims and lims[name] > zero:
-                found.add(name)
-                limits[name] = limits[name] + lims[name] if name in limits else lims[name]
-        if found != set(_QOS_RESOURCES):
-            guaranteed = False
-    if not requests and not limits:
-        return K8S_QOS_BEST_EFFORT
-    if guaranteed:
-        for name, req in requests.items():
-            if name not in limits or limits[name] != req:
-                guaranteed = False
-                break
-    if guaranteed and len(requests) == len(limits):
-        return K8S_QOS_GUARANTEED
-    return K8S_QOS_BURSTABLE
+
+    def shapes() -> Iterator[tuple[Mapping[str, Quantity], Mapping[str, Quantity]]]:
+        for path, container in _all_containers(pod):
+            reqs, lims, _ = container_resources(container, path)
+            yield reqs, lims
+
+    return kube_qos_class(shapes(), Quantity.from_milli(0))
 
 
 def guaranteed_cpus(pod: Mapping[str, Any]) -> int:

@@ -4,15 +4,57 @@ priority bands. `api/qos.py` reads pods into these."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 from pykatalyst.api import names
 
 K8S_QOS_GUARANTEED: Final = "Guaranteed"
 K8S_QOS_BURSTABLE: Final = "Burstable"
 K8S_QOS_BEST_EFFORT: Final = "BestEffort"
+# the resources the Kubernetes QoS class is judged on
+K8S_QOS_RESOURCES: Final = (names.RESOURCE_CPU, names.RESOURCE_MEMORY)
+
+
+class _Amount(Protocol):
+    def __add__(self, other: Any, /) -> Any: ...
+    def __gt__(self, other: Any, /) -> bool: ...
+
+
+A = TypeVar("A", bound=_Amount)
+
+
+def kube_qos_class(containers: Iterable[tuple[Mapping[str, A], Mapping[str, A]]], zero: A) -> str:
+    """The Kubernetes QoS class of a pod whose containers (init containers too) have these
+    cpu and memory (requests, limits), computed as the kubelet does (`GetPodQOS`): an
+    amount of `zero` or less counts as absent; Guaranteed when every container limits both
+    and the summed requests equal the summed limits; BestEffort when nothing is set."""
+    requests: dict[str, A] = {}
+    limits: dict[str, A] = {}
+    guaranteed = True
+    for reqs, lims in containers:
+        for name in K8S_QOS_RESOURCES:
+            if name in reqs and reqs[name] > zero:
+                requests[name] = requests[name] + reqs[name] if name in requests else reqs[name]
+        found: set[str] = set()
+        for name in K8S_QOS_RESOURCES:
+            if name in lims and lims[name] > zero:
+                found.add(name)
+                limits[name] = limits[name] + lims[name] if name in limits else lims[name]
+        if found != set(K8S_QOS_RESOURCES):
+            guaranteed = False
+    if not requests and not limits:
+        return K8S_QOS_BEST_EFFORT
+    if guaranteed:
+        for name, req in requests.items():
+            if name not in limits or limits[name] != req:
+                guaranteed = False
+                break
+    if guaranteed and len(requests) == len(limits):
+        return K8S_QOS_GUARANTEED
+    return K8S_QOS_BURSTABLE
+
 
 # OOM priority bands per level: [low, high). Two values outside every band are kept as
 # they are: the "ignore this pod" and the "never kill this pod" markers.

@@ -21,8 +21,8 @@ from pykatalyst.cli.kubeopts import (
 )
 from pykatalyst.cli.listen import listen_address
 from pykatalyst.cli.output import print_message
+from pykatalyst.cluster.auth import load_token, server_ssl_context
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.runtime.auth import load_token, server_ssl_context
 from pykatalyst.runtime.host import ServeError
 from pykatalyst.runtime.leader import LeaderConfig, LeaderElector
 from pykatalyst.runtime.scheduler import ONCE_NOT_LEADING, ServeSecurity, run_scheduler

@@ -13,6 +13,13 @@ class Clock(Protocol):
         ...
 
 
+def is_due(last: float | None, now: float, period_s: float, slack_s: float = 0.0) -> bool:
+    """Whether something done every `period_s`, last at `last` (None: never), is due at
+    `now`; a run up to `slack_s` early counts as on time (the float sums of a virtual
+    clock's steps land a hair short of the period)."""
+    return last is None or now - last >= period_s - slack_s
+
+
 class RealClock:
     def now(self) -> float:
         return time.time()

@@ -30,6 +30,7 @@ from pykatalyst.api import names
 from pykatalyst.api.records import DecisionRecord
 from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.protocol import JSON, AlreadyExists, ApiError, Cluster, NotFound
+from pykatalyst.cluster.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +82,6 @@ class ObjectRef:
         return out
 
 
-@dataclass(slots=True)
-class _Bucket:
-    tokens: float
-    at: float
-
-
 class EventRecorder:
     """Writes core/v1 Events for one component (`source.component`, and `source.host`
     for a node's agent)."""
@@ -108,7 +103,7 @@ class EventRecorder:
         self._refill_s = refill_s
         self._cache_size = cache_size
         self._seen: OrderedDict[tuple[str, ...], tuple[str, int]] = OrderedDict()
-        self._buckets: OrderedDict[tuple[str, ...], _Bucket] = OrderedDict()
+        self._buckets: OrderedDict[tuple[str, ...], TokenBucket] = OrderedDict()
         self._seq = itertools.count()
         self._salt = zlib.crc32(f"{component}/{host}".encode())
         # Callers may record from several threads (the scheduler's binds): the caches are
@@ -225,19 +220,13 @@ class EventRecorder:
         key = (ref.kind, ref.namespace, ref.name, ref.uid)
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = _Bucket(float(self._burst), now)
+            bucket = TokenBucket(0.0, self._burst, period_s=self._refill_s, now=now)
             self._buckets[key] = bucket
             if len(self._buckets) > self._cache_size:
                 self._buckets.popitem(last=False)
         else:
             self._buckets.move_to_end(key)
-            gained = max(now - bucket.at, 0.0) / self._refill_s
-            bucket.tokens = min(float(self._burst), bucket.tokens + gained)
-            bucket.at = now
-        if bucket.tokens < 1.0:
-            return False
-        bucket.tokens -= 1.0
-        return True
+        return bucket.try_take(now)
 
     def _remember(self, key: tuple[str, ...], value: tuple[str, int]) -> None:
         with self._lock:

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from pykatalyst.api.yamlio import load_yaml
 from pykatalyst.cluster import discovery
+from pykatalyst.cluster.auth import bearer_middleware
 from pykatalyst.cluster.discovery import Target
 from pykatalyst.cluster.protocol import (
     JSON,
@@ -48,7 +49,6 @@ from pykatalyst.cluster.store import resource_name
 from pykatalyst.cluster.strategy import grace_seconds
 from pykatalyst.cluster.tables import dig, table, wants_table
 from pykatalyst.cluster.watchstream import WatchStreams
-from pykatalyst.runtime.auth import bearer_middleware
 
 if TYPE_CHECKING:
     from pykatalyst.cluster.memory import MemoryCluster

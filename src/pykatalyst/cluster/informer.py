@@ -1,4 +1,5 @@
-"""A local cache of one kind, kept in sync from list + watch on any `Cluster`.
+"""A local cache of one kind, kept in sync from list + watch on any `Cluster`, and the
+factory that shares one such cache per kind among the components of a process.
 
 `sync()` does the I/O: the first call lists (handlers see ADDED for every object), later
 calls drain the watch. When the watch answers 410 Gone the informer lists again and
@@ -219,3 +220,42 @@ class Informer:
     def _notify(self, etype: EventType, old: JSON | None, new: JSON | None) -> None:
         for fn in self._handlers:
             fn(etype, old, new)
+
+
+InformerKey = tuple[Kind, str | None, str | None, str | None]
+
+
+class InformerFactory:
+    """One informer per kind (and namespace and selectors) for every component of a
+    process, as client-go's shared informer factory: the controllers of one `katalyst
+    controller` hold one CNR watch between them, not one each. The runtime's
+    `ComponentHost` owns one per process; a component built without one makes its own.
+
+    Sharing is safe because the components read an informer as a cache (`sync()`, then
+    `list()` / `get()`): whichever syncs first brings it up to date for all."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._informers: dict[InformerKey, Informer] = {}
+
+    def informer(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Informer:
+        """The shared informer of `kind` with these filters, made on first use."""
+        key = (kind, namespace, label_selector, field_selector)
+        informer = self._informers.get(key)
+        if informer is None:
+            informer = Informer(self.cluster, kind, namespace, label_selector, field_selector)
+            self._informers[key] = informer
+        return informer
+
+    def informers(self) -> builtins.list[Informer]:
+        return list(self._informers.values())
+
+    def close(self) -> None:
+        for informer in self._informers.values():
+            informer.close()

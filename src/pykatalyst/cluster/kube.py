@@ -44,6 +44,7 @@ from pykatalyst.cluster.protocol import (
     binding_body,
     eviction_body,
 )
+from pykatalyst.cluster.ratelimit import TokenBucket
 
 PATCH_CONTENT_TYPES: dict[str, str] = {
     "merge": "application/merge-patch+json",
@@ -65,9 +66,10 @@ class KubeConfigError(ValueError):
     """A kubeconfig or in-cluster configuration the client cannot use."""
 
 
-class TokenBucket:
+class RateLimiter:
     """Client-side rate limit with client-go's semantics: `burst` requests at once, then
-    `qps` per second. `now` and `sleep` are injected so tests run on virtual time."""
+    `qps` per second (one `ratelimit.TokenBucket`, thread-safe). `now` and `sleep` are
+    injected so tests run on virtual time."""
 
     def __init__(
         self,
@@ -84,8 +86,7 @@ class TokenBucket:
         self.burst = burst
         self._now = now
         self._sleep = sleep
-        self._tokens = float(burst)
-        self._last = now()
+        self._bucket = TokenBucket(qps, burst, now=now())
         self._lock = threading.Lock()
 
     def reserve(self) -> float:
@@ -93,11 +94,7 @@ class TokenBucket:
         if self.qps == 0:
             return 0.0
         with self._lock:
-            now = self._now()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
-            self._last = now
-            self._tokens -= 1.0
-            return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+            return self._bucket.reserve(self._now())
 
     def acquire(self) -> float:
         """Wait for a token; return the time waited."""
@@ -182,7 +179,7 @@ class KubeCluster:
     ) -> None:
         # Typed as Any: the generated client is only partly annotated.
         self._client: Any = api_client
-        self.limiter = TokenBucket(qps, burst, now, sleep)
+        self.limiter = RateLimiter(qps, burst, now, sleep)
         self.request_timeout = request_timeout
         self.watch_seconds = watch_seconds
         self._watches: weakref.WeakSet[KubeWatch] = weakref.WeakSet()

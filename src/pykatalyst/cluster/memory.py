@@ -8,7 +8,8 @@ finalizers and graceful deletion, and a mutating-then-validating admission chain
 
 It is built as kube-apiserver's registry is: a generic versioned store
 (`cluster/store.py`, watches in `cluster/watch.py`), a strategy per kind
-(`cluster/strategy.py`, pods in `cluster/pods.py`) and the admission chain
+(`cluster/strategy.py`, pods in `cluster/pods.py`), the hooks of the writes that reach
+across kinds (`cluster/hooks.py`) and the admission chain
 (`cluster/admission.py`). This module runs the verbs through them. Every object handed
 to a caller is a fresh deep copy.
 """
@@ -40,7 +41,7 @@ from pykatalyst.api.names import (
     Kind,
 )
 from pykatalyst.api.timefmt import rfc3339
-from pykatalyst.cluster import pods, scale
+from pykatalyst.cluster import hooks, pods, scale
 from pykatalyst.cluster.admission import AdmissionChain, AdmissionPlugin
 from pykatalyst.cluster.clock import Clock, VirtualClock
 from pykatalyst.cluster.ingest import bulk_copy, ingest
@@ -68,7 +69,6 @@ from pykatalyst.cluster.protocol import (
 from pykatalyst.cluster.selectors import parse_field_selector, parse_label_selector
 from pykatalyst.cluster.store import KindStore, VersionedStore
 from pykatalyst.cluster.strategy import (
-    CRDStrategy,
     EventStrategy,
     NamespaceStrategy,
     PodDisruptionBudgetStrategy,
@@ -93,7 +93,6 @@ _STRATEGIES: Final[dict[tuple[str, str], type[Strategy]]] = {
     ("", "namespaces"): NamespaceStrategy,
     ("", "events"): EventStrategy,
     ("policy", "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
-    (CRD.group, CRD.plural): CRDStrategy,
 }
 _STRATEGIC_REFUSED: Final = (
     "the body of the request was in an unknown format - accepted media types include: "
@@ -295,7 +294,7 @@ class MemoryCluster:
                     f'{st.resource} "{meta["name"]}" already exists',
                     details={"name": meta["name"], "group": st.kind.group, "kind": st.kind.plural},
                 )
-            st.strategy.on_store(self._store, new)
+            hooks.on_store(self._store, st, new)
             self._stamp_new(st, meta)
             new = {"apiVersion": new.pop("apiVersion"), "kind": new.pop("kind"), **new}
             return copy_object(self._store.commit(st, "ADDED", new, None))
@@ -461,7 +460,7 @@ class MemoryCluster:
             return copy_object(old)  # a no-op write changes nothing, not even the version
         if spec_changed(st, old, new):
             bump_generation(meta, old_meta)
-        st.strategy.on_store(self._store, new)
+        hooks.on_store(self._store, st, new)
         if (
             "deletionTimestamp" in meta
             and not meta.get("finalizers")
@@ -612,7 +611,7 @@ class MemoryCluster:
         """Pods bound to a node are deleted gracefully, as on a real cluster: they keep
         running with deletionTimestamp = now + grace (grace_period_seconds, else
         spec.terminationGracePeriodSeconds) until the kubelet — here a delete with grace
-        0, as `sim.kubelet.StandInKubelet` sends — removes them. Unbound pods and
+        0, as `cluster.kubelet.StandInKubelet` sends — removes them. Unbound pods and
         grace 0 delete at once. Objects with finalizers stay, marked, until the last
         finalizer is removed."""
         with self._cond:
@@ -638,7 +637,7 @@ class MemoryCluster:
             old = self._mark_deleted(st, old, grace)
             if grace > 0 or finalizers:
                 return copy_object(old)
-        st.strategy.on_remove(self._store, old)
+        hooks.on_remove(self._store, st, old)
         self._store.commit(st, "DELETED", old, None)
         return None
 

@@ -7,8 +7,9 @@ return."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from pykatalyst.api.qos_model import K8S_QOS_RESOURCES, kube_qos_class
 from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.cluster.protocol import (
@@ -20,10 +21,7 @@ from pykatalyst.cluster.protocol import (
     TooManyRequests,
 )
 from pykatalyst.cluster.selectors import label_selector_from_dict
-from pykatalyst.cluster.strategy import Strategy, field_of, grace_seconds
-
-if TYPE_CHECKING:
-    from pykatalyst.cluster.store import KindStore
+from pykatalyst.cluster.strategy import KindState, Strategy, field_of, grace_seconds
 
 DEFAULT_SCHEDULER: Final = "default-scheduler"
 DEFAULT_TERMINATION_GRACE_SECONDS: Final = 30
@@ -49,18 +47,18 @@ class PodStrategy(Strategy):
     graceful = True
     patch_subresources = ("status", "resize")
 
-    def prepare_for_create(self, st: KindStore, obj: JSON, now: float) -> None:
+    def prepare_for_create(self, st: KindState, obj: JSON, now: float) -> None:
         default_pod(obj)
         obj["status"] = {"phase": "Pending", "qosClass": pod_qos_class(obj["spec"])}
 
     def prepare_for_update(self, obj: JSON) -> None:
         default_pod(obj)
 
-    def validate_update(self, st: KindStore, name: str, old: JSON, new: JSON) -> None:
+    def validate_update(self, st: KindState, name: str, old: JSON, new: JSON) -> None:
         if not spec_update_allowed(old.get("spec") or {}, new.get("spec") or {}):
             raise st.invalid(name, "spec", _IMMUTABLE_SPEC_MESSAGE)
 
-    def write_subresource(self, st: KindStore, sub: str, old: JSON, new: JSON, ns: str) -> JSON:
+    def write_subresource(self, st: KindState, sub: str, old: JSON, new: JSON, ns: str) -> JSON:
         if sub == "resize":
             out = resized(old, new)
             problem = resize_problem(old, new, out)
@@ -69,7 +67,7 @@ class PodStrategy(Strategy):
             return out
         return self.status_write(st, old, new, ns)
 
-    def status_write(self, st: KindStore, old: JSON, new: JSON, ns: str) -> JSON:
+    def status_write(self, st: KindState, old: JSON, new: JSON, ns: str) -> JSON:
         """Everything but spec; the pod's ownerReferences stay as they were, and so does
         its QoS class, fixed at creation, when the write leaves it out."""
         out = super().status_write(st, old, new, ns)
@@ -114,27 +112,20 @@ def _nanos(value: Any) -> int:
 
 def pod_qos_class(spec: Mapping[str, Any]) -> str:
     """The Kubernetes QoS class the API server writes to a new pod's status.qosClass, from
-    the cpu and memory requests and limits of its containers and init containers."""
-    requests: dict[str, int] = {}
-    limits: dict[str, int] = {}
-    guaranteed = True
-    for key in ("initContainers", "containers"):
-        for c in spec.get(key) or []:
-            res = (c.get("resources") if isinstance(c, dict) else None) or {}
-            for name in ("cpu", "memory"):
-                req = _nanos((res.get("requests") or {}).get(name, 0))
-                lim = _nanos((res.get("limits") or {}).get(name, 0))
-                if req > 0:
-                    requests[name] = requests.get(name, 0) + req
-                if lim > 0:
-                    limits[name] = limits.get(name, 0) + lim
-                else:
-                    guaranteed = False
-    if not requests and not limits:
-        return "BestEffort"
-    if guaranteed and requests == limits:
-        return "Guaranteed"
-    return "Burstable"
+    the cpu and memory requests and limits of its containers and init containers (an
+    amount that does not parse counts as none)."""
+
+    def shapes() -> Iterable[tuple[dict[str, int], dict[str, int]]]:
+        for key in ("initContainers", "containers"):
+            for c in spec.get(key) or []:
+                res = (c.get("resources") if isinstance(c, dict) else None) or {}
+                reqs, lims = res.get("requests") or {}, res.get("limits") or {}
+                yield (
+                    {n: _nanos(reqs.get(n, 0)) for n in K8S_QOS_RESOURCES},
+                    {n: _nanos(lims.get(n, 0)) for n in K8S_QOS_RESOURCES},
+                )
+
+    return kube_qos_class(shapes(), 0)
 
 
 def default_pod(obj: JSON) -> None:

@@ -1,14 +1,16 @@
 """What each kind means to the API server, as kube-apiserver's registry splits it: a
 `Strategy` per kind prepares and validates an object for create, update and the status
-subresource, says how it is deleted, and reacts when one is stored or removed (a CRD
-serves a new kind, a namespace takes its objects with it). The store
-(`cluster/store.py`) stays generic; `memory.strategy_for(kind)` picks the strategy."""
+subresource and says how it is deleted. Strategies never reach into the store: they read
+only what `KindState` offers of their kind, and what a write does beyond its own object (a
+CRD serves a new kind, a namespace takes its objects with it) is a store hook
+(`cluster/hooks.py`). The store (`cluster/store.py`) stays generic;
+`memory.strategy_for(kind)` picks the strategy."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from pykatalyst.api.names import CRD, DEFAULT_NAMESPACE, KUBE_SYSTEM_NAMESPACE, Kind
 from pykatalyst.cluster.decode import decode
@@ -16,8 +18,16 @@ from pykatalyst.cluster.protocol import JSON, BadRequest, Invalid
 from pykatalyst.cluster.scale import ScalePaths, crd_paths
 from pykatalyst.cluster.selectors import valid_label_key, valid_label_value
 
-if TYPE_CHECKING:
-    from pykatalyst.cluster.store import KindStore, VersionedStore
+
+class KindState(Protocol):
+    """What a strategy reads of the store's record of its kind (`store.KindState`)."""
+
+    kind: Kind
+    strategy: Strategy
+    status_subresource: bool
+
+    def invalid(self, name: str, field_path: str, message: str) -> Invalid: ...
+
 
 _DNS1123_SUBDOMAIN = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -81,7 +91,7 @@ def tracks_generation(kind: Kind) -> bool:
 # --- metadata, the same for every kind --------------------------------------------------
 
 
-def check_type(st: KindStore, obj: JSON) -> None:
+def check_type(st: KindState, obj: JSON) -> None:
     """`kind` and `apiVersion` default to the request's and must agree with it."""
     k = obj.setdefault("kind", st.kind.kind)
     api = obj.setdefault("apiVersion", st.kind.api_version)
@@ -96,7 +106,7 @@ def check_type(st: KindStore, obj: JSON) -> None:
     obj["apiVersion"] = st.kind.api_version
 
 
-def validate_meta(st: KindStore, obj: JSON) -> None:
+def validate_meta(st: KindState, obj: JSON) -> None:
     meta = obj["metadata"]
     name = _validate_name(st, meta.get("name", ""))
     for key in ("labels", "annotations"):
@@ -111,7 +121,7 @@ def validate_meta(st: KindStore, obj: JSON) -> None:
         )
 
 
-def _validate_name(st: KindStore, name: Any) -> str:
+def _validate_name(st: KindState, name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise st.invalid("", "metadata.name", "Required value: name or generateName is required")
     label_kind = st.strategy.name_is_label
@@ -131,7 +141,7 @@ def _validate_name(st: KindStore, name: Any) -> str:
     return name
 
 
-def _validate_string_map(st: KindStore, name: str, key: str, value: Any) -> None:
+def _validate_string_map(st: KindState, name: str, key: str, value: Any) -> None:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise st.invalid(
             name,
@@ -168,7 +178,7 @@ def bump_generation(meta: JSON, old_meta: Mapping[str, Any]) -> None:
         meta["generation"] = int(old_meta["generation"]) + 1
 
 
-def keep_system_meta(st: KindStore, meta: JSON, old_meta: Mapping[str, Any], ns: str) -> None:
+def keep_system_meta(st: KindState, meta: JSON, old_meta: Mapping[str, Any], ns: str) -> None:
     """An update cannot set the fields the server owns: they keep their stored values."""
     meta["namespace"] = ns
     if not st.kind.namespaced:
@@ -180,7 +190,7 @@ def keep_system_meta(st: KindStore, meta: JSON, old_meta: Mapping[str, Any], ns:
             meta.pop(key, None)
 
 
-def spec_changed(st: KindStore, old: JSON, new: JSON) -> bool:
+def spec_changed(st: KindState, old: JSON, new: JSON) -> bool:
     skip = ("metadata", "status") if st.status_subresource else ("metadata",)
     keys = (set(old) | set(new)) - set(skip)
     return any(old.get(k) != new.get(k) for k in keys)
@@ -209,24 +219,24 @@ class Strategy:
         """The typed decode of a built-in kind's body (`cluster/decode.py`)."""
         return decode(self._plural, obj) if self.core else obj
 
-    def prepare_for_create(self, st: KindStore, obj: JSON, now: float) -> None:
+    def prepare_for_create(self, st: KindState, obj: JSON, now: float) -> None:
         if st.status_subresource and self._drops_status:
             obj.pop("status", None)
 
-    def validate_create(self, st: KindStore, obj: JSON) -> None:
+    def validate_create(self, st: KindState, obj: JSON) -> None:
         pass
 
     def prepare_for_update(self, obj: JSON) -> None:
         pass
 
-    def validate_update(self, st: KindStore, name: str, old: JSON, new: JSON) -> None:
+    def validate_update(self, st: KindState, name: str, old: JSON, new: JSON) -> None:
         pass
 
-    def write_subresource(self, st: KindStore, sub: str, old: JSON, new: JSON, ns: str) -> JSON:
+    def write_subresource(self, st: KindState, sub: str, old: JSON, new: JSON, ns: str) -> JSON:
         """What a write to subresource `sub` keeps of `new` over `old`."""
         return self.status_write(st, old, new, ns)
 
-    def status_write(self, st: KindStore, old: JSON, new: JSON, ns: str) -> JSON:
+    def status_write(self, st: KindState, old: JSON, new: JSON, ns: str) -> JSON:
         """For custom resources and CRDs only status; for the built-in kinds (pods, nodes,
         namespaces) everything but spec, so label and annotation changes are written too,
         as kube-apiserver's status strategies do."""
@@ -247,31 +257,16 @@ class Strategy:
     def deletion_grace(self, old: JSON, requested: int | None) -> int:
         return 0
 
-    def on_store(self, store: VersionedStore, obj: JSON) -> None:
-        """Called before `obj` is created or updated (it may still refuse it)."""
-
-    def on_remove(self, store: VersionedStore, obj: JSON) -> None:
-        """Called before `obj` is removed for good."""
-
 
 class NamespaceStrategy(Strategy):
     name_is_label = True
 
-    def prepare_for_create(self, st: KindStore, obj: JSON, now: float) -> None:
+    def prepare_for_create(self, st: KindState, obj: JSON, now: float) -> None:
         obj["status"] = {"phase": "Active"}
-
-    def on_remove(self, store: VersionedStore, obj: JSON) -> None:
-        # Simplification: a real namespace lingers in Terminating while its content goes.
-        ns = obj["metadata"]["name"]
-        for st in list(store.kinds.values()):
-            if not st.kind.namespaced:
-                continue
-            for o in list(st.objects.get(ns, {}).values()):
-                store.commit(st, "DELETED", o, None)
 
 
 class EventStrategy(Strategy):
-    def validate_create(self, st: KindStore, obj: JSON) -> None:
+    def validate_create(self, st: KindState, obj: JSON) -> None:
         """kube-apiserver's checks of a core/v1 Event: its namespace must be its object's
         (an event about a cluster-scoped object goes to "default"; with an eventTime,
         "kube-system" too), and an event with an eventTime names who reported it."""
@@ -293,28 +288,6 @@ class EventStrategy(Strategy):
             for key in ("reportingComponent", "reportingInstance", "action", "reason"):
                 if not obj.get(key):
                     raise st.invalid(name, key, "Required value")
-
-
-class CRDStrategy(Strategy):
-    """A CustomResourceDefinition serves its kind from the moment it is stored."""
-
-    def on_store(self, store: VersionedStore, obj: JSON) -> None:
-        kind, has_status = crd_kind(obj)
-        scale = crd_scale(obj)  # before anything changes: a bad path refuses the CRD
-        existing = store.kinds.get((kind.group, kind.plural))
-        if existing is not None and existing.builtin:
-            existing.status_subresource = has_status or existing.status_subresource
-            existing.scale = scale or existing.scale
-            return
-        store.register(kind, status_subresource=has_status, unconditional_update=False)
-        store.kinds[(kind.group, kind.plural)].scale = scale
-
-    def on_remove(self, store: VersionedStore, obj: JSON) -> None:
-        spec = obj.get("spec") or {}
-        key = (spec.get("group", ""), (spec.get("names") or {}).get("plural", ""))
-        st = store.kinds.get(key)
-        if st is not None and not st.builtin:
-            store.drop_kind(st)
 
 
 def _storage_version(crd: JSON) -> Mapping[str, Any]:
@@ -360,14 +333,14 @@ class PodDisruptionBudgetStrategy(Strategy):
     def decode(self, obj: JSON) -> JSON:
         return decode("poddisruptionbudgets", obj)
 
-    def validate_create(self, st: KindStore, obj: JSON) -> None:
+    def validate_create(self, st: KindState, obj: JSON) -> None:
         self._validate(st, obj)
 
-    def validate_update(self, st: KindStore, name: str, old: JSON, new: JSON) -> None:
+    def validate_update(self, st: KindState, name: str, old: JSON, new: JSON) -> None:
         self._validate(st, new)
 
     @staticmethod
-    def _validate(st: KindStore, obj: JSON) -> None:
+    def _validate(st: KindState, obj: JSON) -> None:
         name = str(obj["metadata"].get("name", ""))
         spec = field_of(obj, "spec")
         for key in ("minAvailable", "maxUnavailable"):

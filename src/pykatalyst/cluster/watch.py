@@ -7,15 +7,20 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pykatalyst.cluster.ingest import bulk_copy
 from pykatalyst.cluster.patch import copy_object
 from pykatalyst.cluster.protocol import JSON, EventType, Gone, WatchEvent
 from pykatalyst.cluster.selectors import FieldSelector, LabelSelector
 
-if TYPE_CHECKING:
-    from pykatalyst.cluster.store import KindStore
+
+class Subscriptions(Protocol):
+    """The open watches of one kind, as a watch sees them (`store.KindStore`)."""
+
+    resource: str
+
+    def unsubscribe(self, w: MemoryWatch) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +46,7 @@ class MemoryWatch:
     def __init__(
         self,
         cond: threading.Condition,
-        state: KindStore,
+        state: Subscriptions,
         namespace: str | None,
         labels: LabelSelector,
         fields: FieldSelector,

@@ -47,8 +47,10 @@ from pykatalyst.api.records import DecisionLog, DecisionRecord
 from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.api.units import Seconds
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
-from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
+from pykatalyst.cluster.informer import InformerFactory
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
+from pykatalyst.cluster.ratelimit import TokenBucket
+from pykatalyst.cluster.retry import retry_on_conflict
 
 # Kubernetes' markers of pods nobody may evict (the same rule the agent applies).
 
@@ -346,25 +348,6 @@ def _evict_record(
     )
 
 
-class _Bucket:
-    """A token bucket on the injected clock."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = float(burst)
-        self.last: float | None = None
-
-    def available(self, now: float) -> int:
-        if self.last is not None and now > self.last:
-            self.tokens = min(float(self.burst), self.tokens + (now - self.last) * self.rate)
-        self.last = now
-        return int(self.tokens + 1e-9)
-
-    def take(self, n: int) -> None:
-        self.tokens = max(self.tokens - n, 0.0)
-
-
 @dataclass(frozen=True, slots=True)
 class BackstopResult:
     done: tuple[str, ...] = ()
@@ -389,6 +372,7 @@ class BackstopController:
         *,
         registry: CollectorRegistry | None = None,
         records_path: str | Path | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.cluster = cluster
         self.config = config if config is not None else BackstopConfig()
@@ -425,12 +409,13 @@ class BackstopController:
             registry=self.registry,
         )
         self.log = DecisionLog(self.config.records_limit, records_path)
-        self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
-        self._pods = Informer(cluster, names.POD)
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self._cnrs = shared.informer(names.CUSTOM_NODE_RESOURCE)
+        self._pods = shared.informer(names.POD)
         self._digests = PodDigests()
         self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
-        self._taint_bucket = _Bucket(self.config.taint_qps, self.config.burst)
-        self._evict_bucket = _Bucket(self.config.evict_qps, self.config.burst)
+        self._taint_bucket = TokenBucket(self.config.taint_qps, self.config.burst)
+        self._evict_bucket = TokenBucket(self.config.evict_qps, self.config.burst)
 
     def reconcile(self, now: float) -> BackstopPlan:
         self._cnrs.sync()
@@ -518,7 +503,7 @@ class BackstopController:
     def _set_taint(self, node: str, *, present: bool) -> None:
         # The whole list is replaced, so the patch carries the resourceVersion it was built
         # from: the agent's own CNR taints, written meanwhile, are never lost.
-        for attempt in range(3):
+        def write(attempt: int) -> None:
             obj = self.cluster.get(names.CUSTOM_NODE_RESOURCE, node)
             spec = obj.get("spec") or {}
             current = [t for t in spec.get("taints") or [] if isinstance(t, dict)]
@@ -535,12 +520,9 @@ class BackstopController:
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if rv:
                 body["metadata"] = {"resourceVersion": rv}
-            try:
-                self.cluster.patch(names.CUSTOM_NODE_RESOURCE, node, body)
-                return
-            except Conflict:
-                if attempt == 2:
-                    raise
+            self.cluster.patch(names.CUSTOM_NODE_RESOURCE, node, body)
+
+        retry_on_conflict(write)
 
     def _event(self, record: DecisionRecord) -> None:
         if record.object_kind == names.POD.kind:

@@ -27,7 +27,7 @@ from typing import Any
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
-from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import JSON, AlreadyExists, ApiError, Cluster, NotFound
 from pykatalyst.cluster.selectors import format_label_selector
 from pykatalyst.controllers import ihpaspec
@@ -381,15 +381,17 @@ class IHPAController:
         cluster: Cluster,
         config: IHPAConfig | None = None,
         events: EventRecorder | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.cluster = cluster
         self.config = config or IHPAConfig()
         self.events = events or EventRecorder(cluster, names.CONTROLLER_COMPONENT)
-        self._ihpas = Informer(cluster, names.INTELLIGENT_HPA)
-        self._hpas = Informer(cluster, names.HORIZONTAL_POD_AUTOSCALER)
-        self._vws = Informer(cluster, names.VIRTUAL_WORKLOAD)
-        self._spds = Informer(cluster, names.SERVICE_PROFILE_DESCRIPTOR)
-        self._workloads = {k: Informer(cluster, k) for k in names.WORKLOAD_KINDS}
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self._ihpas = shared.informer(names.INTELLIGENT_HPA)
+        self._hpas = shared.informer(names.HORIZONTAL_POD_AUTOSCALER)
+        self._vws = shared.informer(names.VIRTUAL_WORKLOAD)
+        self._spds = shared.informer(names.SERVICE_PROFILE_DESCRIPTOR)
+        self._workloads = {k: shared.informer(k) for k in names.WORKLOAD_KINDS}
         self._now = 0.0
 
     def gather(self) -> list[IHPAInputs]:
@@ -483,10 +485,12 @@ class HorizontalScaling:
         *,
         history: HistorySource | None = None,
         predictor: Predictor | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
-        self.portrait = PortraitIndicator(cluster, history, predictor, events)
-        self.ihpa = IHPAController(cluster, config, events)
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self.portrait = PortraitIndicator(cluster, history, predictor, events, shared)
+        self.ihpa = IHPAController(cluster, config, events, shared)
 
     def reconcile(self, now: float) -> HorizontalPlan:
         return HorizontalPlan(self.portrait.reconcile(now), self.ihpa.reconcile(now))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pykatalyst.api import names
+from pykatalyst.api.duration import format_duration
 from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.controllers.cronbounds import Bound, CronMode, TimeBound, cron_replicas
@@ -89,18 +90,7 @@ def preset_query(metric: str, namespace: str, workload: str, input_s: int) -> st
     if not is_rate:
         sel = sel.replace(',container!=""', ', container!=""')
         return f"{agg}({sel})"
-    return f"{agg}(rate({sel}[{go_duration(input_s)}]))"
-
-
-def go_duration(seconds: int) -> str:
-    """Whole seconds as Go's time.Duration.String() writes them: 1m0s, 1h0m0s, 45s."""
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    if h:
-        return f"{h}h{m}m{s}s"
-    if m:
-        return f"{m}m{s}s"
-    return f"{s}s"
+    return f"{agg}(rate({sel}[{format_duration(input_s)}]))"
 
 
 class SpecError(ValueError):

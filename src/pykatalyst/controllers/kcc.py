@@ -34,7 +34,7 @@ from pykatalyst.api.duration import DurationError, parse_duration
 from pykatalyst.api.names import Kind
 from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
 from pykatalyst.cluster.events import EventRecorder
-from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.informer import Informer, InformerFactory
 from pykatalyst.cluster.protocol import JSON, ApiError, BadRequest, Cluster, NotFound
 from pykatalyst.cluster.selectors import LabelSelector, parse_label_selector
 from pykatalyst.cluster.skips import Skip, SkippedObjects, skip_reason
@@ -713,21 +713,24 @@ class KCCController:
         *,
         node_selector: str | None = None,
         skips: SkippedObjects | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.cluster = cluster
         # The process's counter is shared by its controllers (ControllerRunner hands it in).
         self.skips = skips or SkippedObjects(
             "controller", EventRecorder(cluster, names.CONTROLLER_COMPONENT)
         )
-        self._kccs = Informer(cluster, names.KATALYST_CUSTOM_CONFIG)
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self._shared = shared
+        self._kccs = shared.informer(names.KATALYST_CUSTOM_CONFIG)
         # CNC labels mirror the Node's, so the node selector selects their CNCs.
-        self._cncs = Informer(cluster, names.CUSTOM_NODE_CONFIG, label_selector=node_selector)
+        self._cncs = shared.informer(names.CUSTOM_NODE_CONFIG, label_selector=node_selector)
         self._targets: dict[str, Informer] = {}
 
     def _informer(self, kind: Kind) -> Informer:
         key = kind.api_version + "/" + kind.plural
         if key not in self._targets:
-            self._targets[key] = Informer(self.cluster, kind)
+            self._targets[key] = self._shared.informer(kind)
         return self._targets[key]
 
     def reconcile(self, now: float) -> KCCPlan:

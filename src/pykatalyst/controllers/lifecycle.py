@@ -16,7 +16,7 @@ from typing import Any
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
 from pykatalyst.api.timefmt import parse_rfc3339
-from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import JSON, AlreadyExists, ApiError, Cluster, NotFound
 
 DEFAULT_ORPHAN_GRACE_S = 60.0
@@ -166,13 +166,15 @@ class LifecycleController:
         *,
         node_selector: str | None = None,
         orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.cluster = cluster
         self.orphan_grace_s = orphan_grace_s
         self.node_selector = node_selector
-        self._nodes = Informer(cluster, names.NODE, label_selector=node_selector)
-        self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
-        self._cncs = Informer(cluster, names.CUSTOM_NODE_CONFIG)
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self._nodes = shared.informer(names.NODE, label_selector=node_selector)
+        self._cnrs = shared.informer(names.CUSTOM_NODE_RESOURCE)
+        self._cncs = shared.informer(names.CUSTOM_NODE_CONFIG)
 
     def reconcile(self, now: float) -> LifecyclePlan:
         for informer in (self._nodes, self._cnrs, self._cncs):

@@ -36,7 +36,7 @@ from pykatalyst.api.problems import field_problems
 from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
-from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.cluster.skips import Skip, SkippedObjects
 
@@ -332,11 +332,13 @@ class OvercommitController:
         *,
         node_selector: str | None = None,
         skips: SkippedObjects | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.cluster = cluster
-        self._nodes = Informer(cluster, names.NODE, label_selector=node_selector)
-        self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
-        self._configs = Informer(cluster, names.NODE_OVERCOMMIT_CONFIG)
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self._nodes = shared.informer(names.NODE, label_selector=node_selector)
+        self._cnrs = shared.informer(names.CUSTOM_NODE_RESOURCE)
+        self._configs = shared.informer(names.NODE_OVERCOMMIT_CONFIG)
         self._reported: set[tuple[str, str, int]] = set()
         self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
         # The process's counter is shared by its controllers (ControllerRunner hands it in).

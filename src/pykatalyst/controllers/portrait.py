@@ -32,14 +32,14 @@ from typing import Any
 import numpy as np
 
 from pykatalyst.api import names
-from pykatalyst.api.duration import parse_duration
+from pykatalyst.api.duration import format_duration, parse_duration
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
-from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
 from pykatalyst.controllers.history import HistoryError, HistorySource, SampleHistory
-from pykatalyst.controllers.ihpaspec import go_duration, preset_query
+from pykatalyst.controllers.ihpaspec import preset_query
 from pykatalyst.predict.client import InProcessPredictor, Predictor, PredictorError
 from pykatalyst.predict.contract import PredictReply
 
@@ -201,7 +201,7 @@ def portrait_items(
         except ValueError:
             continue
         by_time[ts] = json.loads(json.dumps(dict(item)))
-    window = go_duration(cfg.input_s * cfg.output)
+    window = format_duration(cfg.input_s * cfg.output)
     periodicity = {
         names.PERIODICITY_PREFIX + k: _milli(v) for k, v in sorted(reply.Periodicity.items())
     }
@@ -278,12 +278,14 @@ class PortraitIndicator:
         history: HistorySource | None = None,
         predictor: Predictor | None = None,
         events: EventRecorder | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.cluster = cluster
         self.history: HistorySource = history if history is not None else SampleHistory()
         self.predictor: Predictor = predictor if predictor is not None else InProcessPredictor()
         self.events = events or EventRecorder(cluster, names.CONTROLLER_COMPONENT)
-        self._spds = Informer(cluster, names.SERVICE_PROFILE_DESCRIPTOR)
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self._spds = shared.informer(names.SERVICE_PROFILE_DESCRIPTOR)
 
     def _history(
         self, spd: Mapping[str, Any], cfg: PortraitConfig, now: float

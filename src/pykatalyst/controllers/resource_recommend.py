@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.timefmt import parse_rfc3339, rfc3339
-from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.controllers import oom_record
 from pykatalyst.controllers import rr_status as rs
@@ -379,6 +379,7 @@ class ResourceRecommendController:
         source: UsageSource | None = None,
         registry: CollectorRegistry | None = None,
         settings: PykatalystSettings | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.cluster = cluster
         reg = registry if registry is not None else CollectorRegistry()
@@ -408,9 +409,10 @@ class ResourceRecommendController:
         self.source = source
         self.settings = settings if settings is not None else PykatalystSettings()
         self.memory = RRMemory()
-        self._rrs = Informer(cluster, RR)
-        self._deployments = Informer(cluster, names.DEPLOYMENT)
-        self._pods = Informer(cluster, names.POD)
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self._rrs = shared.informer(RR)
+        self._deployments = shared.informer(names.DEPLOYMENT)
+        self._pods = shared.informer(names.POD)
 
     def _oom_records(self, now: float) -> tuple[list[OOMEvent], str | None, bool]:
         """Katalyst's OOM recorder: the records with the kills the pods show now, and the

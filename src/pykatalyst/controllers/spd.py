@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pykatalyst.api import config_fields, names, spd
 from pykatalyst.api.names import Kind
 from pykatalyst.api.qos import QoSError, qos_level
-from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import JSON, AlreadyExists, ApiError, Cluster, NotFound
 from pykatalyst.cluster.selectors import label_selector_from_dict
 from pykatalyst.cluster.skips import Skip, SkippedObjects, skip_reason
@@ -379,13 +379,15 @@ class SPDController:
         config: SPDConfig | None = None,
         *,
         skips: SkippedObjects | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.cluster = cluster
         self.config = config if config is not None else SPDConfig()
         self.skips = skips
-        self._spds = Informer(cluster, SPD_KIND)
-        self._pods = Informer(cluster, names.POD)
-        self._workloads = {k.kind: Informer(cluster, k) for k in WORKLOAD_KINDS}
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self._spds = shared.informer(SPD_KIND)
+        self._pods = shared.informer(names.POD)
+        self._workloads = {k.kind: shared.informer(k) for k in WORKLOAD_KINDS}
         self.unserved: set[str] = set()
 
     def _workload_objects(self) -> list[Workload]:

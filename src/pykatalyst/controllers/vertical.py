@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pykatalyst.api import names, vpa
 from pykatalyst.api.records import DecisionRecord
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
-from pykatalyst.cluster.informer import Informer
+from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import (
     JSON,
     ApiError,
@@ -34,9 +34,9 @@ from pykatalyst.cluster.protocol import (
     NotFound,
     TooManyRequests,
 )
+from pykatalyst.cluster.ratelimit import TokenBucket
 from pykatalyst.controllers import kvpa as kv
 from pykatalyst.controllers import oom_record, resize, vparec
-from pykatalyst.controllers.backstop import _Bucket as Bucket
 from pykatalyst.controllers.kvpa import KVPAInputs, KVPAOutcome, PodAction
 from pykatalyst.controllers.resize import ResizeConfig, ResizeMemory
 from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig, oom_events
@@ -124,6 +124,7 @@ class VPAController:
         rr_config: ResourceRecommendConfig | None = None,
         source: UsageSource | None = None,
         settings: PykatalystSettings | None = None,
+        informers: InformerFactory | None = None,
     ) -> None:
         self.cluster = cluster
         self.config = config if config is not None else ResizeConfig()
@@ -138,16 +139,17 @@ class VPAController:
         self.settings = settings if settings is not None else PykatalystSettings()
         self._recommend_due: dict[str, float] = {}
         self._changed_at: dict[str, float] = {}
-        self._kvpas = Informer(cluster, names.KATALYST_VERTICAL_POD_AUTOSCALER)
-        self._recs = Informer(cluster, names.VPA_RECOMMENDATION)
-        self._spds = Informer(cluster, names.SERVICE_PROFILE_DESCRIPTOR)
-        self._pods = Informer(cluster, names.POD)
-        self._cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
-        self._workloads = {k.kind: Informer(cluster, k) for k in WORKLOAD_INFORMERS}
+        shared = informers if informers is not None else InformerFactory(cluster)
+        self._kvpas = shared.informer(names.KATALYST_VERTICAL_POD_AUTOSCALER)
+        self._recs = shared.informer(names.VPA_RECOMMENDATION)
+        self._spds = shared.informer(names.SERVICE_PROFILE_DESCRIPTOR)
+        self._pods = shared.informer(names.POD)
+        self._cnrs = shared.informer(names.CUSTOM_NODE_RESOURCE)
+        self._workloads = {k.kind: shared.informer(k) for k in WORKLOAD_INFORMERS}
         self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
         self.memories: dict[str, ResizeMemory] = {}
         self._requested: set[str] = set()
-        self._evictions = Bucket(self.config.evict_qps, self.config.burst)
+        self._evictions = TokenBucket(self.config.evict_qps, self.config.burst)
         self.resizes = Counter(
             "katalyst_vpa_resizes",
             "Pod resizes by the vpa controller, by outcome (requested, completed, evicted, "

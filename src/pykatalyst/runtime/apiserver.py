@@ -17,9 +17,9 @@ from pathlib import Path
 
 from pykatalyst.cluster.clock import RealClock
 from pykatalyst.cluster.http import DEFAULT_MAX_BODY_BYTES, ApiServerApp, url_host
+from pykatalyst.cluster.kubelet import StandInKubelet
 from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.host import ComponentHost, Endpoint
-from pykatalyst.sim.kubelet import StandInKubelet
 
 API = "apiserver"
 FINALIZE_PERIOD_S = 1.0

@@ -212,7 +212,10 @@ class ControllerRunner:
             registry=self.registry,
             elector=elector,
             reconcile_in_thread=True,
+            cluster=cluster,
         )
+        # one informer per kind for all the controllers of this process
+        self.informers = self.host.informers
         for name in self.controllers:
             fn = self._reconcile if name == BACKSTOP else self._ticker(name)
             self.host.every(name, period_s, fn, leader_only=True)
@@ -248,7 +251,10 @@ class ControllerRunner:
     def _build(self, name: str) -> Reconciler:
         if name == names.CONTROLLER_OVERCOMMIT:
             return OvercommitController(
-                self.cluster, node_selector=self.node_selector, skips=self.skips
+                self.cluster,
+                node_selector=self.node_selector,
+                skips=self.skips,
+                informers=self.informers,
             )
         if name == names.CONTROLLER_VPA:
             return VPAController(
@@ -257,24 +263,40 @@ class ControllerRunner:
                 registry=self.registry,
                 rr_config=self.rr_config,
                 settings=self.recommender_settings,
+                informers=self.informers,
             )
         if name == names.CONTROLLER_KCC:
-            return KCCController(self.cluster, node_selector=self.node_selector, skips=self.skips)
+            return KCCController(
+                self.cluster,
+                node_selector=self.node_selector,
+                skips=self.skips,
+                informers=self.informers,
+            )
         if name == names.CONTROLLER_SPD:
-            return SPDController(self.cluster, self.spd_config, skips=self.skips)
+            return SPDController(
+                self.cluster, self.spd_config, skips=self.skips, informers=self.informers
+            )
         if name == names.CONTROLLER_RESOURCE_RECOMMEND:
             return ResourceRecommendController(
                 self.cluster,
                 self.rr_config,
                 registry=self.registry,
                 settings=self.recommender_settings,
+                informers=self.informers,
             )
         if name == names.CONTROLLER_IHPA:
             return HorizontalScaling(
-                self.cluster, self.ihpa_config, history=self.history, predictor=self.predictor
+                self.cluster,
+                self.ihpa_config,
+                history=self.history,
+                predictor=self.predictor,
+                informers=self.informers,
             )
         return LifecycleController(
-            self.cluster, node_selector=self.node_selector, orphan_grace_s=self.orphan_grace_s
+            self.cluster,
+            node_selector=self.node_selector,
+            orphan_grace_s=self.orphan_grace_s,
+            informers=self.informers,
         )
 
     def _ticker(self, name: str) -> Callable[[float], tuple[Any, Any]]:
@@ -302,7 +324,11 @@ class ControllerRunner:
         if self.backstop is None:
             # Built on first leadership only: a follower keeps no caches.
             self.backstop = BackstopController(
-                self.cluster, self.config, registry=self.registry, records_path=self.records_path
+                self.cluster,
+                self.config,
+                registry=self.registry,
+                records_path=self.records_path,
+                informers=self.informers,
             )
         try:
             plan, result = self.backstop.run(now)

@@ -41,7 +41,8 @@ from prometheus_client import (
 )
 
 from pykatalyst.cluster.clock import Clock
-from pykatalyst.cluster.protocol import ApiError
+from pykatalyst.cluster.informer import InformerFactory
+from pykatalyst.cluster.protocol import ApiError, Cluster
 from pykatalyst.runtime.leader import LeaderElector, LeaderState
 from pykatalyst.runtime.ticker import Ticker, next_deadline
 
@@ -218,8 +219,12 @@ class ComponentHost:
         reconcile_in_thread: bool = False,
         sleeper: Sleeper | None = None,
         stall_after_s: float | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
+        """With a `cluster`, the host owns the process's shared informers (`informers`):
+        one per kind, handed to every component it runs."""
         self.component = component
+        self.informers = InformerFactory(cluster) if cluster is not None else None
         self._step_time = _StepTime() if clock is None else None
         self.clock: Clock = clock if clock is not None else self._step_time  # type: ignore[assignment]
         self.registry = registry if registry is not None else CollectorRegistry()

@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pykatalyst.api import names
 from pykatalyst.api.duration import Duration, format_duration
 from pykatalyst.api.problems import field_problems
 from pykatalyst.api.yamlio import load_yaml, load_yaml_all
 from pykatalyst.scheduler import registry as reg
-from pykatalyst.topology.vf import VfPolicy
+from pykatalyst.scheduler.args import OpaqueArgs, StrictModel, default_args
+from pykatalyst.scheduler.intree import in_tree_registry
 
 GROUP: Final = "kubescheduler.config.k8s.io"
 API_VERSIONS: Final = (f"{GROUP}/v1beta3", f"{GROUP}/v1")
@@ -47,22 +48,17 @@ class SchedulerConfigError(ValueError):
 # --- wire models ----------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
-    # kube-scheduler decodes its configuration strictly: an unknown field is an error.
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-class PluginRef(_Strict):
+class PluginRef(StrictModel):
     name: str
     weight: int | None = None
 
 
-class PluginSet(_Strict):
+class PluginSet(StrictModel):
     enabled: list[PluginRef] = Field(default_factory=list)
     disabled: list[PluginRef] = Field(default_factory=list)
 
 
-class Plugins(_Strict):
+class Plugins(StrictModel):
     preEnqueue: PluginSet = Field(default_factory=PluginSet)
     queueSort: PluginSet = Field(default_factory=PluginSet)
     preFilter: PluginSet = Field(default_factory=PluginSet)
@@ -83,12 +79,12 @@ class Plugins(_Strict):
         return value
 
 
-class PluginConfig(_Strict):
+class PluginConfig(StrictModel):
     name: str
     args: dict[str, Any] | None = None
 
 
-class Profile(_Strict):
+class Profile(StrictModel):
     schedulerName: str = reg.DEFAULT_SCHEDULER_PROFILE
     percentageOfNodesToScore: int | None = None
     plugins: Plugins | None = None
@@ -102,7 +98,7 @@ class Extender(BaseModel):
     urlPrefix: str = ""
 
 
-class ClientConnection(_Strict):
+class ClientConnection(StrictModel):
     """componentbaseconfig's ClientConnectionConfiguration. A qps or burst of 0 (or unset)
     takes kube-scheduler's defaults, 50 and 100; a negative qps disables the limit."""
 
@@ -113,7 +109,7 @@ class ClientConnection(_Strict):
     burst: int = 0
 
 
-class LeaderElection(_Strict):
+class LeaderElection(StrictModel):
     """componentbaseconfig's LeaderElectionConfiguration, with kube-scheduler's defaults
     except the Lease's name and namespace, which are Katalyst's scheduler's. Honoured: the
     scheduler elects on this Lease with these timings unless its command line says
@@ -168,7 +164,7 @@ NO_EFFECT: Final[dict[str, str]] = {
 }
 
 
-class KubeSchedulerConfigurationModel(_Strict):
+class KubeSchedulerConfigurationModel(StrictModel):
     apiVersion: str
     kind: str
     parallelism: int = 16
@@ -184,286 +180,6 @@ class KubeSchedulerConfigurationModel(_Strict):
     extenders: list[Extender] = Field(default_factory=list)
 
 
-# --- plugin args ---------------------------------------------------------------------------
-
-
-def canonical_resource(name: str) -> str:
-    """The current spelling of a resource name (legacy Katalyst names are aliases)."""
-    return names.RESOURCE_ALIASES.get(name, name)
-
-
-class ResourceSpec(_Strict):
-    name: str
-    weight: int = 1
-
-    @field_validator("name")
-    @classmethod
-    def _alias(cls, value: str) -> str:
-        if not value:
-            raise ValueError("a resource name is required")
-        return canonical_resource(value)
-
-    @field_validator("weight")
-    @classmethod
-    def _weight(cls, value: int) -> int:
-        # kube defaults a zero weight to 1 and accepts 1..100.
-        if value == 0:
-            return 1
-        if not 1 <= value <= 100:
-            raise ValueError(f"weight {value} is not in the valid range [1, 100]")
-        return value
-
-
-class UtilizationShapePoint(_Strict):
-    utilization: int
-    score: int
-
-
-class RequestedToCapacityRatioParam(_Strict):
-    shape: list[UtilizationShapePoint] = Field(default_factory=list)
-    # Deprecated upstream in favour of scoringStrategy.resources, still accepted.
-    resources: list[ResourceSpec] | None = None
-
-    @field_validator("shape")
-    @classmethod
-    def _shape(cls, shape: list[UtilizationShapePoint]) -> list[UtilizationShapePoint]:
-        if not shape:
-            raise ValueError("at least one point must be specified")
-        for i, point in enumerate(shape):
-            if not 0 <= point.utilization <= 100:
-                raise ValueError(
-                    f"shape[{i}].utilization {point.utilization} is not in the valid range [0, 100]"
-                )
-            if not 0 <= point.score <= reg.MAX_CUSTOM_PRIORITY_SCORE:
-                raise ValueError(
-                    f"shape[{i}].score {point.score} is not in the valid range "
-                    f"[0, {reg.MAX_CUSTOM_PRIORITY_SCORE}]"
-                )
-            if i and point.utilization <= shape[i - 1].utilization:
-                raise ValueError(
-                    f"shape[{i}].utilization {point.utilization}: utilization values must be "
-                    "sorted in strictly increasing order"
-                )
-        return shape
-
-
-StrategyType = Literal["LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"]
-
-DEFAULT_RESOURCES: Final = (names.RESOURCE_CPU, names.RESOURCE_MEMORY)
-DEFAULT_RECLAIMED_RESOURCES: Final = names.RECLAIMED_RESOURCES
-
-
-def _default_specs(names_: Sequence[str]) -> list[ResourceSpec]:
-    return [ResourceSpec(name=n, weight=1) for n in names_]
-
-
-class ScoringStrategy(_Strict):
-    type: StrategyType = "LeastAllocated"
-    resources: list[ResourceSpec] = Field(default_factory=list)
-    requestedToCapacityRatio: RequestedToCapacityRatioParam | None = None
-
-    def defaulted(self) -> None:
-        if not self.resources:
-            self.resources = _default_specs(DEFAULT_RESOURCES)
-
-
-class QoSScoringStrategy(ScoringStrategy):
-    reclaimedResources: list[ResourceSpec] = Field(default_factory=list)
-    reclaimedRequestedToCapacityRatio: RequestedToCapacityRatioParam | None = None
-
-    def defaulted(self) -> None:
-        ScoringStrategy.defaulted(self)
-        if not self.reclaimedResources:
-            self.reclaimedResources = _default_specs(DEFAULT_RECLAIMED_RESOURCES)
-
-
-class NodeResourcesFitArgs(_Strict):
-    ignoredResources: list[str] = Field(default_factory=list)
-    ignoredResourceGroups: list[str] = Field(default_factory=list)
-    scoringStrategy: ScoringStrategy = Field(default_factory=ScoringStrategy)
-
-    @field_validator("ignoredResourceGroups")
-    @classmethod
-    def _groups(cls, groups: list[str]) -> list[str]:
-        for g in groups:
-            if not g or "/" in g:
-                raise ValueError(f"{g!r} is not a resource group name (no '/' allowed)")
-        return groups
-
-    def ignored_groups(self) -> frozenset[str]:
-        """The groups the native fit skips. The legacy Katalyst group stands for the current
-        one too, so Katalyst's example policies keep ignoring the reclaimed resources after
-        their rename."""
-        out = set(self.ignoredResourceGroups)
-        if names.LEGACY_RESOURCE_GROUP in out:
-            out.add(names.RESOURCE_GROUP)
-        return frozenset(out)
-
-
-class NodeResourcesBalancedAllocationArgs(_Strict):
-    resources: list[ResourceSpec] = Field(default_factory=lambda: _default_specs(DEFAULT_RESOURCES))
-
-
-class QoSAwareNodeResourcesFitArgs(_Strict):
-    scoringStrategy: QoSScoringStrategy = Field(default_factory=QoSScoringStrategy)
-
-
-class QoSAwareNodeResourcesBalancedAllocationArgs(_Strict):
-    resources: list[ResourceSpec] = Field(default_factory=lambda: _default_specs(DEFAULT_RESOURCES))
-    reclaimedResources: list[ResourceSpec] = Field(
-        default_factory=lambda: _default_specs(DEFAULT_RECLAIMED_RESOURCES)
-    )
-
-
-NUMAStrategyType = Literal["LeastAllocated", "MostAllocated", "BalancedAllocation"]
-
-
-class NUMAScoringStrategy(_Strict):
-    type: NUMAStrategyType = "LeastAllocated"
-    resources: list[ResourceSpec] = Field(default_factory=list)
-
-
-class NodeResourceTopologyArgs(_Strict):
-    scoringStrategy: NUMAScoringStrategy = Field(default_factory=NUMAScoringStrategy)
-    alignedResources: list[str] = Field(default_factory=lambda: list(DEFAULT_RESOURCES))
-    resourcePluginPolicy: Literal["dynamic", "native"] = "dynamic"
-    # pykatalyst's own: which zones Reserve charges a pod to until the CNR lists it —
-    # "All" (Katalyst's: every zone of the node) or "Chosen" (the zones it picked)
-    reservedZones: Literal["All", "Chosen"] = "All"
-
-    @field_validator("alignedResources")
-    @classmethod
-    def _aligned(cls, value: list[str]) -> list[str]:
-        bad = [v for v in value if v not in DEFAULT_RESOURCES]
-        if bad:
-            raise ValueError(f"{bad[0]!r} cannot be NUMA-aligned; accepted: cpu, memory")
-        return value
-
-
-GPUPolicy = Literal[
-    "katalyst",
-    "binpack",
-    "spread",
-    "fgd",
-    "random",
-    "bestfit",
-    "dotproduct",
-    "packing",
-    "clustering",
-]
-GPUCardPolicy = Literal["", "katalyst", "binpack", "spread", "fgd", "random"]
-
-
-class GPUShareArgs(_Strict):
-    """How GPUShare places GPU pods (docs/scheduler.md, "GPUs"): `policy` scores the nodes
-    and picks the cards; `cardPolicy` overrides how the cards inside the chosen node are
-    picked (HAMi's default is policy binpack with cardPolicy spread)."""
-
-    policy: GPUPolicy = "katalyst"
-    cardPolicy: GPUCardPolicy = ""
-    # the node label (and, where the CNR's cards carry none, the model) a pod's model
-    # constraint names, as nodeSelector or a required node-affinity `In` term
-    modelLabel: str = "nvidia.com/gpu.product"
-    # fgd: the task mix is learned from the last `taskMixWindow` pods seen, keeping the
-    # most popular classes that make up `taskMixCoverage` percent of them
-    taskMixWindow: int = Field(default=2000, ge=1, le=1_000_000)
-    taskMixCoverage: int = Field(default=95, ge=1, le=100)
-    # fgd: among nodes where fragmentation grows alike, take the one with the least cpu and
-    # GPU left (`bestfit`), or draw one at random (`random`, the paper's plain rule)
-    fgdTieBreak: Literal["bestfit", "random"] = "bestfit"
-    # fgd: the host resources a task class must find free to fit a node (the paper: cpu)
-    fgdHostResources: Literal["cpu", "cpu-memory"] = "cpu-memory"
-    # a pod asking GPUs and an SR-IOV VF: rank the nodes by the closest GPU-VF pair they
-    # offer (one PCIe switch, then one NUMA node) before the policy's score
-    rdmaPairScoring: bool = True
-    seed: int = 0
-
-
-class SriovVFArgs(_Strict):
-    """How SriovVF gives out SR-IOV VFs (docs/scheduler.md "SR-IOV VFs"): the agent's
-    `devices.nic.sriov` policy, which the scheduler must share to pick the VF the agent's
-    device plugin would (Katalyst's --sriov-policy-name and dynamic sizes)."""
-
-    policy: Literal["static", "dynamic"] = "static"
-    largeVFQueueCount: int = Field(default=names.DEFAULT_SRIOV_LARGE_VF_QUEUE_COUNT, ge=1)
-    largeVFCPUThreshold: int = Field(default=names.DEFAULT_SRIOV_LARGE_VF_CPU_THRESHOLD, ge=1)
-    largeVFFailOnExhaustion: bool = True
-    smallVFQueueCount: int = Field(default=names.DEFAULT_SRIOV_SMALL_VF_QUEUE_COUNT, ge=1)
-    smallVFCPUThreshold: int = Field(default=names.DEFAULT_SRIOV_SMALL_VF_CPU_THRESHOLD, ge=1)
-    smallVFFailOnExhaustion: bool = False
-    podRequiredAnnotations: dict[str, str] = Field(default_factory=dict)
-
-    def vf_policy(self) -> VfPolicy:
-        return VfPolicy(
-            self.policy,
-            self.largeVFQueueCount,
-            self.largeVFCPUThreshold,
-            self.largeVFFailOnExhaustion,
-            self.smallVFQueueCount,
-            self.smallVFCPUThreshold,
-            self.smallVFFailOnExhaustion,
-            tuple(sorted(self.podRequiredAnnotations.items())),
-        )
-
-
-class TopologySpreadConstraintModel(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    maxSkew: int = 1
-    topologyKey: str
-    whenUnsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
-
-
-class PodTopologySpreadArgs(_Strict):
-    defaultConstraints: list[TopologySpreadConstraintModel] = Field(default_factory=list)
-    defaultingType: Literal["System", "List"] = "System"
-
-
-class NodeAffinityArgs(_Strict):
-    addedAffinity: dict[str, Any] | None = None
-
-
-class DefaultPreemptionArgs(_Strict):
-    minCandidateNodesPercentage: int = 10
-    minCandidateNodesAbsolute: int = 100
-
-
-class InterPodAffinityArgs(_Strict):
-    hardPodAffinityWeight: int = 1
-    ignorePreferredTermsOfExistingPods: bool = False
-
-
-class VolumeBindingArgs(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    bindTimeoutSeconds: int = 600
-
-
-class OpaqueArgs(BaseModel):
-    """Args of a plugin that has no typed args here; kept as written."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-def _default_args(model: BaseModel) -> None:
-    strategy = getattr(model, "scoringStrategy", None)
-    if isinstance(strategy, ScoringStrategy):
-        strategy.defaulted()
-        rtcr = strategy.type == "RequestedToCapacityRatio"
-        if rtcr and strategy.requestedToCapacityRatio is None:
-            raise ValueError(
-                "scoringStrategy.requestedToCapacityRatio: required when type is "
-                "RequestedToCapacityRatio"
-            )
-    if (
-        isinstance(strategy, QoSScoringStrategy)
-        and strategy.type == "RequestedToCapacityRatio"
-        and strategy.reclaimedRequestedToCapacityRatio is None
-    ):
-        # Katalyst falls back to the native shape for reclaimed resources.
-        strategy.reclaimedRequestedToCapacityRatio = strategy.requestedToCapacityRatio
-    if isinstance(strategy, NUMAScoringStrategy) and not strategy.resources:
-        strategy.resources = _default_specs(DEFAULT_RESOURCES)
-
-
 # --- resolved form -------------------------------------------------------------------------
 
 
@@ -476,6 +192,8 @@ class ResolvedProfile:
     score_weights: Mapping[str, int]
     args: Mapping[str, BaseModel]
     percentage_of_nodes_to_score: int | None
+    # the plugins used that decide nothing here, and why (from the registry)
+    not_implemented: Mapping[str, str] = field(default_factory=dict)
 
     def plugins_at(self, point: str) -> tuple[str, ...]:
         return self.points.get(point, ())
@@ -510,10 +228,8 @@ class ResolvedProfile:
         }
         if self.percentage_of_nodes_to_score is not None:
             out["percentageOfNodesToScore"] = self.percentage_of_nodes_to_score
-        known = reg.plugins()
-        skipped = {n: known[n].not_implemented for n in used if known[n].not_implemented}
-        if skipped:
-            out["notImplemented"] = skipped
+        if self.not_implemented:
+            out["notImplemented"] = dict(self.not_implemented)
         return out
 
 
@@ -609,7 +325,9 @@ def _find_config_document(doc: Any, source: str) -> Mapping[str, Any]:
     return doc
 
 
-def load_config_text(text: str, source: str = "") -> SchedulerConfig:
+def load_config_text(
+    text: str, source: str = "", registry: reg.Registry | None = None
+) -> SchedulerConfig:
     try:
         docs = [d for d in load_yaml_all(text, source) if d is not None]
     except yaml.YAMLError as exc:
@@ -624,25 +342,28 @@ def load_config_text(text: str, source: str = "") -> SchedulerConfig:
             [f"expected exactly one {KIND} (or a ConfigMap wrapping one), found {len(candidates)}"],
             source,
         )
-    return resolve(_find_config_document(candidates[0], source), source)
+    return resolve(_find_config_document(candidates[0], source), source, registry)
 
 
-def load_config(path: str | Path) -> SchedulerConfig:
+def load_config(path: str | Path, registry: reg.Registry | None = None) -> SchedulerConfig:
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as exc:
         raise SchedulerConfigError([f"cannot read {p}: {exc.strerror}"], str(p)) from exc
-    return load_config_text(text, str(p))
+    return load_config_text(text, str(p), registry)
 
 
-def default_config() -> SchedulerConfig:
+def default_config(registry: reg.Registry | None = None) -> SchedulerConfig:
     """kube-scheduler's configuration when given none: one default profile."""
-    return resolve({"apiVersion": API_VERSIONS[-1], "kind": KIND})
+    return resolve({"apiVersion": API_VERSIONS[-1], "kind": KIND}, "", registry)
 
 
-def resolve(raw: Mapping[str, Any], source: str = "") -> SchedulerConfig:
-    """Default, validate and resolve a KubeSchedulerConfiguration given as a mapping."""
+def resolve(
+    raw: Mapping[str, Any], source: str = "", registry: reg.Registry | None = None
+) -> SchedulerConfig:
+    """Default, validate and resolve a KubeSchedulerConfiguration given as a mapping,
+    against `registry` (the plugins a profile may name; the in-tree registry if None)."""
     api_version = raw.get("apiVersion")
     if api_version not in API_VERSIONS:
         raise SchedulerConfigError(
@@ -657,7 +378,8 @@ def resolve(raw: Mapping[str, Any], source: str = "") -> SchedulerConfig:
     problems = _top_level_problems(model)
     pct = model.percentageOfNodesToScore
     conn = model.clientConnection
-    resolved = _resolve_profiles(model.profiles or [Profile()], problems)
+    known = in_tree_registry() if registry is None else registry
+    resolved = _resolve_profiles(model.profiles or [Profile()], known, problems)
     if problems:
         raise SchedulerConfigError(problems, source)
     return SchedulerConfig(
@@ -707,7 +429,9 @@ def _top_level_problems(model: KubeSchedulerConfigurationModel) -> list[str]:
     return problems
 
 
-def _resolve_profiles(profiles: list[Profile], problems: list[str]) -> list[ResolvedProfile]:
+def _resolve_profiles(
+    profiles: list[Profile], known: reg.Registry, problems: list[str]
+) -> list[ResolvedProfile]:
     """Every profile resolved, each scheduler name once; what is wrong into `problems`."""
     resolved: list[ResolvedProfile] = []
     seen: set[str] = set()
@@ -720,7 +444,7 @@ def _resolve_profiles(profiles: list[Profile], problems: list[str]) -> list[Reso
             problems.append(f"{label}.schedulerName: duplicate scheduler name")
             continue
         seen.add(prof.schedulerName)
-        r = _resolve_profile(prof, label, problems)
+        r = _resolve_profile(prof, label, known, problems)
         if r is not None:
             resolved.append(r)
     if len(resolved) > 1:
@@ -750,15 +474,9 @@ def _merge_set(default: PluginSet, custom: PluginSet) -> PluginSet:
     return PluginSet(enabled=enabled, disabled=list(custom.disabled))
 
 
-def _known(name: str) -> bool:
-    return name in reg.plugins()
-
-
-def _points(name: str) -> frozenset[str]:
-    return reg.plugins()[name].points
-
-
-def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> ResolvedProfile | None:
+def _resolve_profile(
+    prof: Profile, label: str, known: reg.Registry, problems: list[str]
+) -> ResolvedProfile | None:
     defaults = Plugins(
         multiPoint=PluginSet(
             enabled=[PluginRef(name=n, weight=w) for n, w in reg.DEFAULT_MULTI_POINT]
@@ -766,17 +484,16 @@ def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> Resolved
     )
     custom = prof.plugins or Plugins()
     start = len(problems)
-    known_list = ", ".join(sorted(reg.plugins()))
-    _check_plugin_lists(custom, label, known_list, problems)
+    _check_plugin_lists(custom, label, known, problems)
     points: dict[str, tuple[str, ...]] = {}
     weights: dict[str, int] = {}
     if len(problems) == start:
         # the plugin lists are sound: merge them (args are checked in any case, so that
         # every problem of the file is reported at once)
-        points, weights = _merge_profile(defaults, custom, label, problems)
+        points, weights = _merge_profile(defaults, custom, label, known, problems)
 
     used = {n for p in points.values() for n in p}
-    args = _plugin_args(prof, used, label, known_list, problems)
+    args = _plugin_args(prof, used, label, known, problems)
     pct = prof.percentageOfNodesToScore
     if pct is not None and not 0 <= pct <= 100:
         problems.append(f"{label}.percentageOfNodesToScore: {pct} is not in [0, 100]")
@@ -788,10 +505,15 @@ def _resolve_profile(prof: Profile, label: str, problems: list[str]) -> Resolved
         score_weights=weights,
         args=args,
         percentage_of_nodes_to_score=pct,
+        not_implemented={
+            n: known[n].not_implemented for n in sorted(used) if known[n].not_implemented
+        },
     )
 
 
-def _check_plugin_lists(custom: Plugins, label: str, known_list: str, problems: list[str]) -> None:
+def _check_plugin_lists(
+    custom: Plugins, label: str, known: reg.Registry, problems: list[str]
+) -> None:
     """Every plugin a profile enables or disables is known, extends the point it is listed
     at, and has a weight of 0 or more; what is not goes into `problems`."""
     for point in (*reg.EXTENSION_POINTS, reg.MULTI_POINT):
@@ -800,17 +522,17 @@ def _check_plugin_lists(custom: Plugins, label: str, known_list: str, problems: 
             for ref in refs:
                 if ref.name == "*" and kind == "disabled":
                     continue
-                if not _known(ref.name):
+                if ref.name not in known:
                     problems.append(
                         f"{label}.plugins.{point}.{kind}: unknown plugin {ref.name!r} "
-                        f"(known: {known_list})"
+                        f"(known: {', '.join(sorted(known))})"
                     )
                 elif (
                     point != reg.MULTI_POINT
                     and kind == "enabled"
-                    and point not in _points(ref.name)
+                    and point not in known[ref.name].points
                 ):
-                    implemented = ", ".join(sorted(_points(ref.name)))
+                    implemented = ", ".join(sorted(known[ref.name].points))
                     problems.append(
                         f"{label}.plugins.{point}.enabled: plugin {ref.name!r} does not extend "
                         f"{point} (it implements: {implemented})"
@@ -823,14 +545,15 @@ def _check_plugin_lists(custom: Plugins, label: str, known_list: str, problems: 
 
 
 def _plugin_args(
-    prof: Profile, used: set[str], label: str, known_list: str, problems: list[str]
+    prof: Profile, used: set[str], label: str, known: reg.Registry, problems: list[str]
 ) -> dict[str, BaseModel]:
     """The args of every plugin the profile uses or configures, defaulted and validated;
     what is wrong goes into `problems`."""
     configs: dict[str, dict[str, Any]] = {}
     for entry in prof.pluginConfig:
         where = f"{label}.pluginConfig[{entry.name}]"
-        if not _known(entry.name):
+        if entry.name not in known:
+            known_list = ", ".join(sorted(known))
             problems.append(f"{where}: unknown plugin {entry.name!r} (known: {known_list})")
             continue
         if entry.name in configs:
@@ -839,11 +562,11 @@ def _plugin_args(
         configs[entry.name] = dict(entry.args or {})
     args: dict[str, BaseModel] = {}
     for name in sorted(used | set(configs)):
-        model_cls = reg.plugins()[name].args or OpaqueArgs
+        model_cls = known[name].args or OpaqueArgs
         where = f"{label}.pluginConfig[{name}].args"
         try:
             model = model_cls.model_validate(configs.get(name, {}))
-            _default_args(model)
+            default_args(model)
         except ValidationError as exc:
             problems.extend(_pydantic_problems(where, exc))
             continue
@@ -855,7 +578,7 @@ def _plugin_args(
 
 
 def _merge_profile(
-    defaults: Plugins, custom: Plugins, label: str, problems: list[str]
+    defaults: Plugins, custom: Plugins, label: str, known: reg.Registry, problems: list[str]
 ) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
     """kube-scheduler's merge of default and configured plugin sets, multiPoint expansion
     included: the ordered plugins of each extension point and the score weights."""
@@ -879,7 +602,7 @@ def _merge_profile(
         override: list[str] = []
         from_multi: list[str] = []
         for ref in multi.enabled:
-            if point not in _points(ref.name) or ref.name in disabled:
+            if point not in known[ref.name].points or ref.name in disabled:
                 continue
             if ref.name in specific:
                 override.append(ref.name)

@@ -23,8 +23,8 @@ import numpy as np
 from aiohttp import web
 
 from pykatalyst.api import names
+from pykatalyst.cluster.auth import bearer_middleware
 from pykatalyst.cluster.protocol import ApiError, NotFound
-from pykatalyst.runtime.auth import bearer_middleware
 from pykatalyst.scheduler import registry as reg
 from pykatalyst.scheduler.framework import CycleResult, Diagnosis, Framework
 from pykatalyst.scheduler.plugins.base import CycleState

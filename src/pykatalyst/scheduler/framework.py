@@ -18,6 +18,7 @@ import numpy as np
 from pykatalyst.api import names
 from pykatalyst.scheduler import registry as reg
 from pykatalyst.scheduler.config import ResolvedProfile
+from pykatalyst.scheduler.intree import in_tree_registry
 from pykatalyst.scheduler.plugins.base import (
     BIND_ANNOTATIONS,
     BOOL,
@@ -139,12 +140,14 @@ class Framework:
         profile: ResolvedProfile,
         percentage_of_nodes_to_score: int | None = None,
         seed: int = 0,
+        registry: reg.Registry | None = None,
     ) -> None:
+        """`registry` maps plugin names to their classes (the in-tree registry if None)."""
         self.profile = profile
         filters = profile.plugins_at(reg.FILTER)
         ctx = PluginContext(dict(profile.args), filters)
         self.plugins: dict[str, Plugin] = {}
-        known = reg.plugins()
+        known = in_tree_registry() if registry is None else registry
         for name in sorted({n for p in profile.points.values() for n in p}):
             spec = known.get(name)
             cls = spec.cls if spec is not None else None

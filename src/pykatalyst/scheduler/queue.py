@@ -18,6 +18,7 @@ from typing import Final
 
 import numpy as np
 
+from pykatalyst.cluster.clock import is_due
 from pykatalyst.scheduler.plugins.base import BOOL, Needs
 from pykatalyst.scheduler.podinfo import PodInfo
 
@@ -144,7 +145,11 @@ class SchedulingQueue:
             if entry is None or self._where.get(uid) != "backoff" or entry.seq != seq:
                 continue
             self._push_active(entry)
-        if self.max_unschedulable_seconds > 0 and self._unsched and now - self._last_scan >= 1.0:
+        if (
+            self.max_unschedulable_seconds > 0
+            and self._unsched
+            and is_due(self._last_scan, now, 1.0)
+        ):
             self._last_scan = now
             for uid in list(self._unsched):
                 entry = self._entries[uid]

@@ -1,17 +1,21 @@
-"""Which plugins exist, which extension points each one implements, and kube's defaults.
+"""The vocabulary of plugin registries: extension points, plugin names, kube's defaults,
+and the entry (`PluginSpec`) a registry maps each plugin name to.
 
-A plugin registers once, with `@register(name, args=Model)` on its class; the extension
-points it extends are the hooks the class defines. Plugins that no class runs are
-declared with their points (`declare`). The config loader resolves profiles against this
-registry, so a typo in a plugin name or a plugin enabled at a point it does not implement
-is refused before anything runs.
+A registry is a plain map, name → `PluginSpec`, built by a function (the scheduler's own is
+`scheduler.intree.in_tree_registry`, as kube-scheduler's `NewInTreeRegistry`) and handed
+to the configuration loader and to the framework; nothing registers itself on import. An
+entry for a plugin class is made with `plugin(name, cls, args)`: the extension points it
+extends are the hooks the class defines. Plugins that no class runs are `declared` with
+their points. The config loader resolves profiles against the registry, so a typo in a
+plugin name or a plugin enabled at a point it does not implement is refused before
+anything runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, TypeAlias
 
 from pydantic import BaseModel
 
@@ -107,8 +111,7 @@ class PluginSpec:
     not_implemented: str = ""
 
 
-_REGISTRY: dict[str, PluginSpec] = {}
-_C = TypeVar("_C", bound=type)
+Registry: TypeAlias = Mapping[str, PluginSpec]
 
 
 def hook_points(cls: type) -> frozenset[str]:
@@ -122,46 +125,33 @@ def hook_points(cls: type) -> frozenset[str]:
     return frozenset(points)
 
 
-def _add(spec: PluginSpec) -> None:
-    if spec.name in _REGISTRY:
-        raise ValueError(f"scheduler plugin {spec.name!r} is registered twice")
+def _checked(spec: PluginSpec) -> PluginSpec:
     if not spec.points:
         raise ValueError(f"scheduler plugin {spec.name!r} extends no extension point")
-    _REGISTRY[spec.name] = spec
+    return spec
 
 
-def register(name: str, *, args: type[BaseModel] | None = None) -> Callable[[_C], _C]:
-    """Class decorator: the plugin `name`, extending the points whose hooks it defines."""
+def plugin(name: str, cls: type, args: type[BaseModel] | None = None) -> PluginSpec:
+    """The entry of the plugin class `cls` (whose `name` must be `name`), extending the
+    points whose hooks it defines, its args validated by `args`."""
+    if getattr(cls, "name", None) != name:
+        raise ValueError(
+            f"scheduler plugin {name!r}: class {cls.__name__} is named "
+            f"{getattr(cls, 'name', None)!r}"
+        )
+    return _checked(PluginSpec(name, hook_points(cls), args, cls))
 
-    def deco(cls: _C) -> _C:
-        _add(PluginSpec(name, hook_points(cls), args, cls))
-        setattr(cls, "name", name)  # noqa: B010  (the class attribute hooks and messages read)
-        return cls
 
-    return deco
-
-
-def declare(
+def declared(
     name: str,
     points: frozenset[str],
     *,
     args: type[BaseModel] | None = None,
     not_implemented: str = "",
-) -> None:
+) -> PluginSpec:
     """A plugin a configuration may name but no plugin class runs: the scheduler does its
     work itself, or (`not_implemented`) it decides nothing here."""
-    _add(PluginSpec(name, points, args, None, not_implemented))
-
-
-def plugins() -> Mapping[str, PluginSpec]:
-    """Every known plugin by name (importing the plugin modules registers them)."""
-    import pykatalyst.scheduler.plugins  # noqa: F401  (registers on import)
-
-    return _REGISTRY
-
-
-def spec(name: str) -> PluginSpec | None:
-    return plugins().get(name)
+    return _checked(PluginSpec(name, points, args, None, not_implemented))
 
 
 # kube-scheduler's default plugins (v1beta3 and v1 both express them as multiPoint), with

@@ -27,10 +27,12 @@ from pykatalyst.cluster.protocol import (
     EventType,
     NotFound,
 )
+from pykatalyst.cluster.retry import retry_on_conflict
 from pykatalyst.scheduler.config import SchedulerConfig, default_config
 from pykatalyst.scheduler.framework import CycleResult, Framework
 from pykatalyst.scheduler.podinfo import PodInfo, pod_info
 from pykatalyst.scheduler.queue import QueuedPod, RequeueHint, SchedulingQueue
+from pykatalyst.scheduler.registry import Registry
 from pykatalyst.scheduler.snapshot import NodeSnapshot, NUMAReservation
 
 log = logging.getLogger(__name__)
@@ -91,21 +93,24 @@ class Scheduler:
         record_scheduled_events: bool = True,
         percentage_of_nodes_to_score: int | None = None,
         bind_workers: int = 0,
+        registry: Registry | None = None,
     ) -> None:
         """`bind_workers` > 0 sends bindings (and their Scheduled Events) from that many
         threads while the next cycles run, as kube-scheduler binds asynchronously; the
-        cluster must then be thread-safe (KubeCluster is). 0 binds within the cycle."""
+        cluster must then be thread-safe (KubeCluster is). 0 binds within the cycle.
+        `registry` maps plugin names to their classes (the in-tree registry if None); the
+        configuration should have been resolved against the same one."""
         if bind_workers < 0:
             raise ValueError(f"bind_workers must be >= 0, got {bind_workers}")
         self.cluster = cluster
-        self.config = config or default_config()
+        self.config = config or default_config(registry)
         pct = (
             percentage_of_nodes_to_score
             if percentage_of_nodes_to_score is not None
             else self.config.percentage_of_nodes_to_score
         )
         self.frameworks: dict[str, Framework] = {
-            p.scheduler_name: Framework(p, pct, seed) for p in self.config.profiles
+            p.scheduler_name: Framework(p, pct, seed, registry) for p in self.config.profiles
         }
         self.snapshot = NodeSnapshot()
         self.queue = SchedulingQueue(
@@ -419,52 +424,52 @@ class Scheduler:
         self._event(info, fw, "Warning", EVENT_FAILED_SCHEDULING, message, now)
 
     def _set_condition(self, info: PodInfo, message: str, now: float) -> None:
-        for attempt in range(2):
-            # the informer's copy first (no request); a fresh read after a conflict
-            cached = self.pods.get(info.name, info.namespace) if attempt == 0 else None
-            try:
-                pod = (
-                    dict(cached)
-                    if cached is not None
-                    else self.cluster.get(names.POD, info.name, info.namespace)
-                )
-            except NotFound:
-                return
-            if (pod.get("spec") or {}).get("nodeName"):
-                return
-            status = dict(pod.get("status") or {})
-            conditions = [dict(c) for c in status.get("conditions") or []]
-            current = next(
-                (c for c in conditions if c.get("type") == CONDITION_POD_SCHEDULED), None
+        try:
+            retry_on_conflict(lambda attempt: self._write_condition(info, message, now, attempt), 2)
+        except Conflict:
+            log.info("pod %s: PodScheduled condition not written (conflict)", info.key)
+
+    def _write_condition(self, info: PodInfo, message: str, now: float, attempt: int) -> None:
+        # the informer's copy first (no request); a fresh read after a conflict
+        cached = self.pods.get(info.name, info.namespace) if attempt == 0 else None
+        try:
+            pod = (
+                dict(cached)
+                if cached is not None
+                else self.cluster.get(names.POD, info.name, info.namespace)
             )
-            wanted: dict[str, Any] = {
-                "type": CONDITION_POD_SCHEDULED,
-                "status": "False",
-                "reason": REASON_UNSCHEDULABLE,
-                "message": message,
-            }
-            if current is not None and all(current.get(k) == v for k, v in wanted.items()):
-                return
-            transition = (
-                current.get("lastTransitionTime")
-                if current is not None and current.get("status") == "False"
-                else None
-            )
-            wanted["lastProbeTime"] = None
-            wanted["lastTransitionTime"] = transition or rfc3339(now)
-            conditions = [c for c in conditions if c.get("type") != CONDITION_POD_SCHEDULED]
-            conditions.append(wanted)
-            status["conditions"] = conditions
-            pod["status"] = status
-            try:
-                self.cluster.update_status(names.POD, pod)
-                return
-            except Conflict:
-                if attempt:
-                    log.info("pod %s: PodScheduled condition not written (conflict)", info.key)
-            except ApiError as exc:
-                log.warning("pod %s: cannot write PodScheduled condition: %s", info.key, exc)
-                return
+        except NotFound:
+            return
+        if (pod.get("spec") or {}).get("nodeName"):
+            return
+        status = dict(pod.get("status") or {})
+        conditions = [dict(c) for c in status.get("conditions") or []]
+        current = next((c for c in conditions if c.get("type") == CONDITION_POD_SCHEDULED), None)
+        wanted: dict[str, Any] = {
+            "type": CONDITION_POD_SCHEDULED,
+            "status": "False",
+            "reason": REASON_UNSCHEDULABLE,
+            "message": message,
+        }
+        if current is not None and all(current.get(k) == v for k, v in wanted.items()):
+            return
+        transition = (
+            current.get("lastTransitionTime")
+            if current is not None and current.get("status") == "False"
+            else None
+        )
+        wanted["lastProbeTime"] = None
+        wanted["lastTransitionTime"] = transition or rfc3339(now)
+        conditions = [c for c in conditions if c.get("type") != CONDITION_POD_SCHEDULED]
+        conditions.append(wanted)
+        status["conditions"] = conditions
+        pod["status"] = status
+        try:
+            self.cluster.update_status(names.POD, pod)
+        except Conflict:
+            raise
+        except ApiError as exc:
+            log.warning("pod %s: cannot write PodScheduled condition: %s", info.key, exc)
 
     def _event(
         self, info: PodInfo, fw: Framework, etype: str, reason: str, message: str, now: float

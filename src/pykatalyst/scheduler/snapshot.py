@@ -20,11 +20,11 @@ import numpy as np
 import numpy.typing as npt
 
 from pykatalyst.api import names
+from pykatalyst.api.digest import canonical_resource
 from pykatalyst.api.gpu import MILLI, WHOLE, parse_selection
 from pykatalyst.api.objects import CustomNodeResource, Node, TopologyZone, numa_zones_of
 from pykatalyst.api.quantity import QuantityError
 from pykatalyst.cluster.patch import copy_json
-from pykatalyst.scheduler.config import canonical_resource
 from pykatalyst.scheduler.podinfo import PodInfo, amount
 from pykatalyst.topology.vf import VfSlot
 

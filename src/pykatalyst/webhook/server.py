@@ -26,6 +26,8 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from pykatalyst.cluster.auth import TLSError as TLSError
+from pykatalyst.cluster.auth import new_server_context, trust_clients
 from pykatalyst.webhook.review import ReviewError, parse_review, review_response, status_body
 from pykatalyst.webhook.service import Route, WebhookService
 
@@ -34,10 +36,6 @@ log = logging.getLogger("pykatalyst.webhook")
 # An AdmissionReview holds the object and the old object; Kubernetes objects stop at 1.5 MiB.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 HEALTH_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
-
-
-class TLSError(Exception):
-    """A certificate, key or CA file cannot be loaded."""
 
 
 @dataclass(slots=True)
@@ -50,16 +48,11 @@ class TLSFiles:
     reloads: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.context = new_server_context()
         self._load()
         if self.client_ca is not None:
-            try:
-                self.context.load_verify_locations(cafile=str(self.client_ca))
-            except (OSError, ssl.SSLError) as exc:
-                raise TLSError(f"--client-ca-file {self.client_ca}: {exc}") from None
             # Optional at the handshake so probes connect; the admission routes require it.
-            self.context.verify_mode = ssl.CERT_OPTIONAL
+            trust_clients(self.context, self.client_ca, required=False)
 
     def _stat(self) -> tuple[float, ...]:
         return tuple(os.stat(p).st_mtime_ns for p in (self.cert, self.key))

@@ -17,10 +17,10 @@ from pykatalyst.api import names
 from pykatalyst.api.names import Kind
 from pykatalyst.api.objects import Taint
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
-from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, Conflict, NotFound
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
+from pykatalyst.cluster.retry import retry_on_conflict
 
 TAINT_RESYNC_S = 30.0
-CONFLICT_RETRIES = 3
 
 
 def record_ref(record: EvictionRecord) -> ObjectRef:
@@ -53,7 +53,8 @@ def sync_taints(
     computed from: a taint someone else added meanwhile is never overwritten; the write is
     recomputed instead (a few times, then the Conflict goes to the caller)."""
     want = [t.to_json() for t in desired]
-    for attempt in range(CONFLICT_RETRIES):
+
+    def write(attempt: int) -> str:
         obj = cluster.get(kind, name)
         current = [t for t in (obj.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
         ours = sorted(_taint_key(t) for t in current if str(t.get("key", "")).startswith(owns))
@@ -64,13 +65,10 @@ def sync_taints(
         body: JSON = {"spec": {"taints": keep + want}}
         if rv:
             body["metadata"] = {"resourceVersion": rv}
-        try:
-            cluster.patch(kind, name, body)
-            return "patched"
-        except Conflict:
-            if attempt == CONFLICT_RETRIES - 1:
-                raise
-    return "unchanged"  # not reached: the loop returns or raises
+        cluster.patch(kind, name, body)
+        return "patched"
+
+    return retry_on_conflict(write)
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ from pykatalyst.agent.eviction.types import (
 )
 from pykatalyst.api import names
 from pykatalyst.api.objects import Taint
+from pykatalyst.cluster.clock import is_due
 
 CPU_RESOURCES = (names.RESOURCE_CPU, names.RECLAIMED_MILLICPU)
 RANKING_SHOWN = 5
@@ -155,7 +156,7 @@ class EvictionManager:
         now = snap.now
         if not cfg.enabled:
             return EvictionPlan(now, self.node, ran=False, notes=("eviction disabled",))
-        if self._last_round is not None and now - self._last_round < cfg.sync_period_s - 1e-6:
+        if not is_due(self._last_round, now, cfg.sync_period_s, slack_s=1e-6):
             node_taints, cnr_taints = self._taints()
             return EvictionPlan(
                 now,

@@ -1,17 +1,5 @@
 """Scheduler plugins: each hook judges every node at once.
 
-Importing this package registers every plugin (`registry.register` on each class).
+Importing this package registers nothing: `scheduler.intree.in_tree_registry` maps each
+plugin's name to its class and args.
 """
-
-from pykatalyst.scheduler.plugins import (
-    gpu,
-    interpod,
-    nic,
-    resources,
-    sriov,
-    standard,
-    topology,
-    upstream,
-)
-
-__all__ = ["gpu", "interpod", "nic", "resources", "sriov", "standard", "topology", "upstream"]

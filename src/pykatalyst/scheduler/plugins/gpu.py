@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 import numpy as np
 from pydantic import BaseModel
@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from pykatalyst.api import names
 from pykatalyst.api.gpu import MILLI, GPURequest, format_selection
 from pykatalyst.scheduler import registry as reg
-from pykatalyst.scheduler.config import GPUShareArgs
+from pykatalyst.scheduler.args import GPUShareArgs
 from pykatalyst.scheduler.gpufrag import (
     F64,
     RecentMix,
@@ -141,8 +141,8 @@ def _best_in_groups(ok: BOOL, groups: I64, need: int) -> BOOL:
     return out
 
 
-@reg.register(names.PLUGIN_GPU_SHARE, args=GPUShareArgs)
 class GPUShare(Plugin):
+    name: ClassVar[str] = names.PLUGIN_GPU_SHARE
     requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +18,6 @@ import numpy.typing as npt
 from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.cluster.selectors import LabelSelector, label_selector_from_dict
 from pykatalyst.scheduler import registry as reg
-from pykatalyst.scheduler.config import InterPodAffinityArgs
 from pykatalyst.scheduler.plugins.base import BOOL, I64, IDX, CycleState, Key, Plugin
 from pykatalyst.scheduler.podinfo import PodInfo
 from pykatalyst.scheduler.snapshot import NodeSnapshot, PodRecord, required_pod_terms
@@ -61,8 +60,9 @@ _TERMS: Final = Key["_Terms | str"]("InterPodAffinity/terms")
 _REASONS: Final = Key[npt.NDArray[np.object_]]("InterPodAffinity/reasons")
 
 
-@reg.register(reg.INTER_POD_AFFINITY, args=InterPodAffinityArgs)
 class InterPodAffinity(Plugin):
+    name: ClassVar[str] = reg.INTER_POD_AFFINITY
+
     def _pods(self, snap: NodeSnapshot, term: Term) -> list[PodRecord]:
         if term.namespaces is None:
             return list(snap.pods.values())

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 import numpy as np
 
@@ -80,8 +80,8 @@ class _Nics:
     passes: BOOL  # per node
 
 
-@reg.register(names.PLUGIN_NIC_BANDWIDTH)
 class NICBandwidth(Plugin):
+    name: ClassVar[str] = names.PLUGIN_NIC_BANDWIDTH
     requeue = REQUEUE_RESOURCES
 
     @staticmethod

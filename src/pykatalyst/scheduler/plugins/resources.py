@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from pykatalyst.api import names
 from pykatalyst.scheduler import registry as reg
-from pykatalyst.scheduler.config import (
+from pykatalyst.scheduler.args import (
     NodeResourcesBalancedAllocationArgs,
     NodeResourcesFitArgs,
     QoSAwareNodeResourcesBalancedAllocationArgs,
@@ -367,8 +367,8 @@ FIT_CHECKED: Final = Key[list[tuple[str, int, int]]]("NodeResourcesFit/checked")
 FIT_SCORE_ROWS: Final = Key["_Rows | None"]("NodeResourcesFit/scoreRows")
 
 
-@reg.register(reg.NODE_RESOURCES_FIT, args=NodeResourcesFitArgs)
 class NodeResourcesFit(Plugin):
+    name: ClassVar[str] = reg.NODE_RESOURCES_FIT
     requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
@@ -431,8 +431,9 @@ def native_score(pod: PodInfo, snap: NodeSnapshot, idx: IDX, scorer: _Scorer) ->
     return scores_from_rows(rows, snap, idx, scorer)
 
 
-@reg.register(reg.NODE_RESOURCES_BALANCED_ALLOCATION, args=NodeResourcesBalancedAllocationArgs)
 class NodeResourcesBalancedAllocation(Plugin):
+    name: ClassVar[str] = reg.NODE_RESOURCES_BALANCED_ALLOCATION
+
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
         super().__init__(args, ctx)
         assert isinstance(args, NodeResourcesBalancedAllocationArgs)
@@ -455,8 +456,8 @@ class NodeResourcesBalancedAllocation(Plugin):
 QOS_FIT_CHECKED: Final = Key[list[tuple[str, int, int]]]("QoSAwareNodeResourcesFit/checked")
 
 
-@reg.register(reg.QOS_FIT, args=QoSAwareNodeResourcesFitArgs)
 class QoSAwareNodeResourcesFit(Plugin):
+    name: ClassVar[str] = reg.QOS_FIT
     requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
@@ -553,8 +554,9 @@ class QoSAwareNodeResourcesFit(Plugin):
         return node_scores(got[0], got[1], got[2], sc.strategy, sc.shape)
 
 
-@reg.register(reg.QOS_BALANCED, args=QoSAwareNodeResourcesBalancedAllocationArgs)
 class QoSAwareNodeResourcesBalancedAllocation(Plugin):
+    name: ClassVar[str] = reg.QOS_BALANCED
+
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:
         super().__init__(args, ctx)
         assert isinstance(args, QoSAwareNodeResourcesBalancedAllocationArgs)

@@ -16,13 +16,12 @@ their PF's NIC zone) and the pods it has assumed. Katalyst's SR-IOV plugin rules
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import numpy as np
 
 from pykatalyst.api import names
-from pykatalyst.scheduler import registry as reg
-from pykatalyst.scheduler.config import SriovVFArgs
+from pykatalyst.scheduler.args import SriovVFArgs
 from pykatalyst.scheduler.plugins.base import (
     BIND_ANNOTATIONS,
     BOOL,
@@ -83,8 +82,8 @@ def reserved_sockets(
     return {int(s) for i, s in zip(ids, socks, strict=True) if int(i) in res.numa_ids}
 
 
-@reg.register(names.PLUGIN_SRIOV_VF, args=SriovVFArgs)
 class SriovVF(Plugin):
+    name: ClassVar[str] = names.PLUGIN_SRIOV_VF
     requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: Any, ctx: PluginContext) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -16,7 +16,7 @@ from pykatalyst.api import names
 from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.cluster.selectors import LabelSelector, label_selector_from_dict
 from pykatalyst.scheduler import registry as reg
-from pykatalyst.scheduler.config import NodeAffinityArgs, PodTopologySpreadArgs
+from pykatalyst.scheduler.args import NodeAffinityArgs
 from pykatalyst.scheduler.plugins.base import (
     BOOL,
     I64,
@@ -56,8 +56,8 @@ def tolerated_any(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> boo
     return any(tolerates(t, taint) for t in tolerations)
 
 
-@reg.register(reg.NODE_UNSCHEDULABLE)
 class NodeUnschedulable(Plugin):
+    name: ClassVar[str] = reg.NODE_UNSCHEDULABLE
     requeue = REQUEUE_NODE
     static_filter = True
     REASON = "node(s) were unschedulable"
@@ -74,8 +74,8 @@ class NodeUnschedulable(Plugin):
         return [(self.REASON,)] * len(idx)
 
 
-@reg.register(reg.NODE_NAME)
 class NodeName(Plugin):
+    name: ClassVar[str] = reg.NODE_NAME
     requeue = REQUEUE_NODE
     REASON = "node(s) didn't match the requested node name"
 
@@ -97,8 +97,8 @@ class NodeName(Plugin):
 _TAINT_COUNTS: Final = Key["I64 | None"]("TaintToleration/preferNoScheduleCounts")
 
 
-@reg.register(reg.TAINT_TOLERATION)
 class TaintToleration(Plugin):
+    name: ClassVar[str] = reg.TAINT_TOLERATION
     requeue = REQUEUE_NODE
     static_filter = True
     static_score = True
@@ -298,8 +298,8 @@ _REQUIRED: Final = Key["_Required | None"]("NodeAffinity/required")
 _PREFERRED: Final = Key["I64 | None"]("NodeAffinity/preferredWeights")
 
 
-@reg.register(reg.NODE_AFFINITY, args=NodeAffinityArgs)
 class NodeAffinity(Plugin):
+    name: ClassVar[str] = reg.NODE_AFFINITY
     requeue = REQUEUE_NODE
     static_filter = True
     static_score = True
@@ -386,10 +386,11 @@ _CONSTRAINTS: Final = Key["list[_Constraint] | str"]("PodTopologySpread/constrai
 _MISSING: Final = Key[BOOL]("PodTopologySpread/missingKey")
 
 
-@reg.register(reg.POD_TOPOLOGY_SPREAD, args=PodTopologySpreadArgs)
 class PodTopologySpread(Plugin):
     """The DoNotSchedule constraints (hard spreading). ScheduleAnyway constraints and the
     system default constraints only score upstream; they are not scored here."""
+
+    name: ClassVar[str] = reg.POD_TOPOLOGY_SPREAD
 
     REASON = "node(s) didn't match pod topology spread constraints"
     MISSING = "node(s) didn't match pod topology spread constraints (missing required label)"

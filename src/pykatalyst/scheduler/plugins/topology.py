@@ -33,14 +33,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel
 
 from pykatalyst.scheduler import registry as reg
-from pykatalyst.scheduler.config import NodeResourceTopologyArgs
+from pykatalyst.scheduler.args import NodeResourceTopologyArgs
 from pykatalyst.scheduler.plugins.base import (
     BOOL,
     I64,
@@ -168,8 +168,8 @@ def _combos(z: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
     return out
 
 
-@reg.register(reg.NODE_RESOURCE_TOPOLOGY, args=NodeResourceTopologyArgs)
 class NodeResourceTopology(Plugin):
+    name: ClassVar[str] = reg.NODE_RESOURCE_TOPOLOGY
     requeue = REQUEUE_RESOURCES
 
     def __init__(self, args: BaseModel | None, ctx: PluginContext) -> None:

@@ -2,9 +2,12 @@
 
 `bearer_middleware(token)` answers 401 to a request without `Authorization: Bearer
 <token>` (compared in constant time); the probe paths stay open so a kubelet can check
-liveness without credentials. `server_ssl_context` builds the TLS context of a server:
-with a client CA it requires a client certificate signed by that CA, as kube-scheduler's
-extender `tlsConfig` (certFile/keyFile) presents.
+liveness without credentials. `new_server_context` is the one TLS context every HTTPS
+server here starts from, and `trust_clients` adds client-certificate checks against a CA;
+`server_ssl_context` builds a server's from its files: with a client CA it requires a
+client certificate signed by that CA, as kube-scheduler's extender `tlsConfig`
+(certFile/keyFile) presents. The webhook and metrics APIs build theirs the same way and
+reload the pair when it changes (`webhook/server.py`).
 """
 
 from __future__ import annotations
@@ -70,6 +73,27 @@ def bearer_middleware(token: str, unauthorized: Unauthorized = _plain_unauthoriz
     return check
 
 
+class TLSError(ValueError):
+    """A certificate, key or CA file cannot be loaded; the message names the file."""
+
+
+def new_server_context() -> ssl.SSLContext:
+    """The TLS context every HTTPS server here starts from: server side, TLS 1.2 or later."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+def trust_clients(ctx: ssl.SSLContext, client_ca_file: Path, *, required: bool = True) -> None:
+    """Verify client certificates against `client_ca_file`: required at the handshake, or
+    (not `required`) checked when one is given, so probes connect and the routes decide."""
+    try:
+        ctx.load_verify_locations(cafile=str(client_ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise TLSError(f"--client-ca-file {client_ca_file}: {exc}") from None
+    ctx.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_OPTIONAL
+
+
 def server_ssl_context(
     cert_file: Path | None, key_file: Path | None, client_ca_file: Path | None = None
 ) -> ssl.SSLContext | None:
@@ -81,15 +105,11 @@ def server_ssl_context(
         return None
     if cert_file is None or key_file is None:
         raise ValueError("--tls-cert-file and --tls-private-key-file go together")
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx = new_server_context()
     try:
         ctx.load_cert_chain(str(cert_file), str(key_file))
     except (OSError, ssl.SSLError) as exc:
-        raise ValueError(f"--tls-cert-file {cert_file}: cannot load the key pair: {exc}") from None
+        raise TLSError(f"--tls-cert-file {cert_file}: cannot load the key pair: {exc}") from None
     if client_ca_file is not None:
-        try:
-            ctx.load_verify_locations(cafile=str(client_ca_file))
-        except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"--client-ca-file {client_ca_file}: {exc}") from None
-        ctx.verify_mode = ssl.CERT_REQUIRED
+        trust_clients(ctx, client_ca_file)
     return ctx

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pykatalyst.api.names import POD
 from pykatalyst.cluster.clock import VirtualClock
+from pykatalyst.cluster.kubelet import StandInKubelet
 from pykatalyst.cluster.memory import MemoryCluster
-from pykatalyst.sim.kubelet import StandInKubelet
 from tests.cluster.conformance import pod
 
 

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from pykatalyst.runtime.auth import bearer_middleware, load_token, server_ssl_context
+from pykatalyst.cluster.auth import bearer_middleware, load_token, server_ssl_context
 
 OPENSSL = shutil.which("openssl")
 
