@@ -43,6 +43,7 @@ RENDERED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "controller-deployment",
         )
     ),
+    ("deploy/manifests/dra-deviceclasses.yaml", "dra-deviceclasses.yaml", ("dra.deviceClasses=true",)),
     *(
         (f"deploy/extender/{name}.yaml", f"{name}.yaml", ("scheduler.mode=extender",))
         for name in ("extender-deployment", "extender-service")

@@ -25,6 +25,7 @@ from pykatalyst.api.names import (
     CONFIG_MAP,
     CRD,
     DEFAULT_NAMESPACE,
+    DRA_KINDS,
     EVENT,
     HORIZONTAL_POD_AUTOSCALER,
     KATALYST_KINDS,
@@ -35,6 +36,8 @@ from pykatalyst.api.names import (
     POD,
     POD_DISRUPTION_BUDGET,
     REPLICA_SET,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
     SYSTEM_NAMESPACE,
     WORKLOAD_KINDS,
     Kind,
@@ -65,6 +68,7 @@ from pykatalyst.cluster.protocol import (
     binding_body,
     eviction_body,
 )
+from pykatalyst.cluster.resource_strategy import ResourceClaimStrategy, ResourceSliceStrategy
 from pykatalyst.cluster.selectors import parse_field_selector, parse_label_selector
 from pykatalyst.cluster.store import KindStore, VersionedStore
 from pykatalyst.cluster.strategy import (
@@ -94,6 +98,8 @@ _STRATEGIES: Final[dict[tuple[str, str], type[Strategy]]] = {
     ("", "events"): EventStrategy,
     ("policy", "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
     (CRD.group, CRD.plural): CRDStrategy,
+    (RESOURCE_SLICE.group, RESOURCE_SLICE.plural): ResourceSliceStrategy,
+    (RESOURCE_CLAIM.group, RESOURCE_CLAIM.plural): ResourceClaimStrategy,
 }
 _STRATEGIC_REFUSED: Final = (
     "the body of the request was in an unknown format - accepted media types include: "
@@ -148,6 +154,8 @@ class MemoryCluster:
             self.register_kind(k, status_subresource=True, unconditional_update=True)
         for k in KATALYST_KINDS:
             self.register_kind(k, status_subresource=True, unconditional_update=False)
+        for k in DRA_KINDS:
+            self.register_kind(k, k == RESOURCE_CLAIM, unconditional_update=True)
         for st in self._store.kinds.values():
             st.builtin = True
         for ns in namespaces:

@@ -169,8 +169,10 @@ def build_messages(
                 continue
             sub = msg.nested_type.add(name=entry_name)
             sub.options.map_entry = True
-            for fname, number, ftype, label, _t in entry_fields:
-                sub.field.add(name=fname, number=number, type=ftype, label=label)
+            for fname, number, ftype, label, entry_type in entry_fields:
+                ef = sub.field.add(name=fname, number=number, type=ftype, label=label)
+                if entry_type:
+                    ef.type_name = f".{package}.{entry_type}"
     pool = descriptor_pool.DescriptorPool()
     fd = pool.Add(fdp)
     return {name: message_factory.GetMessageClass(fd.message_types_by_name[name]) for name in spec}
