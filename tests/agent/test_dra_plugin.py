@@ -164,3 +164,29 @@ def test_the_kubelet_registers_prepares_and_a_restart_keeps_what_was_prepared(
     finally:
         again.stop()
     assert not again.registration.exists() and not again.endpoint.exists()
+
+
+def test_once_shows_the_pool_and_a_disabled_config_is_refused(tmp_path: Path) -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from pykatalyst.cli.main import app
+
+    devices: dict[str, Any] = {
+        "source": "synthetic",
+        "gpus": [{"id": "GPU-0", "numa": 0, "pcie_switch": "0000:81:00.0"}],
+        "nic": {
+            "source": "synthetic",
+            "interfaces": [
+                {"name": "eth1", "speed_mbps": 25000, "numa": 0, "pcie_switch": "0000:81:00.0"}
+            ],
+        },
+    }
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(yaml.safe_dump({"devices": devices}))
+    off = CliRunner().invoke(app, ["dra-plugin", "--config", str(cfg), "--once"])
+    assert off.exit_code == 2 and "devices.dra.enabled is false" in off.output
+    cfg.write_text(yaml.safe_dump({"devices": {**devices, "dra": {"enabled": True}}}))
+    got = CliRunner().invoke(app, ["dra-plugin", "--node", "n1", "--config", str(cfg), "--once"])
+    assert got.exit_code == 0, got.output
+    assert "nic-eth1" in got.output and got.output.count("pci0000:81") == 2
