@@ -223,8 +223,9 @@ FEATURES: tuple[Feature, ...] = (
         "partly (a GPU QRM plugin, needs a patched kubelet)",
         "yes (DeviceShare)",
         "Katalyst's `nvidia.com/gpu` + `gpu_memory` pods: cards chosen by the scheduler's "
-        "GPUShare plugin, handed to a stock kubelet by `katalyst device-plugin`; no NIC/RDMA "
-        "pairing yet",
+        "GPUShare plugin, handed to a stock kubelet by `katalyst device-plugin`; whole "
+        "GPUs paired with a NIC under one PCIe root by the stock kube-scheduler through DRA "
+        "(`devices.dra`, `katalyst dra-plugin`)",
         by="scheduler, device-plugin, agent",
         resources=(names.RESOURCE_NVIDIA_GPU, names.RESOURCE_GPU_MEMORY),
     ),
