@@ -252,3 +252,23 @@ def test_the_device_classes_select_each_type_of_the_driver() -> None:
     )
     cel = got[names.DRA_CLASS_GPU]["spec"]["selectors"][0]["cel"]["expression"]
     assert f'device.driver == "{names.DRA_DRIVER}"' in cel and '.type == "gpu"' in cel
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 300), max_size=300, unique=True), min_size=1, max_size=4))
+def test_any_sequence_of_device_sets_converges_with_a_growing_generation(
+    rounds: list[list[int]],
+) -> None:
+    cluster = MemoryCluster()
+    last = 0
+    for ids in rounds:
+        devices = inventory([GpuDevice(f"GPU-{i}") for i in ids], [], {})
+        plan = decide("n1", devices, _slices(cluster))
+        assert apply(cluster, plan).failed == ()
+        slices = _slices(cluster)
+        got = sorted(_attrs(d)["id"] for s in slices for d in s["spec"]["devices"])
+        assert got == sorted(f"GPU-{i}" for i in ids)
+        generations = {s["spec"]["pool"]["generation"] for s in slices}
+        assert len(generations) == 1 and generations.pop() >= last
+        last = plan.generation or last
+        assert decide("n1", devices, slices).empty
