@@ -56,6 +56,10 @@ def test_only_this_drivers_devices_on_this_node_are_prepared() -> None:
     bare = _claim("c", None)
     bare["metadata"]["uid"] = "u1"
     assert allocated_devices(bare, "u1", DRIVER, "n1") == ([], "the claim is not allocated")
+    bare["status"] = {"allocation": {"devices": {"results": "garbage"}}}
+    assert allocated_devices(bare, "u1", DRIVER, "n1") == ([], "the claim is not allocated")
+    bare["status"] = {"allocation": {"devices": {"results": ["garbage", {"driver": DRIVER}]}}}
+    assert allocated_devices(bare, "u1", DRIVER, "n1") == ([], "")
 
 
 def test_a_corrupt_checkpoint_starts_empty(tmp_path: Path) -> None:
