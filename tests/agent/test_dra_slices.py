@@ -5,6 +5,7 @@ resource.k8s.io/v1 as kube-apiserver 1.34 does."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -272,3 +273,13 @@ def test_any_sequence_of_device_sets_converges_with_a_growing_generation(
         assert len(generations) == 1 and generations.pop() >= last
         last = plan.generation or last
         assert decide("n1", devices, slices).empty
+
+
+def test_the_charts_device_classes_are_the_ones_the_code_describes() -> None:
+    import yaml
+
+    path = Path(__file__).parents[2] / "deploy" / "dra" / "deviceclasses.yaml"
+    rendered = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert {d["metadata"]["name"]: d["spec"] for d in rendered} == {
+        c["metadata"]["name"]: c["spec"] for c in device_classes()
+    }

@@ -34,7 +34,7 @@ from tests.e2e.pykatalyst_e2e import SLEEP, explain_pod_json, running_pods, star
 
 DRIVER = names.DRA_DRIVER
 ROOT = names.DRA_ATTR_PCIE_ROOT
-CLASSES = REPO / "deploy" / "manifests" / "dra-deviceclasses.yaml"
+CLASSES = REPO / "deploy" / "dra" / "deviceclasses.yaml"
 GPUS = [
     {"id": f"GPU-synthetic-{i}", "numa": i // 2, "pcie_switch": sw, "model": "Synthetic-80GB"}
     for i, sw in enumerate(["0000:01:00.0", "0000:01:00.0", "0000:81:00.0", "0000:81:00.0"])

@@ -1,7 +1,7 @@
 """The DeviceClass of each kind of device the agent publishes: what a ResourceClaim names
 in `deviceClassName` to ask for a GPU, a NIC or an RDMA VF of this driver. Cluster-scoped
 objects an administrator installs (the Helm chart with `dra.enabled`, or
-`deploy/manifests/dra-deviceclasses.yaml`); the agent never writes them."""
+`deploy/dra/deviceclasses.yaml`); the agent never writes them."""
 
 from __future__ import annotations
 
