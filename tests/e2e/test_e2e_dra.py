@@ -7,7 +7,8 @@ and the real kube-scheduler allocates a claim asking a GPU and the NIC eth1 unde
 root to a card under eth1's root. The kubelet has the plugin prepare the claim, the pod
 runs, and the CNR and `katalyst explain pod` show the pair. A claim no node can satisfy
 (three cards under one root that has two) leaves its pod Pending with the scheduler's
-reason and the claim unallocated. Deleting the pod has the kubelet unprepare the claim."""
+reason and the claim unallocated. The plugin restarted, deleting the pod has the kubelet
+unprepare the claim through the new one, which knows it from its checkpoint."""
 
 from __future__ import annotations
 
@@ -239,16 +240,25 @@ def test_kube_scheduler_pairs_a_gpu_with_the_nic_under_its_pcie_root(
 
     checkpoint = local_node.state_dir / "kubelet" / "plugins" / DRIVER / "checkpoint.json"
     assert claim["metadata"]["uid"] in json.loads(checkpoint.read_text())["claims"]
+    # the plugin restarts: the kubelet finds it again and unprepares through the new one
+    plugin.stop()
+    again = components("dra-plugin", *plugin.args)
+    wait_until(
+        "the kubelet registering the restarted plugin",
+        lambda: "registered with the kubelet" in again.log() or None,
+        60,
+    )
     kubectl.run("delete", "pod", "paired", "-n", namespace, "--wait=true")
 
     def unprepared() -> bool:
         return claim["metadata"]["uid"] not in json.loads(checkpoint.read_text())["claims"]
 
     wait_until("the kubelet unpreparing the claim", lambda: unprepared() or None, 60)
-    assert "Traceback" not in agent.log() + plugin.log()
+    assert "unprepared" in again.log()
+    assert "Traceback" not in agent.log() + plugin.log() + again.log()
 
 
-def test_the_device_classes_manifest_is_the_charts(kubectl: Kubectl) -> None:
+def test_the_api_server_accepts_the_device_classes(kubectl: Kubectl) -> None:
     docs = [d for d in yaml.safe_load_all(CLASSES.read_text()) if d]
     assert sorted(d["metadata"]["name"] for d in docs) == sorted(
         [names.DRA_CLASS_GPU, names.DRA_CLASS_NIC, names.DRA_CLASS_RDMA_VF]
