@@ -5,9 +5,9 @@
     python3 scripts/render_manifests.py --check   # exit 1, naming each file that differs
 
 The chart, deploy/charts/pykatalyst, is the one source of every manifest. This renders its
-templates with the default values (and `scheduler.mode=extender` for deploy/extender/)
-into deploy/manifests/ and deploy/extender/, and copies deploy/crds/ into the chart's
-crds/ (Helm reads CRDs only from there, untemplated). deploy/manifests/namespace.yaml and
+templates with the default values (`scheduler.mode=extender` for deploy/extender/,
+`dra.deviceClasses=true` for deploy/dra/) into deploy/manifests/, deploy/extender/ and
+deploy/dra/, and copies deploy/crds/ into the chart's crds/ (Helm reads CRDs only from there, untemplated). deploy/manifests/namespace.yaml and
 the kustomizations are not generated. Helm is found as $HELM, on PATH, or in the cluster
 build's cache (~/.cache/pykatalyst/k8s-v*/bin/helm).
 
@@ -43,6 +43,7 @@ RENDERED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "controller-deployment",
         )
     ),
+    ("deploy/dra/deviceclasses.yaml", "dra-deviceclasses.yaml", ("dra.deviceClasses=true",)),
     *(
         (f"deploy/extender/{name}.yaml", f"{name}.yaml", ("scheduler.mode=extender",))
         for name in ("extender-deployment", "extender-service")

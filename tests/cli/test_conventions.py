@@ -81,6 +81,7 @@ def test_every_daemon_is_held_to_the_loop_rule() -> None:
         "apiserver",
         "controller",
         "device-plugin",
+        "dra-plugin",
         "metrics",
         "scheduler",
         "webhook",

@@ -41,6 +41,7 @@ KNOWN_KINDS = {
     ("v1", "Service"),
     ("apps/v1", "Deployment"),
     ("apps/v1", "DaemonSet"),
+    ("resource.k8s.io/v1", "DeviceClass"),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
     ("rbac.authorization.k8s.io/v1", "Role"),
@@ -407,6 +408,12 @@ HAND_KEPT: dict[str, list[Need]] = {
         _need(names.ADMIN_QOS_CONFIGURATION, "get"),
         _need(names.CUSTOM_NODE_CONFIG, "get"),
         _need(names.SERVICE_PROFILE_DESCRIPTOR, "get"),
+        # devices.dra.enabled: the node's ResourceSlices; `katalyst dra-plugin` its claims
+        _need(names.RESOURCE_SLICE, "list"),
+        _need(names.RESOURCE_SLICE, "create"),
+        _need(names.RESOURCE_SLICE, "update"),
+        _need(names.RESOURCE_SLICE, "delete"),
+        _need(names.RESOURCE_CLAIM, "get"),
     ],
     "scheduler": [
         _need(names.POD, "get"),

@@ -35,6 +35,7 @@ from pykatalyst.agent import cpu_state, gpu, isolation, kubelet_cpu, net_policy,
 from pykatalyst.agent import decide as steps
 from pykatalyst.agent import tick as ticks
 from pykatalyst.agent.config import AgentConfig, reclaim_setting
+from pykatalyst.agent.dra import holds as dra_holds
 from pykatalyst.agent.dynamic_config import AgentSettings
 from pykatalyst.agent.executor import KnobEnforcer, KnobWriter
 from pykatalyst.agent.headroom import native_demand
@@ -627,7 +628,12 @@ class Agent:
         note = "cards and holds read"
         if self._device_view is not None:
             try:
-                held = self._device_view.device_assignments(gpu.GPU_RESOURCES)
+                held = dra_holds.gpu_assignments(
+                    self._device_view,
+                    gpu.GPU_RESOURCES,
+                    self.devices,
+                    self.base_config.devices.dra.enabled,
+                )
             except KubeletUnavailable as exc:
                 note = f"holds unknown: {exc}"
         uids = {s.key: s.uid for s in self._specs.values()}
@@ -657,7 +663,20 @@ class Agent:
             )
         except DeviceUnavailable as exc:
             return self._nic_report, f"NICs unreadable, last report kept: {exc}"
+        if self.base_config.devices.dra.enabled and self._device_view is not None:
+            self._nic_report = self._with_claimed_nics(self._nic_report)
         return self._nic_report, "NICs and holds read"
+
+    def _with_claimed_nics(self, zones: dict[int, list[dict[str, Any]]]) -> Any:
+        """The NIC zones with the pods holding a NIC through a DRA claim."""
+        assert self._device_view is not None and self.nics is not None
+        try:
+            held = self._device_view.device_assignments(dra_holds.DRA)
+            nics = self.nics.nics()
+        except (KubeletUnavailable, DeviceUnavailable):
+            return zones
+        uids = {s.key: s.uid for s in self._specs.values()}
+        return dra_holds.with_nic_consumers(zones, dra_holds.nic_consumers(held, nics, uids.get))
 
     def _emit_events(self, notes: Notes, now: float) -> frozenset[tuple[str, str, str]]:
         """Send the tick's Events; the Events sent so far, forgetting pods long gone."""

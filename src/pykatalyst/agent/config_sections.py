@@ -3,6 +3,7 @@ section (unknown fields refused, values frozen and validated, defaults included)
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -440,6 +441,41 @@ class NicsConfig(Section):
         return self
 
 
+class DraConfig(Section):
+    """The node's devices as Dynamic Resource Allocation ResourceSlices and the kubelet DRA
+    plugin that prepares claims on them (docs/devices.md "DRA"). Off by default: a card
+    both in a ResourceSlice and advertised by a device plugin could be given twice."""
+
+    enabled: bool = Field(
+        False, description="publish the node's GPUs, NICs and RDMA VFs as ResourceSlices"
+    )
+    vfs: bool = Field(True, description="publish RDMA-capable SR-IOV VFs as devices too")
+    pcie_roots: dict[str, str] = Field(
+        default_factory=dict,
+        description="PCIe root complex (pci<domain>:<bus>) of each pcie_switch; a switch "
+        "not listed stands for its own root",
+    )
+    poll_s: Seconds = Field(10.0, gt=0, description="how often the slices are reconciled")
+    plugin_dir: str = Field(
+        "/var/lib/kubelet/plugins", description="where the DRA plugin's socket is created"
+    )
+    registry_dir: str = Field(
+        "/var/lib/kubelet/plugins_registry",
+        description="the kubelet's plugin registration directory",
+    )
+
+    @field_validator("pcie_roots")
+    @classmethod
+    def _roots(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = sorted(r for r in v.values() if not _PCIE_ROOT.fullmatch(r))
+        if bad:
+            raise ValueError(f"roots are pci<domain>:<bus> (e.g. pci0000:00); got {bad}")
+        return v
+
+
+_PCIE_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
+
+
 class DevicesConfig(Section):
     """The node's GPUs: where they are read from, and how they are reported and served."""
 
@@ -458,6 +494,9 @@ class DevicesConfig(Section):
     device_plugin: DevicePluginConfig = Field(default_factory=DevicePluginConfig)
     nic: NicsConfig = Field(
         default_factory=NicsConfig, description="the NICs and their bandwidth (net_bandwidth)"
+    )
+    dra: DraConfig = Field(
+        default_factory=DraConfig, description="the devices as DRA ResourceSlices (off)"
     )
 
     @field_validator("source")

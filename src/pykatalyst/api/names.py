@@ -498,6 +498,24 @@ KATALYST_KINDS: Final = (
     TIDE_NODE_POOL,
 )
 
+# Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34): the kinds, the
+# driver name under which the agent publishes the node's GPUs, NICs and RDMA VFs, and the
+# DeviceClass of each (docs/devices.md "DRA").
+DRA_GROUP: Final = "resource.k8s.io"
+RESOURCE_SLICE: Final = Kind(DRA_GROUP, "v1", "ResourceSlice", "resourceslices", False)
+DEVICE_CLASS: Final = Kind(DRA_GROUP, "v1", "DeviceClass", "deviceclasses", False)
+RESOURCE_CLAIM: Final = Kind(DRA_GROUP, "v1", "ResourceClaim", "resourceclaims", True)
+RESOURCE_CLAIM_TEMPLATE: Final = Kind(
+    DRA_GROUP, "v1", "ResourceClaimTemplate", "resourceclaimtemplates", True
+)
+DRA_KINDS: Final = (RESOURCE_SLICE, DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE)
+DRA_DRIVER: Final = "dra.katalyst.kubewharf.io"
+DRA_CLASS_GPU: Final = "gpu.katalyst.kubewharf.io"
+DRA_CLASS_NIC: Final = "nic.katalyst.kubewharf.io"
+DRA_CLASS_RDMA_VF: Final = "rdma-vf.katalyst.kubewharf.io"
+# Kubernetes' standard attribute: the PCIe root complex, `pci<domain>:<bus>`.
+DRA_ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
+
 # Core Kubernetes kinds the system reads and writes.
 POD: Final = Kind("", "v1", "Pod", "pods", True, ("po",))
 NODE: Final = Kind("", "v1", "Node", "nodes", False, ("no",))

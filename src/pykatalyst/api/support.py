@@ -226,7 +226,8 @@ FEATURES: tuple[Feature, ...] = (
         "GPUShare plugin, handed to a stock kubelet by `katalyst device-plugin`; with an "
         "RDMA VF (`sriov_nic: 1`) cards and VF are paired under one PCIe switch, else one "
         "NUMA node (`gpu_rdma_affinity`, Koordinator's `device-joint-allocate` read as an "
-        "alias)",
+        "alias); whole GPUs paired with a NIC under one PCIe root by the stock "
+        "kube-scheduler through DRA (`devices.dra`, `katalyst dra-plugin`)",
         by="scheduler, device-plugin, agent",
         resources=(names.RESOURCE_NVIDIA_GPU, names.RESOURCE_GPU_MEMORY),
     ),

@@ -81,6 +81,11 @@ LOOP_EXEMPTIONS: dict[tuple[str, str], str] = {
         "registered; --once reads the cards and shows what it would advertise, registering "
         "nothing"
     ),
+    ("dra-plugin", "--dry-run"): (
+        "it changes nothing but its checkpoint, in answer to the kubelet's "
+        "NodePrepareResources calls, which come only once it has registered; --once shows "
+        "the devices the agent publishes and where it would register, serving nothing"
+    ),
     ("apiserver", "--once"): "it serves the embedded cluster until stopped: no pass to run",
     ("apiserver", "--dry-run"): "it is the cluster: a dry run is the client's (kubectl --dry-run)",
 }

@@ -22,6 +22,7 @@ from pykatalyst.cli.explain_cluster import (
     published_pools,
     recent,
 )
+from pykatalyst.cli.explain_dra import dra_json
 from pykatalyst.cli.explain_events import FAILED_SCHEDULING, OUR_COMPONENTS, component_of
 from pykatalyst.cli.explain_gpu import gpu_json, pairing_json
 from pykatalyst.cli.explain_nic import nic_json, sriov_json
@@ -63,6 +64,7 @@ def explain_pod(
         "nic": nic_json(cluster, view, problems, events),
         "sriov": (sriov := sriov_json(cluster, view, problems)),
         "pairing": pairing_json(view, gpu, sriov),
+        "dra": dra_json(cluster, view, problems),
         "events": events,
         "scheduling": scheduling_json(view, events),
         "vertical": vertical_json(cluster, pod, now, problems),

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pykatalyst.api import names
+from pykatalyst.cli.explain_dra import dra_rows
 from pykatalyst.cli.explain_recommend import print_recommends
 from pykatalyst.cli.explain_vertical import render_vertical
 from pykatalyst.cli.output import print_message, print_table
@@ -312,6 +313,7 @@ def print_pod(report: JSON) -> None:
     rows += _nic_rows(report.get("nic"))
     rows += _sriov_rows(report.get("sriov"))
     rows += _pairing_rows(report.get("pairing"))
+    rows += dra_rows(report.get("dra"))
     print_table(f"Pod {report['pod']}", ["", "value"], rows)
     print_recommends(report.get("resource_recommends") or [])
     for p in qos["errors"]:

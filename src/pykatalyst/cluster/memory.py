@@ -26,6 +26,7 @@ from pykatalyst.api.names import (
     CONFIG_MAP,
     CRD,
     DEFAULT_NAMESPACE,
+    DRA_KINDS,
     EVENT,
     HORIZONTAL_POD_AUTOSCALER,
     KATALYST_KINDS,
@@ -36,6 +37,8 @@ from pykatalyst.api.names import (
     POD,
     POD_DISRUPTION_BUDGET,
     REPLICA_SET,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
     SYSTEM_NAMESPACE,
     WORKLOAD_KINDS,
     Kind,
@@ -66,6 +69,7 @@ from pykatalyst.cluster.protocol import (
     binding_body,
     eviction_body,
 )
+from pykatalyst.cluster.resource_strategy import ResourceClaimStrategy, ResourceSliceStrategy
 from pykatalyst.cluster.selectors import parse_field_selector, parse_label_selector
 from pykatalyst.cluster.store import KindStore, VersionedStore
 from pykatalyst.cluster.strategy import (
@@ -93,6 +97,8 @@ _STRATEGIES: Final[dict[tuple[str, str], type[Strategy]]] = {
     ("", "namespaces"): NamespaceStrategy,
     ("", "events"): EventStrategy,
     ("policy", "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
+    (RESOURCE_SLICE.group, RESOURCE_SLICE.plural): ResourceSliceStrategy,
+    (RESOURCE_CLAIM.group, RESOURCE_CLAIM.plural): ResourceClaimStrategy,
 }
 _STRATEGIC_REFUSED: Final = (
     "the body of the request was in an unknown format - accepted media types include: "
@@ -147,6 +153,8 @@ class MemoryCluster:
             self.register_kind(k, status_subresource=True, unconditional_update=True)
         for k in KATALYST_KINDS:
             self.register_kind(k, status_subresource=True, unconditional_update=False)
+        for k in DRA_KINDS:
+            self.register_kind(k, k == RESOURCE_CLAIM, unconditional_update=True)
         for st in self._store.kinds.values():
             st.builtin = True
         for ns in namespaces:

@@ -287,6 +287,11 @@ KIND_FIELDS: dict[str, dict[str, FieldGetter]] = {
         "type": _path_getter("type"),
     },
     "namespaces": {"status.phase": _path_getter("status", "phase")},
+    # An unset spec.nodeName reads as "", as the API server's field set has it.
+    "resourceslices.resource.k8s.io": {
+        "spec.nodeName": _path_getter("spec", "nodeName"),
+        "spec.driver": _path_getter("spec", "driver"),
+    },
 }
 
 

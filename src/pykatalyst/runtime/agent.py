@@ -1,6 +1,7 @@
 """The node agent's runner: `Agent.reconcile` as a ticker of a ComponentHost, the share
 pools' fast watch (`agent/reaction.py`) as another that kicks an early reconcile when a pool
-must grow, and `/healthz`, `/readyz`, `/metrics` on Katalyst's agent port."""
+must grow, the node's DRA ResourceSlices as a third when `devices.dra.enabled`, and
+`/healthz`, `/readyz`, `/metrics` on Katalyst's agent port."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from pykatalyst.agent import factory
 from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.dra.publish import SlicePublisher
 from pykatalyst.agent.gpu import device_source
 from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.host.kubelet import PodResourcesClient
@@ -28,6 +30,7 @@ AGENT_PORT = 9316
 
 RECONCILE = "reconcile"
 WATCH = "share-watch"
+DRA_SLICES = "dra-slices"
 
 
 def build_agent(
@@ -108,6 +111,10 @@ def agent_host(
         return decision
 
     host.every(RECONCILE, period_s, tick)
+    dra = runner.base_config.devices.dra
+    if dra.enabled:
+        slices = SlicePublisher(runner.node_name, runner.cluster, dra, runner.devices, runner.nics)
+        host.every(DRA_SLICES, dra.poll_s, slices.tick)
     if watch.cfg.enabled:
         host.every(WATCH, watch.cfg.period_s, fast)
     if endpoint is not None:

@@ -11,7 +11,7 @@ and the device plugin rebuilds its ledger from it after a restart.
 
 The message types are built at runtime from a descriptor written here, field numbers as in
 `k8s.io/kubelet/pkg/apis/podresources/v1/api.proto`. Only the fields the agent reads are
-declared (names, cpu ids, devices); protobuf skips the others (memory, dynamic resources)
+declared (names, cpu ids, devices, DRA devices); protobuf skips the others (memory)
 when it parses a reply. gRPC and protobuf come with the `pykatalyst[node]` extra: without
 them, or without the socket, the view is unavailable and says why.
 """
@@ -118,6 +118,17 @@ MESSAGES: dict[str, tuple[tuple[str, int, int, int, str], ...]] = {
         ("name", 1, _STRING, _OPTIONAL, ""),
         ("devices", 2, _MESSAGE, _REPEATED, "ContainerDevices"),
         ("cpu_ids", 3, _INT64, _REPEATED, ""),
+        ("dynamic_resources", 5, _MESSAGE, _REPEATED, "DynamicResource"),
+    ),
+    "DynamicResource": (
+        ("claim_name", 2, _STRING, _OPTIONAL, ""),
+        ("claim_namespace", 3, _STRING, _OPTIONAL, ""),
+        ("claim_resources", 4, _MESSAGE, _REPEATED, "ClaimResource"),
+    ),
+    "ClaimResource": (
+        ("driver_name", 2, _STRING, _OPTIONAL, ""),
+        ("pool_name", 3, _STRING, _OPTIONAL, ""),
+        ("device_name", 4, _STRING, _OPTIONAL, ""),
     ),
     "ContainerDevices": (
         ("resource_name", 1, _STRING, _OPTIONAL, ""),
@@ -169,8 +180,10 @@ def build_messages(
                 continue
             sub = msg.nested_type.add(name=entry_name)
             sub.options.map_entry = True
-            for fname, number, ftype, label, _t in entry_fields:
-                sub.field.add(name=fname, number=number, type=ftype, label=label)
+            for fname, number, ftype, label, entry_type in entry_fields:
+                ef = sub.field.add(name=fname, number=number, type=ftype, label=label)
+                if entry_type:
+                    ef.type_name = f".{package}.{entry_type}"
     pool = descriptor_pool.DescriptorPool()
     fd = pool.Add(fdp)
     return {name: message_factory.GetMessageClass(fd.message_types_by_name[name]) for name in spec}
@@ -212,6 +225,18 @@ def _grant(d: Any, resources: frozenset[str], **where: str) -> DeviceGrant | Non
     return DeviceGrant(d.resource_name, tuple(d.device_ids), numa, **where)
 
 
+def _claimed(c: Any, resources: frozenset[str], namespace: str, pod: str) -> list[DeviceGrant]:
+    """The DRA devices of a container, one grant per device under its driver's name as the
+    resource, for the drivers among `resources` (the kubelet lists them under
+    dynamic_resources, by claim)."""
+    return [
+        DeviceGrant(r.driver_name, (r.device_name,), (), namespace, pod, c.name)
+        for dr in c.dynamic_resources
+        for r in dr.claim_resources
+        if r.driver_name in resources
+    ]
+
+
 def devices_from(listed: Any, allocatable: Any, resources: frozenset[str]) -> KubeletDevices:
     """The grants of `resources` in a `List` reply and a `GetAllocatableResources` reply."""
     held: list[DeviceGrant] = []
@@ -221,6 +246,7 @@ def devices_from(listed: Any, allocatable: Any, resources: frozenset[str]) -> Ku
                 g = _grant(d, resources, namespace=pod.namespace, pod=pod.name, container=c.name)
                 if g is not None:
                     held.append(g)
+            held.extend(_claimed(c, resources, pod.namespace, pod.name))
     held.sort(key=lambda g: (g.namespace, g.pod, g.container, g.resource))
     free = [g for d in allocatable.devices if (g := _grant(d, resources)) is not None]
     return KubeletDevices(tuple(held), tuple(free))
