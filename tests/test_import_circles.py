@@ -12,8 +12,6 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
-# The one circle left, inside the simulator (its control loop and its runner).
-KNOWN = {frozenset({"pykatalyst.sim.control", "pykatalyst.sim.runner"})}
 
 
 def _imports() -> ModuleType:
@@ -25,11 +23,10 @@ def _imports() -> ModuleType:
     return module
 
 
-def test_no_import_circles_beyond_the_known_one() -> None:
+def test_no_import_circles() -> None:
     bench = _imports()
     found = bench.circles(bench.graph(ROOT / "src/pykatalyst", False, True))
-    new = [c for c in found if not any(set(c) <= known for known in KNOWN)]
-    assert new == [], f"import circles: {new}"
+    assert found == [], f"import circles: {found}"
 
 
 def test_the_graph_sees_a_circle_through_a_late_import(tmp_path: Path) -> None:

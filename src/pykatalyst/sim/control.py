@@ -6,11 +6,14 @@ through the cluster's API, as it would in production.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from pykatalyst.api import names
+from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler import registry as reg
 from pykatalyst.scheduler.config import (
     API_VERSIONS,
@@ -21,16 +24,58 @@ from pykatalyst.scheduler.config import (
     resolve,
 )
 from pykatalyst.scheduler.scheduler import Scheduler
-from pykatalyst.sim.scenario import Policy
+from pykatalyst.sim.host import SimHost
+from pykatalyst.sim.scenario import Policy, Scenario
 
-if TYPE_CHECKING:
-    from pykatalyst.sim.runner import PolicySim, SimPod
+
+class SimNodeView(Protocol):
+    """What the control plane reads of a simulated node."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def host(self) -> SimHost: ...
+
+
+class SimTallyView(Protocol):
+    agent_reconciles: int
+
+
+class SimView(Protocol):
+    """What the control plane reads of the simulation that runs it (`runner.PolicySim`):
+    the cluster it writes through, its clock, its nodes and the step; it counts the agents'
+    reconciles in the tally."""
+
+    @property
+    def scenario(self) -> Scenario: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def dt(self) -> float: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def cluster(self) -> MemoryCluster: ...
+
+    @property
+    def nodes(self) -> Sequence[SimNodeView]: ...
+
+    @property
+    def node_index(self) -> Mapping[str, int]: ...
+
+    @property
+    def tally(self) -> SimTallyView: ...
 
 
 class ControlPlane(Protocol):
     def schedule(self, now: float) -> None: ...
 
-    def pod_started(self, pod: SimPod, node_name: str) -> None: ...
+    def pod_started(self, node_name: str) -> None: ...
 
     def reconcile_agents(self, now: float) -> None: ...
 
@@ -103,7 +148,7 @@ def scheduler_config(policy: Policy) -> SchedulerConfig:
 
 
 class SimControlPlane:
-    def __init__(self, sim: PolicySim) -> None:
+    def __init__(self, sim: SimView) -> None:
         self.sim = sim
         self.scheduler = Scheduler(
             sim.cluster,
@@ -166,7 +211,7 @@ class SimControlPlane:
     def schedule(self, now: float) -> None:
         self.scheduler.run_until_idle(now)
 
-    def pod_started(self, pod: SimPod, node_name: str) -> None:
+    def pod_started(self, node_name: str) -> None:
         # The agent watches the pods of its node: a new pod gets its pool, weight and
         # cpu.idle at the agent's next tick, seconds after it starts in production. With a
         # simulation step of a minute that tick is this step, not the next period.
@@ -208,5 +253,5 @@ class SimControlPlane:
         )
 
 
-def make_control_plane(sim: PolicySim) -> ControlPlane:
+def make_control_plane(sim: SimView) -> ControlPlane:
     return SimControlPlane(sim)

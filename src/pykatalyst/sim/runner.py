@@ -392,7 +392,7 @@ class PolicySim:
             self.pending_batch -= 1
             self.tally.wait_times.append(pod.started - self._arrival(pod))
         self._arrays_dirty = True
-        self.control.pod_started(pod, node_name)
+        self.control.pod_started(node_name)
 
     def _arrival(self, pod: SimPod) -> float:
         return float(self.workload.batch.arrival[pod.index])
