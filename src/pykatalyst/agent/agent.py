@@ -545,11 +545,7 @@ class Agent:
                 actions.extend(stage(stage_input))
             except Exception as exc:  # a broken stage must not stop the loop
                 warnings.append(f"eviction stage {getattr(stage, '__name__', stage)}: {exc}")
-        for action in actions:
-            overrides = getattr(action, "knob_overrides", None)
-            if isinstance(overrides, Mapping):
-                for cgroup, knobs in overrides.items():
-                    desired[cgroup] = {**desired.get(cgroup, {}), **knobs}
+        desired.update(ticks.with_overrides(desired, actions))
         return actions
 
     def _enforce(

@@ -12,7 +12,7 @@ is a new value.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pykatalyst.agent import (
@@ -158,6 +158,20 @@ def nic_hold(s: PodSpec) -> tuple[int, str]:
     """A pod's net_bandwidth request (Mbps) and the NIC the scheduler chose for it."""
     selection = s.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION)
     return s.digest.request(names.RESOURCE_NET_BANDWIDTH), str(selection or "")
+
+
+def with_overrides(
+    desired: Mapping[str, Mapping[Knob, KnobValue]], actions: Sequence[object]
+) -> dict[str, Mapping[Knob, KnobValue]]:
+    """`desired` narrowed by the eviction actions' `knob_overrides` (cgroup -> {Knob:
+    value}: throttling before evicting), in the actions' order; `desired` is untouched."""
+    out = dict(desired)
+    for action in actions:
+        overrides = getattr(action, "knob_overrides", None)
+        if isinstance(overrides, Mapping):
+            for cgroup, knobs in overrides.items():
+                out[cgroup] = {**out.get(cgroup, {}), **knobs}
+    return out
 
 
 def _cut(
