@@ -5,43 +5,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
+from pykatalyst.agent.enforcer import EnforceReport
 from pykatalyst.agent.executor import KnobWriter
-from pykatalyst.agent.host.base import Knob, KnobValue
-
-
-@dataclass
-class Write:
-    cgroup: str
-    knob: Knob
-    value: KnobValue
-
-
-@dataclass
-class Report:
-    planned: tuple[Write, ...]
-    applied: tuple[Write, ...] = ()
-    failed: tuple[Any, ...] = ()
-    vanished: tuple[str, ...] = ()
-    new_failures: tuple[Any, ...] = ()
-    notes: tuple[str, ...] = ()
+from pykatalyst.agent.host.base import Knob, KnobValue, KnobWrite
 
 
 @dataclass
 class CountingEnforcer:
     calls: list[bool] = field(default_factory=list)
     vanish: tuple[str, ...] = ()
+    checkpoint_path: Path | None = None
 
     def apply(
         self,
         desired: Mapping[str, Mapping[Knob, KnobValue]],
         dry_run: bool = False,
         usage: Mapping[str, int] | None = None,
-    ) -> Report:
+    ) -> EnforceReport:
         self.calls.append(dry_run)
-        writes = tuple(Write(c, k, v) for c, ks in desired.items() for k, v in ks.items())
-        return Report(writes, () if dry_run else writes, vanished=self.vanish)
+        writes = tuple(KnobWrite(c, k, v) for c, ks in desired.items() for k, v in ks.items())
+        return EnforceReport(0.0, dry_run, writes, () if dry_run else writes, vanished=self.vanish)
 
 
 DESIRED = {"kubepods/pod1": {Knob.CPU_IDLE: 1}}

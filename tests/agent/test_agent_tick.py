@@ -1,16 +1,24 @@
 """The agent's decision is a pure function of the tick's inputs and the last tick's state:
 whatever pods came and went and whatever they ran, deciding again from the same inputs and
 state gives the same plan and the same next state, and leaves both untouched (the machine
-and the cluster too)."""
+and the cluster too). Executing a decision writes its knobs (with the eviction stages'
+overrides) and nothing else."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pykatalyst.agent.agent import EvictionInput
+from pykatalyst.agent.enforcer import Enforcer, EnforceReport
+from pykatalyst.agent.executor import KnobWriter
+from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, KnobWrite
 from pykatalyst.agent.tick import decide
 from pykatalyst.api import names
 from tests.agent.test_agent_invariants import step_st
@@ -71,3 +79,87 @@ def test_decide_is_pure(
     plan, kept = n.agent.execute(inputs, first, after_first)
     assert kept.placement == after_first.placement and kept.plans == after_first.plans
     assert plan.pools == first.plan.pools and plan.pods == first.plan.pods
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """An eviction action that narrows a cgroup's quota before evicting."""
+
+    knob_overrides: Mapping[str, Mapping[Knob, KnobValue]]
+
+
+@dataclass
+class RecordingEnforcer:
+    """The real enforcer, with every desired mapping it was handed and every write made."""
+
+    inner: Enforcer
+    handed: list[Mapping[str, Mapping[Knob, KnobValue]]] = field(default_factory=list)
+    written: list[KnobWrite] = field(default_factory=list)
+    failed: set[tuple[str, Knob]] = field(default_factory=set)
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return None
+
+    def apply(
+        self,
+        desired: Mapping[str, Mapping[Knob, KnobValue]],
+        dry_run: bool = False,
+        usage: Mapping[str, int] | None = None,
+    ) -> EnforceReport:
+        self.handed.append(desired)
+        report = self.inner.apply(desired, dry_run, usage)
+        self.written.extend(report.applied)
+        self.failed.update((f.write.cgroup, f.write.knob) for f in report.failed)
+        return report
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    cfg=st.sampled_from(CONFIGS),
+    steps=st.lists(step_st, min_size=1, max_size=6),
+    throttle=st.booleans(),
+)
+def test_the_executor_writes_exactly_the_plan(
+    cfg: dict[str, Any], steps: list[tuple[str, dict[str, Any], float]], throttle: bool
+) -> None:
+    n = Node(cfg)
+    recorder = RecordingEnforcer(Enforcer(n.host, None, n.clock))
+    n.agent.enforcer = recorder
+    n.agent._writer = KnobWriter(recorder, False)
+    quota = CpuQuota(50_000, 100_000)
+
+    def stage(inp: EvictionInput) -> list[Throttle]:
+        cgroups = sorted(p.cgroup for p in inp.plan.pods if p.cgroup is not None)
+        return [Throttle({cgroups[0]: {Knob.CPU_QUOTA: quota}})] if throttle and cgroups else []
+
+    n.agent.eviction_stages = [stage]
+    uids: list[str] = []
+    for i, (op, kw, load) in enumerate(steps):
+        if op == "add" or not uids:
+            uids.append(n.pod(f"p{i}", **kw))
+        elif op == "load":
+            n.host.set_load(uids[int(load) % len(uids)], load)
+        n.clock.advance(5)
+        inputs = n.agent.gather(n.clock.now())
+        decision, state = decide(inputs, n.agent.state)
+        recorder.handed.clear()
+        recorder.written.clear()
+        recorder.failed.clear()
+        plan, n.agent.state = n.agent.execute(inputs, decision, state)
+        expected = {cg: dict(k) for cg, k in decision.plan.desired.items()}
+        for action in plan.eviction_actions:
+            for cg, knobs in action.knob_overrides.items():
+                expected[cg] = {**expected.get(cg, {}), **knobs}
+        # the executor hands the enforcer the plan's knobs, eviction overrides applied
+        assert plan.desired == expected
+        assert recorder.handed in ([], [plan.desired])
+        # ... and only those are written (a cpuset may be widened on the way), each last
+        # to the plan's value unless the write failed
+        last = {(w.cgroup, w.knob): w.value for w in recorder.written}
+        for (cg, knob), value in last.items():
+            assert (cg, knob) in recorder.failed or plan.desired[cg][knob] == value

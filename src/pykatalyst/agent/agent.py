@@ -6,7 +6,8 @@ the machine comes through the `Host`; everything it writes to cgroups goes throu
 enforcer; everything it tells the cluster goes through the `Cluster` protocol. Deciding is
 pure (`agent/tick.py`): `decide(inputs, state) -> (decision, state)`, where the state is
 the value one tick leaves the next; the agent keeps the current one and swaps it after
-executing the decision.
+executing the decision. The decision holds every knob the tick wants, the network's classid
+knobs included, and the egress shape; executing applies the shape when it changed.
 
 Eviction plugs in after the plan is made and before it is enforced: each
 `EvictionStage` is called with an `EvictionInput` (the plan, the pods, the metrics, the
@@ -28,10 +29,9 @@ import dataclasses
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from pykatalyst.agent import cpu_state, gpu, isolation, kubelet_cpu, net_policy, nic, publish
+from pykatalyst.agent import cpu_state, gpu, isolation, kubelet_cpu, nic, publish
 from pykatalyst.agent import decide as steps
 from pykatalyst.agent import tick as ticks
 from pykatalyst.agent.config import AgentConfig, reclaim_setting
@@ -141,7 +141,7 @@ class Agent:
             self.base_config.cpu_state_path,
             node_name,
             self.topology,
-            _path_or_none(getattr(enforcer, "checkpoint_path", None)),
+            None if enforcer is None else enforcer.checkpoint_path,
         )
         self._restore_cpu_state()
         self._writer = KnobWriter(enforcer, dry_run)
@@ -335,7 +335,7 @@ class Agent:
         self._save_cpu_state(state.placement, notes.warnings)
         desired = dict(plan.desired)  # eviction overrides may narrow this tick's knobs
         actions = self._evict(inp, d, desired, notes.warnings)
-        net_terms = self._network(inp, d.valid, desired, notes)
+        net_terms = self._shape(d, notes)
         enforce_terms = self._enforce(inp, desired, notes)
         enforce_terms["network"] = net_terms
         report_terms = self._report(inp, d, state)
@@ -544,11 +544,7 @@ class Agent:
                 actions.extend(stage(stage_input))
             except Exception as exc:  # a broken stage must not stop the loop
                 warnings.append(f"eviction stage {getattr(stage, '__name__', stage)}: {exc}")
-        for action in actions:
-            overrides = getattr(action, "knob_overrides", None)
-            if isinstance(overrides, Mapping):
-                for cgroup, knobs in overrides.items():
-                    desired[cgroup] = {**desired.get(cgroup, {}), **knobs}
+        desired.update(ticks.with_overrides(desired, actions))
         return actions
 
     def _enforce(
@@ -568,38 +564,23 @@ class Agent:
         notes.warnings.extend(outcome.notes)
         return outcome.terms
 
-    def _network(
-        self,
-        inp: TickInputs,
-        valid: Mapping[str, PodSpec],
-        desired: dict[str, Mapping[Knob, KnobValue]],
-        notes: Notes,
-    ) -> dict[str, Any]:
-        """Egress QoS (net_policy): classid knobs into `desired`, the device's shape
-        applied when it changes; each bandwidth pod told (an Event) what it is given."""
-        cfg = self.config.network
-        if not cfg.enabled and self._net_shape is None:
-            return {"enabled": False}
-        pods = []
-        for uid, s in valid.items():
-            pc = inp.cgroups.get(uid)
-            cgs = () if pc is None else (pc.cgroup, *(c.cgroup for c in pc.containers))
-            if cgs or s.addresses:
-                pods.append(net_policy.NetPod(s.key, s.level, cgs, s.addresses, *_nic_hold(s)))
-        plan = net_policy.decide(cfg, pods, self.facts.cgroup_version)
-        for cg, knobs in plan.knobs.items():
-            desired[cg] = {**desired.get(cg, {}), **knobs}
-        terms = dict(plan.terms)
-        if not self.dry_run and plan.shape != self._net_shape:
-            result = self.host.apply_net(plan.shape)
+    def _shape(self, d: Decision, notes: Notes) -> dict[str, Any]:
+        """Apply the egress plan's device shape when it differs from the one applied; each
+        bandwidth pod told (an Event) what it is given once its shape is in force."""
+        net = d.net
+        if net.shape is None and self._net_shape is None:
+            return dict(net.terms)
+        terms = dict(net.terms)
+        if not self.dry_run and net.shape != self._net_shape:
+            result = self.host.apply_net(net.shape)
             terms["commands"] = list(result.commands)
             if result.ok:
-                self._net_shape = plan.shape
+                self._net_shape = net.shape
             elif result.error != self._net_error:
                 notes.warnings.append(f"network shaping: {result.error}")
             self._net_error = result.error
-        if plan.shape is not None and plan.shape == self._net_shape:
-            _bandwidth_events(plan.terms, valid, notes)
+        if net.shape is not None and net.shape == self._net_shape:
+            _bandwidth_events(net.terms, d.valid, notes)
         return terms
 
     def _report(self, inp: TickInputs, d: Decision, state: AgentState) -> dict[str, Any]:
@@ -654,7 +635,7 @@ class Agent:
         NICs cannot be read)."""
         assert self.nics is not None
         pods = [
-            nic.BandwidthPod(s.namespace, s.name, s.uid, *_nic_hold(s), _vf_hold(s))
+            nic.BandwidthPod(s.namespace, s.name, s.uid, *ticks.nic_hold(s), _vf_hold(s))
             for s in self._specs.values()
         ]
         try:
@@ -721,12 +702,6 @@ def _bandwidth_events(terms: Mapping[str, Any], valid: Mapping[str, PodSpec], no
             notes.once(s, names.EVENT_REASON_NET_BANDWIDTH_NOT_SHAPED, why, "Normal")
 
 
-def _nic_hold(s: PodSpec) -> tuple[int, str]:
-    """A pod's net_bandwidth request (Mbps) and the NIC the scheduler chose for it."""
-    selection = s.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION)
-    return s.digest.request(names.RESOURCE_NET_BANDWIDTH), str(selection or "")
-
-
 def _vf_hold(s: PodSpec) -> str:
     """The SR-IOV VF a pod asking sriov_nic holds (its sriov_vf_result; "" otherwise)."""
     if s.digest.request(names.RESOURCE_SRIOV_NIC) <= 0:
@@ -750,7 +725,3 @@ def _pod_by_cgroup(
 
 def _refs(specs: Mapping[str, PodSpec]) -> list[kubelet_cpu.PodRef]:
     return [kubelet_cpu.PodRef(s.uid, s.namespace, s.name) for s in specs.values()]
-
-
-def _path_or_none(value: object) -> Path | None:
-    return value if isinstance(value, Path) else None

@@ -1,17 +1,20 @@
 """The executor's side of the agent's tick: the plan's desired knobs to the enforcer.
 
 `KnobWriter.apply(now, desired, resync_s)` calls the enforcer when the desired knobs changed
-since the last pass, or when a drift resync is due, and turns what the enforcer did into
-the plan's `enforce` terms, the write failures to tell (once each, by the enforcer), its
-notes, and whether cgroups vanished (the agent then looks for them again).
+since the last pass, or when a drift resync is due, and turns what the enforcer did (its
+`EnforceReport`) into a `WriteOutcome`: the plan's `enforce` terms, the write failures to
+tell (once each, by the enforcer), its notes, and whether cgroups vanished (the agent then
+looks for them again).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from pykatalyst.agent.enforcer import EnforceReport
 from pykatalyst.agent.host.base import Knob, KnobValue
 from pykatalyst.agent.plan import knob_value_json
 from pykatalyst.cluster.clock import is_due
@@ -25,11 +28,18 @@ class KnobEnforcer(Protocol):
         desired: Mapping[str, Mapping[Knob, KnobValue]],
         dry_run: bool = False,
         usage: Mapping[str, int] | None = None,
-    ) -> Any: ...
+    ) -> EnforceReport: ...
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        """Where the enforcer keeps its checkpoint (the cpu placement's sits beside it)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
 class WriteOutcome:
+    """What one pass of `KnobWriter.apply` did, for the plan and the agent."""
+
     terms: dict[str, Any]
     failures: tuple[tuple[str, str], ...] = ()  # (cgroup, message): new failures only
     notes: tuple[str, ...] = ()
@@ -60,27 +70,27 @@ class KnobWriter:
         self._last_desired = None if self.dry_run else desired
         self._last_enforce = now
         terms = self._terms(report)
-        vanished = tuple(getattr(report, "vanished", ()))
+        vanished = report.vanished
         if vanished:
             terms["vanished"] = list(vanished)
         failures = tuple(
             (f.write.cgroup, f"cannot write {f.write.knob.value} on {f.write.cgroup}: {f.error}")
-            for f in getattr(report, "new_failures", ())
+            for f in report.new_failures
         )
-        return WriteOutcome(terms, failures, tuple(getattr(report, "notes", ())), bool(vanished))
+        return WriteOutcome(terms, failures, report.notes, bool(vanished))
 
-    def _terms(self, report: Any) -> dict[str, Any]:
+    def _terms(self, report: EnforceReport) -> dict[str, Any]:
         out: dict[str, Any] = {"state": "dry-run" if self.dry_run else "applied"}
-        planned = getattr(report, "planned", ())
+        planned = report.planned
         out["writes"] = len(planned)
         if self.dry_run:
             out["would_write"] = [f"{w.cgroup}: {w.knob.value} = {_show(w.value)}" for w in planned]
-        failed = getattr(report, "failed", ())
+        failed = report.failed
         out["failed"] = len(failed)
         if self.dry_run:
             out["dry-run_by_knob"] = _by_knob(w.knob for w in planned)
         else:
-            out["applied_by_knob"] = _by_knob(w.knob for w in getattr(report, "applied", ()))
+            out["applied_by_knob"] = _by_knob(w.knob for w in report.applied)
             out["failed_by_knob"] = _by_knob(f.write.knob for f in failed)
         return out
 

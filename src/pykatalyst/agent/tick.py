@@ -4,16 +4,26 @@ From the gathered `TickInputs` and the `AgentState` the last tick left, it lays 
 out, sizes the share pools (`sizing.advise`), cuts their cpusets, lends the reclaim pool
 what regions can spare (`sizing.borrow`), works out the reclaimed figures
 (`headroom.headroom`) and every managed pod's cgroup knobs (cpusets, reclaimed pods'
-cpu.idle and memory limit, then memory and disk I/O isolation). It reads nothing but its
-arguments and changes none of them: the state it returns is a new value.
+cpu.idle and memory limit, then memory and disk I/O isolation), and the egress QoS plan
+(`net_policy.decide`: the device's shape, the pods' classid knobs merged into the desired
+ones). It reads nothing but its arguments and changes none of them: the state it returns
+is a new value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pykatalyst.agent import cpu_state, headroom, isolation, kubelet_cpu, memory_policy, sizing
+from pykatalyst.agent import (
+    cpu_state,
+    headroom,
+    isolation,
+    kubelet_cpu,
+    memory_policy,
+    net_policy,
+    sizing,
+)
 from pykatalyst.agent import decide as steps
 from pykatalyst.agent.advisor import RegulatorState
 from pykatalyst.agent.cpu_policy import Layout
@@ -35,12 +45,14 @@ Desired = dict[str, dict[Knob, KnobValue]]
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What `decide` made of one tick's inputs: the plan before eviction and enforcement,
-    and the layout and managed pods the executor reports from."""
+    """What `decide` made of one tick's inputs: the plan before eviction and enforcement
+    (its `desired` knobs include the network's), the layout and managed pods the executor
+    reports from, and the egress plan whose shape the executor applies."""
 
     plan: AgentPlan
     layout: Layout
     valid: Mapping[str, PodSpec]
+    net: net_policy.NetPlan
 
 
 class Notes:
@@ -90,6 +102,8 @@ def decide(inp: TickInputs, state: AgentState) -> tuple[Decision, AgentState]:
     pod_plans, knobs, plans = placed.plans()
     desired = with_root(inp, without_pinned(inp, knobs, valid), alloc)
     iso = isolate(inp, state, valid, lay, (pod_plans, desired))
+    net = network(inp, valid)
+    isolation.merge(desired, net.knobs)
     notes.warnings.extend(steps.failed_warnings(lay, valid))
     plan = AgentPlan(
         node=inp.facts.node,
@@ -122,7 +136,42 @@ def decide(inp: TickInputs, state: AgentState) -> tuple[Decision, AgentState]:
         dropped_at=dict(iso.dropped_at),
         plans=plans,
     )
-    return Decision(plan, lay, valid), new
+    return Decision(plan, lay, valid, net), new
+
+
+def network(inp: TickInputs, valid: Mapping[str, PodSpec]) -> net_policy.NetPlan:
+    """Egress QoS (`net_policy.decide`) for the managed pods with a cgroup or an address:
+    the device's shape, the pods' classid knobs and the terms; no shape while it is off."""
+    cfg = inp.config.network
+    if not cfg.enabled:
+        return net_policy.NetPlan(None, terms={"enabled": False})
+    pods = []
+    for uid, s in valid.items():
+        pc = inp.cgroups.get(uid)
+        cgs = () if pc is None else (pc.cgroup, *(c.cgroup for c in pc.containers))
+        if cgs or s.addresses:
+            pods.append(net_policy.NetPod(s.key, s.level, cgs, s.addresses, *nic_hold(s)))
+    return net_policy.decide(cfg, pods, inp.facts.cgroup_version)
+
+
+def nic_hold(s: PodSpec) -> tuple[int, str]:
+    """A pod's net_bandwidth request (Mbps) and the NIC the scheduler chose for it."""
+    selection = s.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION)
+    return s.digest.request(names.RESOURCE_NET_BANDWIDTH), str(selection or "")
+
+
+def with_overrides(
+    desired: Mapping[str, Mapping[Knob, KnobValue]], actions: Sequence[object]
+) -> dict[str, Mapping[Knob, KnobValue]]:
+    """`desired` narrowed by the eviction actions' `knob_overrides` (cgroup -> {Knob:
+    value}: throttling before evicting), in the actions' order; `desired` is untouched."""
+    out = dict(desired)
+    for action in actions:
+        overrides = getattr(action, "knob_overrides", None)
+        if isinstance(overrides, Mapping):
+            for cgroup, knobs in overrides.items():
+                out[cgroup] = {**out.get(cgroup, {}), **knobs}
+    return out
 
 
 def _cut(
