@@ -535,6 +535,56 @@ def test_the_kubelets_config_is_mounted_read_only_only_when_named() -> None:
 
 
 @needs_helm
+def test_the_dra_plugin_runs_beside_the_agent_only_when_enabled() -> None:
+    from pykatalyst.agent.config import AgentConfig
+    from tests.deploy.test_deploy_manifests import _parsed
+
+    def rendered(*sets: str) -> tuple[JSON, AgentConfig]:
+        objs = _render(*sets)
+        spec: JSON = _by(objs, "DaemonSet")["katalyst-agent"]["spec"]["template"]["spec"]
+        data = _by(objs, "ConfigMap")["katalyst-agent-config"]["data"]["agent.yaml"]
+        return spec, AgentConfig.model_validate(yaml.safe_load(data))
+
+    spec, config = rendered()
+    assert [c["name"] for c in spec["containers"]] == ["agent"]
+    assert not {"dra-plugins", "dra-registry"} & {v["name"] for v in spec["volumes"]}
+    assert config.devices.dra.enabled is False  # nothing published by default
+    spec, config = rendered(
+        "dra.plugin.enabled=true", "agent.config.devices.dra.poll_s=3", "agent.privileged=false"
+    )
+    containers = {c["name"]: c for c in spec["containers"]}
+    assert sorted(containers) == ["agent", "dra-plugin"]
+    plugin = containers["dra-plugin"]
+    command, params = _parsed(plugin)
+    assert command == "dra-plugin" and params["in_cluster"] is True
+    assert str(params["config"]) == "/etc/katalyst/agent.yaml"
+    # the agent publishes, the plugin serves where the kubelet looks, both from one file
+    dra = config.devices.dra
+    assert (dra.enabled, dra.poll_s) == (True, 3.0)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {
+        m["mountPath"]: volumes[m["name"]].get("hostPath", {}).get("path", m["name"])
+        for m in plugin["volumeMounts"]
+    }
+    assert mounts == {
+        "/etc/katalyst": "config",
+        "/var/lib/kubelet/plugins": "/var/lib/kubelet/plugins",
+        "/var/lib/kubelet/plugins_registry": "/var/lib/kubelet/plugins_registry",
+    }
+    assert (dra.plugin_dir, dra.registry_dir) == (
+        "/var/lib/kubelet/plugins",
+        "/var/lib/kubelet/plugins_registry",
+    )
+    assert plugin["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # another kubelet root: the same path on the node, in the pod and in the config
+    spec, config = rendered("dra.plugin.enabled=true", "dra.plugin.dir=/data/kubelet/plugins")
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["dra-plugins"]["hostPath"]["path"] == "/data/kubelet/plugins"
+    assert config.devices.dra.plugin_dir == "/data/kubelet/plugins"
+    assert "/dra/plugin/dir" in _refused("dra.plugin.enabled=true", "dra.plugin.dir=plugins")
+
+
+@needs_helm
 def test_the_controller_can_run_in_dry_run() -> None:
     dep = _by(_render("controller.dryRun=true"), "Deployment")["katalyst-controller"]
     assert "--dry-run" in dep["spec"]["template"]["spec"]["containers"][0]["args"]

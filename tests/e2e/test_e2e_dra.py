@@ -8,7 +8,9 @@ root to a card under eth1's root. The kubelet has the plugin prepare the claim, 
 runs, and the CNR and `katalyst explain pod` show the pair. A claim no node can satisfy
 (three cards under one root that has two) leaves its pod Pending with the scheduler's
 reason and the claim unallocated. The plugin restarted, deleting the pod has the kubelet
-unprepare the claim through the new one, which knows it from its checkpoint."""
+unprepare the claim through the new one, which knows it from its checkpoint. A pod naming a
+ResourceClaimTemplate gets its claim from the controller manager: a GPU and an RDMA VF (the
+node's only one, under eth1) under one PCIe root, allocated and prepared for the pod."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pykatalyst.agent.dra.slices import TYPE_GPU, device_name
+from pykatalyst.agent.dra.slices import TYPE_GPU, TYPE_VF, device_name
 from pykatalyst.api import names
 from tests.e2e.conftest import (
     REPO,
@@ -42,9 +44,10 @@ GPUS = [
 ]
 NICS = [
     {"name": "eth0", "speed_mbps": 25000, "numa": 0, "pcie_switch": "0000:01:00.0"},
-    {"name": "eth1", "speed_mbps": 25000, "numa": 1, "pcie_switch": "0000:81:00.0"},
+    {"name": "eth1", "speed_mbps": 25000, "numa": 1, "pcie_switch": "0000:81:00.0", "vfs": 1},
 ]
 UNDER_ETH1 = {device_name(TYPE_GPU, g["id"]): g["id"] for g in GPUS[2:]}
+VF_ETH1 = device_name(TYPE_VF, "eth1_0")
 
 
 def _config(node: LocalNode) -> dict[str, Any]:
@@ -92,14 +95,15 @@ def _claim(name: str, namespace: str, gpus: int) -> dict[str, Any]:
     }
 
 
-def _pod(name: str, namespace: str, claim: str) -> dict[str, Any]:
+def _pod(name: str, namespace: str, claim: str, template: bool = False) -> dict[str, Any]:
+    source = "resourceClaimTemplateName" if template else "resourceClaimName"
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "terminationGracePeriodSeconds": 0,
-            "resourceClaims": [{"name": "devices", "resourceClaimName": claim}],
+            "resourceClaims": [{"name": "devices", source: claim}],
             "containers": [
                 {
                     "name": "main",
@@ -143,17 +147,11 @@ def _zones(kubectl: Kubectl, node: str, kind: str) -> dict[str, Any]:
     return out
 
 
-def test_kube_scheduler_pairs_a_gpu_with_the_nic_under_its_pcie_root(
-    kubectl: Kubectl,
-    local_node: LocalNode,
-    namespace: str,
-    components: Callable[..., Component],
-    tmp_path: Path,
-    device_classes: None,
-) -> None:
+def _start(
+    kubectl: Kubectl, local_node: LocalNode, components: Callable[..., Component], tmp_path: Path
+) -> tuple[Component, Component, dict[str, Any]]:
+    """The agent publishing the node's devices and the plugin registered with the kubelet."""
     node = local_node.name
-    served = kubectl.run("api-versions").stdout.split()
-    assert "resource.k8s.io/v1" in served  # GA in 1.34: served with no runtime-config
     agent = start_agent(components, tmp_path, node, config=_config(local_node))
     plugin = components(
         "dra-plugin",
@@ -168,32 +166,51 @@ def test_kube_scheduler_pairs_a_gpu_with_the_nic_under_its_pcie_root(
 
     def published() -> dict[str, Any]:
         got = _slice_devices(kubectl, node)
-        if len(got) == 6:
+        if len(got) == 7:
             return got
         raise AssertionError(f"devices {sorted(got)}; agent: {agent.log()[-1500:]}")
 
     devices = wait_until("the node's ResourceSlice", published, 90, interval=2)
-    roots = {n: d["attributes"][ROOT]["string"] for n, d in devices.items()}
-    assert roots["nic-eth1"] == "pci0000:81" and roots["nic-eth0"] == "pci0000:01"
-    assert {n for n, r in roots.items() if r == "pci0000:81"} == {*UNDER_ETH1, "nic-eth1"}
     wait_until(
         "the kubelet registering the plugin",
         lambda: "registered with the kubelet" in plugin.log() or None,
         60,
     )
+    return agent, plugin, devices
 
-    kubectl.apply(_claim("pair", namespace, 1))
-    kubectl.apply(_pod("paired", namespace, "pair"))
+
+def _running(kubectl: Kubectl, namespace: str, pod: str, plugin: Component) -> dict[str, Any]:
     try:
-        pods = wait_until(
-            "paired Running", lambda: running_pods(kubectl, namespace, ["paired"]), 120
-        )
+        pods = wait_until(f"{pod} Running", lambda: running_pods(kubectl, namespace, [pod]), 120)
     except AssertionError as exc:
-        described = kubectl.run("describe", "pod", "paired", "-n", namespace, check=False)
+        described = kubectl.run("describe", "pod", pod, "-n", namespace, check=False)
         raise AssertionError(
             f"{exc}\n{described.stdout[-2000:]}\nplugin:\n{plugin.log()[-2000:]}"
         ) from None
-    uid = pods["paired"]["metadata"]["uid"]
+    got: dict[str, Any] = pods[pod]
+    return got
+
+
+def test_kube_scheduler_pairs_a_gpu_with_the_nic_under_its_pcie_root(
+    kubectl: Kubectl,
+    local_node: LocalNode,
+    namespace: str,
+    components: Callable[..., Component],
+    tmp_path: Path,
+    device_classes: None,
+) -> None:
+    node = local_node.name
+    served = kubectl.run("api-versions").stdout.split()
+    assert "resource.k8s.io/v1" in served  # GA in 1.34: served with no runtime-config
+    agent, plugin, devices = _start(kubectl, local_node, components, tmp_path)
+    roots = {n: d["attributes"][ROOT]["string"] for n, d in devices.items()}
+    assert roots["nic-eth1"] == "pci0000:81" and roots["nic-eth0"] == "pci0000:01"
+    assert {n for n, r in roots.items() if r == "pci0000:81"} == {*UNDER_ETH1, "nic-eth1", VF_ETH1}
+
+    kubectl.apply(_claim("pair", namespace, 1))
+    kubectl.apply(_pod("paired", namespace, "pair"))
+    paired = _running(kubectl, namespace, "paired", plugin)
+    uid = paired["metadata"]["uid"]
     claim = kubectl.json("get", "resourceclaim", "pair", "-n", namespace)
     results = {r["request"]: r for r in claim["status"]["allocation"]["devices"]["results"]}
     assert results["nic"]["device"] == "nic-eth1"
@@ -264,3 +281,44 @@ def test_the_api_server_accepts_the_device_classes(kubectl: Kubectl) -> None:
         [names.DRA_CLASS_GPU, names.DRA_CLASS_NIC, names.DRA_CLASS_RDMA_VF]
     )
     kubectl.run("apply", "--dry-run=server", "-f", str(CLASSES))
+
+
+def test_a_claim_template_gets_a_gpu_and_an_rdma_vf_under_one_root(
+    kubectl: Kubectl,
+    local_node: LocalNode,
+    namespace: str,
+    components: Callable[..., Component],
+    tmp_path: Path,
+    device_classes: None,
+) -> None:
+    agent, plugin, _ = _start(kubectl, local_node, components, tmp_path)
+    requests = [
+        {"name": "gpu", "exactly": {"deviceClassName": names.DRA_CLASS_GPU}},
+        {"name": "vf", "exactly": {"deviceClassName": names.DRA_CLASS_RDMA_VF}},
+    ]
+    constraints = [{"requests": ["gpu", "vf"], "matchAttribute": ROOT}]
+    kubectl.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpu-vf", "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": requests, "constraints": constraints}}},
+        }
+    )
+    kubectl.apply(_pod("templated", namespace, "gpu-vf", template=True))
+    pod = _running(kubectl, namespace, "templated", plugin)
+    # the controller manager made the claim and named it in the pod's status
+    (status,) = pod["status"]["resourceClaimStatuses"]
+    assert status["name"] == "devices"
+    claim = kubectl.json("get", "resourceclaim", status["resourceClaimName"], "-n", namespace)
+    owner = claim["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("Pod", pod["metadata"]["uid"])
+    results = {
+        r["request"]: r["device"] for r in claim["status"]["allocation"]["devices"]["results"]
+    }
+    # the only VF hangs off eth1's root, so the card must be one of the two under it
+    assert results == {"gpu": results["gpu"], "vf": VF_ETH1}
+    assert results["gpu"] in UNDER_ETH1
+    assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+    assert "prepared" in plugin.log()
+    assert "Traceback" not in agent.log() + plugin.log()

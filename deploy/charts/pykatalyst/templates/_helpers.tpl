@@ -95,3 +95,14 @@ dnsPolicy: ClusterFirstWithHostNet
 {{- $root := index . 0 -}}
 {{ index . 1 }}{{ with $root.Values.clusterScopedSuffix }}-{{ . }}{{ end }}
 {{- end -}}
+
+{{/* agent.yaml: agent.config, with devices.dra turned on and pointed at the kubelet's
+plugin directories when the chart runs the DRA plugin (dra.plugin.enabled). */}}
+{{- define "pykatalyst.agentConfig" -}}
+{{- $config := deepCopy .Values.agent.config }}
+{{- if .Values.dra.plugin.enabled }}
+{{- $dra := dict "enabled" true "plugin_dir" .Values.dra.plugin.dir "registry_dir" .Values.dra.plugin.registryDir }}
+{{- $config = mergeOverwrite $config (dict "devices" (dict "dra" $dra)) }}
+{{- end }}
+{{- toYaml $config }}
+{{- end -}}
