@@ -107,6 +107,25 @@ def katalyst_pod(
     }
 
 
+def start_device_plugin(
+    components: Callable[..., Component], tmp_path: Path, node: str
+) -> Component:
+    """`katalyst device-plugin` for `node` with the agent's ServiceAccount, reading the
+    agent.yaml `start_agent` wrote in `tmp_path`."""
+    from tests.e2e.conftest import component_kubeconfig
+
+    return components(
+        "device-plugin",
+        "device-plugin",
+        "--node",
+        node,
+        "--config",
+        str(tmp_path / "agent.yaml"),
+        "--kubeconfig",
+        component_kubeconfig("agent"),
+    )
+
+
 def start_agent(
     components: Callable[..., Component],
     tmp_path: Path,

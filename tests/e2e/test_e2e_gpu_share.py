@@ -27,7 +27,12 @@ from tests.e2e.conftest import (
     component_kubeconfig,
     wait_until,
 )
-from tests.e2e.pykatalyst_e2e import explain_pod_json, running_pods, start_agent
+from tests.e2e.pykatalyst_e2e import (
+    explain_pod_json,
+    running_pods,
+    start_agent,
+    start_device_plugin,
+)
 
 GPU = names.RESOURCE_NVIDIA_GPU
 MEM = names.RESOURCE_GPU_MEMORY
@@ -300,17 +305,7 @@ def test_katalyst_scheduler_chooses_the_cards_and_the_plugin_gives_them(
     pod (the scheduler may not patch pods); the device plugin then gives those cards."""
     node = local_node.name
     agent = start_agent(components, tmp_path, node, config=_config(local_node))
-    kc = component_kubeconfig("agent")
-    plugin = components(
-        "device-plugin",
-        "device-plugin",
-        "--node",
-        node,
-        "--config",
-        str(tmp_path / "agent.yaml"),
-        "--kubeconfig",
-        kc,
-    )
+    plugin = start_device_plugin(components, tmp_path, node)
 
     def free_cards() -> bool:
         alloc = _allocatable(kubectl, node)

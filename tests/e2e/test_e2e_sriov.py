@@ -25,7 +25,13 @@ from tests.e2e.conftest import (
     component_kubeconfig,
     wait_until,
 )
-from tests.e2e.pykatalyst_e2e import explain_pod_json, katalyst_pod, running_pods, start_agent
+from tests.e2e.pykatalyst_e2e import (
+    explain_pod_json,
+    katalyst_pod,
+    running_pods,
+    start_agent,
+    start_device_plugin,
+)
 
 SRIOV = names.RESOURCE_SRIOV_NIC
 PRINT = (
@@ -74,11 +80,7 @@ def test_a_pod_gets_a_vf_from_the_scheduler_and_the_device_plugin(
 ) -> None:
     node = local_node.name
     agent = start_agent(components, tmp_path, node, config=_config(local_node))
-    kc = component_kubeconfig("agent")
-    cfg = str(tmp_path / "agent.yaml")
-    plugin = components(
-        "device-plugin", "device-plugin", "--node", node, "--config", cfg, "--kubeconfig", kc
-    )
+    plugin = start_device_plugin(components, tmp_path, node)
 
     def ready() -> dict[str, Any]:
         alloc = kubectl.json("get", "node", node)["status"].get("allocatable", {})
@@ -169,17 +171,7 @@ def test_gpus_and_a_vf_are_placed_under_one_pcie_switch(
         for j in range(i["vfs"])
     }
     agent = start_agent(components, tmp_path, node, config=cfg)
-    kc = component_kubeconfig("agent")
-    plugin = components(
-        "device-plugin",
-        "device-plugin",
-        "--node",
-        node,
-        "--config",
-        str(tmp_path / "agent.yaml"),
-        "--kubeconfig",
-        kc,
-    )
+    plugin = start_device_plugin(components, tmp_path, node)
 
     def ready() -> bool:
         alloc = kubectl.json("get", "node", node)["status"].get("allocatable", {})

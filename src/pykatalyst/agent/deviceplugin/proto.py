@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pykatalyst.agent.host.kubelet import build_messages
+from pykatalyst.agent.host.kubelet import (
+    PB_BOOL,
+    PB_INT32,
+    PB_INT64,
+    PB_MESSAGE,
+    PB_OPTIONAL,
+    PB_REPEATED,
+    PB_STRING,
+    Fields,
+    build_messages,
+)
 
 VERSION = "v1beta1"
 REGISTRATION = "v1beta1.Registration"
@@ -16,15 +26,10 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 PROTO_FILE = "pykatalyst/deviceplugin/v1beta1/api.proto"
 
-_BOOL = 8  # FieldDescriptorProto.TYPE_BOOL
-_INT32 = 5
-_INT64 = 3
-_STRING = 9
-_MESSAGE = 11
-_OPT = 1
-_REP = 3
+_BOOL, _INT32, _INT64, _STRING, _MESSAGE = PB_BOOL, PB_INT32, PB_INT64, PB_STRING, PB_MESSAGE
+_OPT, _REP = PB_OPTIONAL, PB_REPEATED
 
-MESSAGES: dict[str, tuple[tuple[str, int, int, int, str], ...]] = {
+MESSAGES: dict[str, Fields] = {
     "DevicePluginOptions": (
         ("pre_start_required", 1, _BOOL, _OPT, ""),
         ("get_preferred_allocation_available", 2, _BOOL, _OPT, ""),
@@ -80,11 +85,11 @@ MESSAGES: dict[str, tuple[tuple[str, int, int, int, str], ...]] = {
         ("permissions", 3, _STRING, _OPT, ""),
     ),
 }
-_ENTRY: tuple[tuple[str, int, int, int, str], ...] = (
+_ENTRY: Fields = (
     ("key", 1, _STRING, _OPT, ""),
     ("value", 2, _STRING, _OPT, ""),
 )
-MAP_ENTRIES: dict[str, tuple[tuple[str, int, int, int, str], ...]] = {
+MAP_ENTRIES: dict[str, Fields] = {
     "ContainerAllocateResponse.EnvsEntry": _ENTRY,
     "ContainerAllocateResponse.AnnotationsEntry": _ENTRY,
 }

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pykatalyst.agent.host.kubelet import build_messages
+from pykatalyst.agent.host.kubelet import (
+    PB_BOOL,
+    PB_MESSAGE,
+    PB_OPTIONAL,
+    PB_REPEATED,
+    PB_STRING,
+    Fields,
+    build_messages,
+)
 
 DRA_PACKAGE = "k8s.io.kubelet.pkg.apis.dra.v1"
 DRA_SERVICE = f"{DRA_PACKAGE}.DRAPlugin"
@@ -16,12 +24,8 @@ REGISTRATION_PACKAGE = "pluginregistration"
 REGISTRATION_SERVICE = f"{REGISTRATION_PACKAGE}.Registration"
 PLUGIN_TYPE = "DRAPlugin"
 
-_BOOL = 8
-_STRING = 9
-_MESSAGE = 11
-_OPT = 1
-_REP = 3
-Fields = tuple[tuple[str, int, int, int, str], ...]
+_BOOL, _STRING, _MESSAGE = PB_BOOL, PB_STRING, PB_MESSAGE
+_OPT, _REP = PB_OPTIONAL, PB_REPEATED
 
 DRA: dict[str, Fields] = {
     "NodePrepareResourcesRequest": (("claims", 1, _MESSAGE, _REP, "Claim"),),

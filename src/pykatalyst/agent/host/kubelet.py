@@ -99,14 +99,22 @@ class KubeletDevicesView(Protocol):
 
 # --- messages -----------------------------------------------------------------------------
 
-_INT64 = 3  # FieldDescriptorProto.TYPE_INT64
-_STRING = 9
-_MESSAGE = 11
-_OPTIONAL = 1  # LABEL_OPTIONAL
-_REPEATED = 3
+# FieldDescriptorProto's types and labels, for the kubelet APIs' message tables here, in the
+# device plugin's and in the DRA plugin's (protobuf itself is imported only when built)
+PB_INT64 = 3
+PB_INT32 = 5
+PB_BOOL = 8
+PB_STRING = 9
+PB_MESSAGE = 11
+PB_OPTIONAL = 1
+PB_REPEATED = 3
+Fields = tuple[tuple[str, int, int, int, str], ...]
+"""A message's fields: (name, number, type, label, message type or "")."""
+_INT64, _STRING, _MESSAGE = PB_INT64, PB_STRING, PB_MESSAGE
+_OPTIONAL, _REPEATED = PB_OPTIONAL, PB_REPEATED
 
 # message -> (field name, number, type, label, message type); numbers from api.proto
-MESSAGES: dict[str, tuple[tuple[str, int, int, int, str], ...]] = {
+MESSAGES: dict[str, Fields] = {
     "ListPodResourcesRequest": (),
     "ListPodResourcesResponse": (("pod_resources", 1, _MESSAGE, _REPEATED, "PodResources"),),
     "PodResources": (
@@ -157,8 +165,8 @@ def _protobuf(module: str) -> Any:
 def build_messages(
     file: str,
     package: str,
-    spec: dict[str, tuple[tuple[str, int, int, int, str], ...]],
-    nested: dict[str, tuple[tuple[str, int, int, int, str], ...]] | None = None,
+    spec: dict[str, Fields],
+    nested: dict[str, Fields] | None = None,
 ) -> dict[str, Any]:
     """Message classes of a proto3 file declared by field number: `spec` maps a message
     to its fields (name, number, type, label, message type); `nested` declares map
