@@ -14,7 +14,7 @@ from pykatalyst.agent.host.kubelet import DeviceGrant, KubeletDevices, devices_f
 from pykatalyst.agent.host.nics import NicDevice
 from pykatalyst.api import names
 
-pytest.importorskip("google.protobuf")
+pytest.importorskip("google.protobuf", reason="protobuf is not installed (pykatalyst[node])")
 
 DRIVER = names.DRA_DRIVER
 CARDS = [GpuDevice("GPU-synthetic-0"), GpuDevice("GPU-synthetic-1")]

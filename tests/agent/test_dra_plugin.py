@@ -22,7 +22,7 @@ from pykatalyst.agent.dra.plugin import (
 from pykatalyst.api import names
 from pykatalyst.cluster.memory import MemoryCluster
 
-grpc = pytest.importorskip("grpc")
+grpc = pytest.importorskip("grpc", reason="grpcio is not installed (pykatalyst[node])")
 DRIVER = names.DRA_DRIVER
 
 
