@@ -23,6 +23,7 @@ from pykatalyst.agent.host.devices import (
     NvmlDevices,
     SyntheticDevices,
     SysfsDevices,
+    function_numa,
     pci_address,
     pcie_switch_of,
 )
@@ -375,3 +376,58 @@ def test_the_agent_reports_its_cards_and_the_pods_holding_them() -> None:
     plan = agent.reconcile(clock.now())
     assert plan.report["gpus"].startswith("holds unknown: no pod-resources socket")
     assert "allocations" not in g1()
+
+
+# --- NUMA node from the function's local cpus ----------------------------------------------
+
+
+def _nodes(sys: Path, cpulists: dict[int, str]) -> None:
+    for node, text in cpulists.items():
+        d = sys / "devices" / "system" / "node" / f"node{node}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(f"{text}\n")
+
+
+def test_a_card_whose_firmware_reports_no_numa_node_is_placed_by_its_local_cpus(
+    tmp_path: Path,
+) -> None:
+    # what a GPU virtual machine shows: numa_node -1, local_cpulist the cpus of one node
+    sys, proc = _sysfs(tmp_path)
+    _nodes(sys, {0: "0-3", 1: "4-7"})
+    far = sys / "bus" / "pci" / "devices" / "0000:81:00.0"
+    (far / "local_cpulist").write_text("4-7\n")
+    cards = {c.id: c for c in SysfsDevices(str(sys), str(proc)).gpus()}
+    assert cards["0000:81:00.0"].numa == 1
+    assert cards["0000:03:00.0"].numa == 0  # numa_node itself still wins
+    (far / "local_cpulist").write_text("0-7\n")  # cpus of both nodes: no one node
+    assert {c.id: c.numa for c in SysfsDevices(str(sys), str(proc)).gpus()}["0000:81:00.0"] == -1
+    (far / "local_cpulist").write_text("junk\n")
+    assert {c.id: c.numa for c in SysfsDevices(str(sys), str(proc)).gpus()}["0000:81:00.0"] == -1
+
+
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    local=st.sets(st.integers(0, 15), min_size=1, max_size=16),
+)
+def test_function_numa_names_the_one_node_holding_every_local_cpu(
+    sizes: list[int], local: set[int]
+) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sys = Path(tmp)
+        nodes: dict[int, set[int]] = {}
+        start = 0
+        for n, size in enumerate(sizes):
+            nodes[n] = set(range(start, start + size))
+            start += size
+        _nodes(sys, {n: str(CPUSet.of(cpus)) for n, cpus in nodes.items()})
+        fn = sys / "devices" / "pci0000:00" / "0000:00:06.0"
+        fn.mkdir(parents=True)
+        (fn / "numa_node").write_text("-1\n")
+        (fn / "local_cpulist").write_text(f"{CPUSet.of(local)}\n")
+        got = function_numa(sys, fn)
+        holders = [n for n, cpus in nodes.items() if local <= cpus]
+        assert got == (holders[0] if holders else -1)
+        if got >= 0:
+            assert local <= nodes[got]

@@ -93,6 +93,20 @@ def test_sysfs_finds_physical_nics_with_speed_numa_and_pcie_switch(tmp_path: Pat
     assert all(n.netns == "" and n.identifier == n.name for n in nics)
 
 
+def test_a_virtual_machines_nic_without_numa_node_is_placed_by_its_local_cpus(
+    tmp_path: Path,
+) -> None:
+    sys = _sysfs(tmp_path)
+    for node, cpus in ((0, "0-15"), (1, "16-31")):
+        d = sys / "devices" / "system" / "node" / f"node{node}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(f"{cpus}\n")
+    (sys / "devices" / "pci0000:00" / "0000:00:03.0" / "local_cpulist").write_text("0-15\n")
+    by = {n.name: n for n in SysfsNics(str(sys)).nics()}
+    assert by["eth0"].numa == 0
+    assert by["ens1f0"].numa == 1  # its numa_node is read first
+
+
 def test_sysfs_without_class_net_says_so(tmp_path: Path) -> None:
     with pytest.raises(DeviceUnavailable, match="cannot list"):
         SysfsNics(str(tmp_path / "none")).nics()

@@ -6,7 +6,9 @@
   without a GPU (tests, the simulator, a demo cluster) — the kubelet and the pods are real,
   the cards are not;
 - `SysfsDevices`: NVIDIA's PCI functions under `/sys/bus/pci/devices` (vendor 0x10de, a
-  display or 3D controller class), their NUMA node, the PCIe switch above them and, from
+  display or 3D controller class), their NUMA node (`numa_node`, or, when firmware
+  reports none as virtual machines' often do, the node holding all of the function's
+  `local_cpulist`), the PCIe switch above them and, from
   `/proc/driver/nvidia/gpus/<address>/information`, their minor number and model;
 - `NvmlDevices`: NVML through `nvidia-ml-py` (the `pykatalyst[gpu]` extra): the cards'
   UUIDs, models, minors and memory, and their health (a card NVML cannot query is
@@ -28,11 +30,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pykatalyst.extras import MissingExtra, require
+from pykatalyst.topology.cpuset import CPUSet
 
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # VGA-compatible controller, 3D controller
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+NODE_DIR = re.compile(r"^node(\d+)$")
 
 
 def repeated(ids: Sequence[str]) -> list[str]:
@@ -143,6 +147,42 @@ def _nvidia_information(proc_root: Path, address: str) -> dict[str, str]:
     return out
 
 
+def _node_cpus(sys_root: Path) -> dict[int, CPUSet]:
+    base = sys_root / "devices" / "system" / "node"
+    out: dict[int, CPUSet] = {}
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return out
+    for entry in entries:
+        m = NODE_DIR.match(entry)
+        text = read_text(base / entry / "cpulist") if m else None
+        if m and text:
+            try:
+                out[int(m.group(1))] = CPUSet.parse(text)
+            except ValueError:
+                continue
+    return out
+
+
+def function_numa(sys_root: Path, function: Path) -> int:
+    """The NUMA node of the PCI function at `function`: its `numa_node`; when that says
+    none (-1, as many virtual machines' firmware does), the one node that holds every cpu
+    of its `local_cpulist`; -1 when neither tells."""
+    numa = read_int(read_text(function / "numa_node"), -1)
+    if numa >= 0:
+        return numa
+    text = read_text(function / "local_cpulist")
+    if not text:
+        return -1
+    try:
+        local = CPUSet.parse(text)
+    except ValueError:
+        return -1
+    holders = [n for n, cpus in _node_cpus(sys_root).items() if local and local <= cpus]
+    return holders[0] if len(holders) == 1 else -1
+
+
 @dataclass(frozen=True, slots=True)
 class PciPlace:
     """Where a PCI function sits: its NUMA node and its PCIe switch."""
@@ -157,8 +197,7 @@ def pci_place(sys_root: Path, address: str) -> PciPlace | None:
     link = sys_root / "bus" / "pci" / "devices" / address
     if not link.exists():
         return None
-    numa = read_int(read_text(link / "numa_node"), -1)
-    return PciPlace(numa if numa >= 0 else -1, pcie_switch_of(link.resolve()))
+    return PciPlace(function_numa(sys_root, link), pcie_switch_of(link.resolve()))
 
 
 class SysfsDevices:

@@ -11,7 +11,8 @@ gives out their bandwidth.
   (a virtio NIC included) or a bonding master; loopback, veth pairs, bridges, tunnels and
   other virtual devices are left out. Its line rate is `speed` (Mbps; -1 when the driver
   does not say, as virtio's does not), its health `operstate` ("up"), its NUMA node
-  `device/numa_node` (or the PCI function's), its PCIe switch the bridge above the PCI
+  `device/numa_node` (or the PCI function's, or the node holding its `local_cpulist`
+  when firmware reports none), its PCIe switch the bridge above the PCI
   function (the same rule as for GPUs).
 
 Every interface has a `name`, the network namespace it lives in (`netns`, "" for the
@@ -30,6 +31,7 @@ from typing import Protocol
 from pykatalyst.agent.host.devices import (
     BDF,
     DeviceUnavailable,
+    function_numa,
     pcie_switch_of,
     read_int,
     read_text,
@@ -145,7 +147,7 @@ def read_nic(net_dir: Path, name: str, bonds: frozenset[str] = frozenset()) -> N
         return None
     numa = read_int(read_text(device / "numa_node"), -1)
     if numa < 0 and function is not None:
-        numa = read_int(read_text(function / "numa_node"), -1)
+        numa = function_numa(net_dir.parent.parent, function)
     switch = pcie_switch_of(function) if function is not None else ""
     return NicDevice(
         name=name,

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pykatalyst.agent.host.devices import read_int, read_text
+from pykatalyst.agent.host.devices import function_numa, read_text
 
 VIRTFN = re.compile(r"^virtfn(\d+)$")
 PORT_NAME = re.compile(r"^(?:pf(\d+))?vf(\d+)$")
@@ -108,7 +108,7 @@ def read_vf(net_dir: Path, pf: str, index: int, vf_fn: Path, rep: str) -> VfDevi
         pci_address=vf_fn.name,
         rep_name=rep,
         name=name,
-        numa=read_int(read_text(vf_fn / "numa_node"), -1),
+        numa=function_numa(net_dir.parent.parent, vf_fn),
         queue_count=queues,
         ib_devices=ib,
     )
