@@ -20,7 +20,9 @@ state=$(bash scripts/cluster.sh status 2>/dev/null || true)
 if ! grep -q '^kube-apiserver: running' <<<"$state"; then
     started=1
     trap 'bash scripts/cluster.sh down' EXIT
+    t0=$SECONDS
     bash scripts/cluster.sh up
+    echo "e2e: cluster up in $((SECONDS - t0)) s (the first time, the binaries' build included)"
 fi
 eval "$(bash scripts/cluster.sh env)"
 # Test files or node ids among the arguments run alone; otherwise the whole suite.

@@ -6,16 +6,33 @@
 # leave those out for a quick local run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# Each step's wall time, printed at the end (also when a step fails), slowest first.
+timings=()
+step() {
+    local name=$1 t0=$SECONDS rc=0
+    shift
+    "$@" || rc=$?
+    timings+=("$((SECONDS - t0)) $name$([ "$rc" = 0 ] || echo " (failed, exit $rc)")")
+    return "$rc"
+}
+summary() {
+    [ "${#timings[@]}" -gt 0 ] || return 0
+    echo "== time per step (whole command: $((SECONDS / 60)) min $((SECONDS % 60)) s)"
+    printf '%s\n' "${timings[@]}" | sort -rn | while read -r secs name; do
+        printf '%6s s  %s\n' "$secs" "$name"
+    done
+}
+trap summary EXIT
+step "setup (scripts/setup.sh)" bash scripts/setup.sh
 . .venv/bin/activate
-ruff check src tests benchmarks
-ruff format --check src tests benchmarks
-mypy --strict src
-pytest -n auto "$@"
+step "ruff check" ruff check src tests benchmarks
+step "ruff format --check" ruff format --check src tests benchmarks
+step "mypy --strict" mypy --strict src
+step "unit tests" pytest -n auto "$@"
 if [ "${PYKATALYST_SKIP_VM:-0}" != 1 ]; then
     echo "== real cgroup v2 tests, in a guest with a v2-only kernel (scripts/vm-cgroup2.sh)"
-    bash scripts/vm-cgroup2.sh
+    step "cgroup v2 guest (scripts/vm-cgroup2.sh)" bash scripts/vm-cgroup2.sh
 fi
 if [ "${PYKATALYST_SKIP_E2E:-0}" != 1 ]; then
-    bash scripts/e2e.sh
+    step "end-to-end suite (scripts/e2e.sh, cluster included)" bash scripts/e2e.sh
 fi
