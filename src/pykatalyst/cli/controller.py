@@ -42,9 +42,9 @@ from pykatalyst.controllers.ihpa import IHPAConfig
 from pykatalyst.controllers.resize import ResizeConfig
 from pykatalyst.controllers.resource_recommend import ResourceRecommendConfig
 from pykatalyst.controllers.spd import SPDConfig, parse_baseline_percent
-from pykatalyst.predict.client import predictor_for
+from pykatalyst.predict.client import Predictor, predictor_for
 from pykatalyst.recommend.prometheus import check_base_filter
-from pykatalyst.recommend.settings import SettingsError, load_settings
+from pykatalyst.recommend.settings import PykatalystSettings, SettingsError, load_settings
 from pykatalyst.runtime.controller import (
     CONTROLLERS,
     ControllerRunner,
@@ -466,25 +466,11 @@ def controller(
     resourcerecommender: ResourceRecommend status from Prometheus usage; vpa: applies
     KatalystVerticalPodAutoscalers to their pods (in-place resize, fallback eviction); ihpa:
     each IntelligentHorizontalPodAutoscaler's HPA, VirtualWorkload and predicted SPD points."""
-    try:
-        enabled = parse_controllers(controllers)
-    except ControllersError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--controllers") from None
+    enabled, spd_cfg, rec_settings = _checked(
+        controllers, spd_qos_baseline_percent, recommender_settings, node_selector
+    )
     orphan_grace_s = parse_duration(orphan_grace, "--orphan-grace")
-    try:
-        spd_cfg = SPDConfig(baseline_percent=parse_baseline_percent(spd_qos_baseline_percent))
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--spd-qos-baseline-percent") from None
     rr_cfg = _rr_config(rr_prometheus, rr_timeout, rr_resync, rr_retry, rr_min_span, rr_base_filter)
-    try:
-        rec_settings = load_settings(recommender_settings)
-    except SettingsError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--recommender-settings") from None
-    if node_selector is not None:
-        try:
-            parse_label_selector(node_selector)
-        except BadRequest as exc:
-            raise typer.BadParameter(str(exc), param_hint="--node-selector") from None
     taint_s, evict_s, period_s = _timings(taint_after, evict_after, old_period or interval)
     listen = listen_from_old(listen, old_metrics_address, old_metrics_port)
     address = listen_option(listen)
@@ -503,13 +489,7 @@ def controller(
         elector = elect(cluster, identity, lease, leader_cfg, output is OutputFormat.JSON)
     elif leader_cfg is not None and dry_run:
         print_message("note: --dry-run changes nothing, so it acts without the lease", stderr=True)
-    try:
-        history: HistorySource | None = (
-            PrometheusHistory(prometheus_address) if prometheus_address else None
-        )
-        predictor = predictor_for(algorithm_serving_address)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    history, predictor = _sources(prometheus_address, algorithm_serving_address)
     runner = ControllerRunner(
         cluster,
         cfg,
@@ -529,16 +509,7 @@ def controller(
         predictor=predictor,
     )
     metrics = None if address is None else Endpoint("metrics", address[0], address[1])
-    backstop = (
-        f"; backstop: taint after {taint_s:g}s, evict after {evict_s:g}s of agent silence"
-        if "backstop" in enabled
-        else ""
-    )
-    print_message(
-        f"katalyst controller: {', '.join(enabled) or 'no controllers'}, every "
-        f"{period_s:g}s{backstop}{' (dry run)' if dry_run else ''}",
-        stderr=output is OutputFormat.JSON,
-    )
+    print_message(_started(enabled, period_s, cfg), stderr=output is OutputFormat.JSON)
 
     def notify(text: str, failure: bool) -> None:
         print_message(text, stderr=failure or output is OutputFormat.JSON)
@@ -549,6 +520,58 @@ def controller(
         print_message(f"error: --listen {listen}: {exc}", stderr=True)
         raise typer.Exit(2) from None
     raise typer.Exit(code)
+
+
+def _started(enabled: tuple[str, ...], period_s: float, cfg: BackstopConfig) -> str:
+    backstop = (
+        f"; backstop: taint after {cfg.taint_after_s:g}s, evict after "
+        f"{cfg.evict_after_s:g}s of agent silence"
+        if "backstop" in enabled
+        else ""
+    )
+    return (
+        f"katalyst controller: {', '.join(enabled) or 'no controllers'}, every "
+        f"{period_s:g}s{backstop}{' (dry run)' if cfg.dry_run else ''}"
+    )
+
+
+def _checked(
+    controllers: str,
+    spd_qos_baseline_percent: str,
+    recommender_settings: Path | None,
+    node_selector: str | None,
+) -> tuple[tuple[str, ...], SPDConfig, PykatalystSettings]:
+    """The controllers to run, the SPD and recommender settings, and the node selector
+    checked: a bad value ends the command naming its flag."""
+    try:
+        enabled = parse_controllers(controllers)
+    except ControllersError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--controllers") from None
+    try:
+        spd_cfg = SPDConfig(baseline_percent=parse_baseline_percent(spd_qos_baseline_percent))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--spd-qos-baseline-percent") from None
+    try:
+        rec_settings = load_settings(recommender_settings)
+    except SettingsError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--recommender-settings") from None
+    if node_selector is not None:
+        try:
+            parse_label_selector(node_selector)
+        except BadRequest as exc:
+            raise typer.BadParameter(str(exc), param_hint="--node-selector") from None
+    return enabled, spd_cfg, rec_settings
+
+
+def _sources(
+    prometheus_address: str | None, algorithm_serving_address: str | None
+) -> tuple[HistorySource | None, Predictor]:
+    """Where usage history and predictions come from (none without their address)."""
+    try:
+        history = PrometheusHistory(prometheus_address) if prometheus_address else None
+        return history, predictor_for(algorithm_serving_address)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -23,6 +23,8 @@ from pykatalyst.cli.listen import listen_address
 from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.auth import load_token, server_ssl_context
 from pykatalyst.cluster.clock import RealClock
+from pykatalyst.cluster.connect import ClusterSource
+from pykatalyst.cluster.protocol import Cluster
 from pykatalyst.runtime.host import ServeError
 from pykatalyst.runtime.leader import LeaderConfig, LeaderElector
 from pykatalyst.runtime.scheduler import ONCE_NOT_LEADING, ServeSecurity, run_scheduler
@@ -201,29 +203,14 @@ def scheduler(
     address = listen_address(listen) if listen is not None else None
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     clock = RealClock()
-    if kubeconfig is None and not in_cluster and not embedded and cfg.kubeconfig:
-        kubeconfig = Path(cfg.kubeconfig)  # clientConnection.kubeconfig, as kube-scheduler
-    cluster, source = daemon_cluster(
-        "scheduler",
-        kubeconfig,
-        in_cluster,
-        context,
-        embedded,
-        clock,
-        qps=cfg.client_qps,
-        burst=cfg.client_burst,
-    )
+    cluster, source = _connect(cfg, kubeconfig, in_cluster, context, embedded, clock)
     elector: LeaderElector | None = None
     if election is not None:
         elector = elect(cluster, identity, election[0], election[1])
     real = not source.embedded
     sched = Scheduler(cluster, cfg, bind_workers=bind_workers if real and not extender else 0)
     service = _extender(sched, profile) if extender else None
-    names_ = ", ".join(p.scheduler_name for p in cfg.profiles)
-    mode = "extender" if extender else f"scheduling pods of {names_}"
-    print_message(f"katalyst scheduler: {mode}")
-    for name in cfg.no_effect:
-        print_message(f"note: {name} is accepted and has no effect: {NO_EFFECT[name]}", stderr=True)
+    _announce(cfg, extender)
 
     def listening() -> None:
         if address is not None:
@@ -250,6 +237,43 @@ def scheduler(
         raise typer.Exit(code=2) from None
     finally:
         _close(sched)
+    _exit_for(code, once)
+
+
+def _connect(
+    cfg: SchedulerConfig,
+    kubeconfig: Path | None,
+    in_cluster: bool,
+    context: str | None,
+    embedded: bool,
+    clock: RealClock,
+) -> tuple[Cluster, ClusterSource]:
+    """The cluster to schedule on; the configuration's clientConnection (kubeconfig, qps,
+    burst) applies, as kube-scheduler's, where no flag names another."""
+    if kubeconfig is None and not in_cluster and not embedded and cfg.kubeconfig:
+        kubeconfig = Path(cfg.kubeconfig)
+    return daemon_cluster(
+        "scheduler",
+        kubeconfig,
+        in_cluster,
+        context,
+        embedded,
+        clock,
+        qps=cfg.client_qps,
+        burst=cfg.client_burst,
+    )
+
+
+def _announce(cfg: SchedulerConfig, extender: bool) -> None:
+    names_ = ", ".join(p.scheduler_name for p in cfg.profiles)
+    mode = "extender" if extender else f"scheduling pods of {names_}"
+    print_message(f"katalyst scheduler: {mode}")
+    for name in cfg.no_effect:
+        print_message(f"note: {name} is accepted and has no effect: {NO_EFFECT[name]}", stderr=True)
+
+
+def _exit_for(code: int, once: bool) -> None:
+    """Leave with `code` when the run ended without the lease, saying why."""
     if code == ONCE_NOT_LEADING:
         print_message("--once: another replica holds the scheduler lease: nothing scheduled")
         raise typer.Exit(code=code)
