@@ -35,8 +35,8 @@ from pykatalyst.agent.agent import Agent  # noqa: E402
 from pykatalyst.agent.config import AgentConfig  # noqa: E402
 from pykatalyst.agent.enforcer import Enforcer  # noqa: E402
 from pykatalyst.api import names  # noqa: E402
+from pykatalyst.apiserver.memory import MemoryCluster  # noqa: E402
 from pykatalyst.cluster.clock import VirtualClock  # noqa: E402
-from pykatalyst.cluster.memory import MemoryCluster  # noqa: E402
 from pykatalyst.topology.machine import CPUTopology  # noqa: E402
 
 TOPO = CPUTopology.synthetic(2, 24, 2, memory_per_numa=192 * GIB)

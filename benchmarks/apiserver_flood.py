@@ -15,8 +15,8 @@ import resource
 import socket
 import time
 
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime import apiserver as runtime_apiserver
 from pykatalyst.runtime.apiserver import ApiServer
 

@@ -7,8 +7,8 @@ import argparse
 import time
 
 from pykatalyst.api.names import NODE, POD
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.informer import Informer, index_by_node_name
-from pykatalyst.cluster.memory import MemoryCluster
 
 
 def _pod(i: int) -> dict[str, object]:

@@ -161,7 +161,7 @@ class AgentWorld:
         and `idle_root`; `host` the testbed's own host (one that shapes another network
         namespace, say)."""
         from pykatalyst.api import names
-        from pykatalyst.cluster.memory import MemoryCluster
+        from pykatalyst.apiserver.memory import MemoryCluster
 
         self.tb = tb
         self.names = names

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import default_config, load_config
 from pykatalyst.scheduler.scheduler import Scheduler
 

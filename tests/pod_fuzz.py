@@ -16,10 +16,10 @@ from pykatalyst.api import names
 from pykatalyst.api.digest import digest_pod
 from pykatalyst.api.manifests import Document
 from pykatalyst.api.qos import QoSError, parse_pod_qos
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.validate import Report, _check_document
 from pykatalyst.cluster.admission import AdmissionRequest
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.controllers.backstop import read_reclaimed_pod
 from pykatalyst.scheduler.extender import ExtenderService

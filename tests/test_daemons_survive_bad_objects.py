@@ -20,9 +20,9 @@ from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.factory import build_agent
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.admission import AdmissionRequest
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.controllers.backstop import BackstopConfig
 from pykatalyst.runtime.controller import ControllerRunner

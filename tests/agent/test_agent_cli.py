@@ -198,9 +198,9 @@ def test_without_a_cluster_the_agent_says_how_to_name_one(
 
 
 def test_a_node_the_kubelet_did_not_register_is_refused_not_created() -> None:
+    from pykatalyst.apiserver.memory import MemoryCluster
     from pykatalyst.cli.agent import ensure_node
     from pykatalyst.cluster.clock import VirtualClock
-    from pykatalyst.cluster.memory import MemoryCluster
     from pykatalyst.topology.machine import CPUTopology
 
     cluster = MemoryCluster(clock=VirtualClock())
@@ -228,9 +228,9 @@ class _AwayThenBack:
 
 
 def test_an_agent_started_before_its_api_server_waits_for_it_backing_off() -> None:
+    from pykatalyst.apiserver.memory import MemoryCluster
     from pykatalyst.cli.agent import ensure_node
     from pykatalyst.cluster.clock import VirtualClock
-    from pykatalyst.cluster.memory import MemoryCluster
     from pykatalyst.topology.machine import CPUTopology
 
     topo = CPUTopology.synthetic(sockets=1, cores_per_socket=2, threads_per_core=1)
@@ -249,9 +249,9 @@ def test_an_agent_started_before_its_api_server_waits_for_it_backing_off() -> No
 
 
 def test_an_api_server_that_refuses_the_agent_is_not_waited_for() -> None:
+    from pykatalyst.apiserver.memory import MemoryCluster
     from pykatalyst.cli.agent import ensure_node
     from pykatalyst.cluster.clock import VirtualClock
-    from pykatalyst.cluster.memory import MemoryCluster
     from pykatalyst.cluster.protocol import Forbidden
     from pykatalyst.topology.machine import CPUTopology
 

@@ -133,8 +133,8 @@ def test_admin_qos_overlay_changes_only_what_it_sets() -> None:
 def test_eviction_section_is_the_base_the_admin_qos_overlays(tmp_path: Path) -> None:
     from pykatalyst.agent.eviction import EvictionStage
     from pykatalyst.api import names
+    from pykatalyst.apiserver.memory import MemoryCluster
     from pykatalyst.cluster.clock import VirtualClock
-    from pykatalyst.cluster.memory import MemoryCluster
 
     path = tmp_path / "agent.yaml"
     path.write_text(

@@ -10,8 +10,8 @@ from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.eviction import EvictionStage
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json
 

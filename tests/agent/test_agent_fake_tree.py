@@ -19,8 +19,8 @@ from pykatalyst.agent.host.base import ApplyResult, Knob, KnobWrite, WriteFailur
 from pykatalyst.agent.host.linux import LinuxHost
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from tests.agent.inmemory_host import node_json, pod_json, reclaiming
 from tests.fixtures.fake_node import FakeNode, FakePod, container_id, make_kubelet_tree

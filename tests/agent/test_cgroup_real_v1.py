@@ -27,8 +27,8 @@ from pykatalyst.agent.host.linux import LinuxHost
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.agent.regions import isolation_pool_name
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from tests.agent.inmemory_host import node_json, pod_json, reclaiming
 from tests.fixtures.cgroup_testbed import SANDBOX, CgroupTestbed, testbed_unavailable_reason

@@ -20,8 +20,8 @@ from pykatalyst.agent.memory_policy import reserved_memory_per_numa
 from pykatalyst.agent.reporter import ReportInput, apportion, build_status
 from pykatalyst.api import names
 from pykatalyst.api.quantity import parse_quantity
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json

@@ -27,8 +27,8 @@ from pykatalyst.agent.cpu_state import (
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import Knob
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import ObjectList
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology

@@ -24,8 +24,8 @@ from pykatalyst.agent.host.devices import GpuDevice, SyntheticDevices
 from pykatalyst.agent.host.kubelet import DeviceGrant, KubeletDevices
 from pykatalyst.api import names
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from tests.agent.inmemory_host import node_json
 
 GPU = names.RESOURCE_NVIDIA_GPU

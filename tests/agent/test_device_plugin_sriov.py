@@ -26,8 +26,8 @@ from pykatalyst.agent.host.nics import SyntheticNics
 from pykatalyst.agent.nic import synthetic_nics
 from pykatalyst.api import names
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from tests.agent.inmemory_host import node_json
 
 SRIOV = names.RESOURCE_SRIOV_NIC

@@ -20,7 +20,7 @@ from pykatalyst.agent.dra.plugin import (
     allocated_devices,
 )
 from pykatalyst.api import names
-from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.apiserver.memory import MemoryCluster
 
 grpc = pytest.importorskip("grpc", reason="grpcio is not installed (pykatalyst[node])")
 DRIVER = names.DRA_DRIVER

@@ -26,7 +26,7 @@ from pykatalyst.agent.host.devices import GpuDevice
 from pykatalyst.agent.host.nics import NicDevice
 from pykatalyst.agent.host.sriov import VfDevice
 from pykatalyst.api import names
-from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.protocol import Conflict, Invalid
 
 SLICE = names.RESOURCE_SLICE

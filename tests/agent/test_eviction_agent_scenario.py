@@ -14,9 +14,9 @@ from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.eviction import EvictionPlan, EvictionStage
 from pykatalyst.api import names
+from pykatalyst.apiserver.kubelet import StandInKubelet
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.kubelet import StandInKubelet
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json, reclaiming
 

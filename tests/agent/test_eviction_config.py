@@ -9,8 +9,8 @@ from pydantic import ValidationError
 from pykatalyst.agent.eviction import EvictionConfig, EvictionStage
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 
 
 def test_defaults_are_katalysts() -> None:

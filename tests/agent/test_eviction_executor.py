@@ -21,9 +21,9 @@ from pykatalyst.agent.eviction.executor import sync_taints
 from pykatalyst.agent.eviction.plugins import RECLAIMED_CONDITION
 from pykatalyst.api import names
 from pykatalyst.api.crds import new_cnr
+from pykatalyst.apiserver.kubelet import StandInKubelet
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.kubelet import StandInKubelet
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON
 
 GIB = 1 << 30

@@ -16,9 +16,9 @@ from pykatalyst.agent.eviction import (
     ReclaimedCapacity,
 )
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from tests.agent.eviction_pods import eviction_pod
 
 GIB = 1 << 30

@@ -159,8 +159,8 @@ def test_the_agent_evicts_the_holders_of_a_nic_that_went_down() -> None:
     from pykatalyst.agent.enforcer import Enforcer
     from pykatalyst.agent.eviction import EvictionPlan, EvictionStage
     from pykatalyst.agent.host.nics import NicDevice, SyntheticNics
+    from pykatalyst.apiserver.memory import MemoryCluster
     from pykatalyst.cluster.clock import VirtualClock
-    from pykatalyst.cluster.memory import MemoryCluster
     from pykatalyst.topology.machine import CPUTopology
     from tests.agent.inmemory_host import InMemoryHost, node_json, pod_json
 

@@ -36,8 +36,8 @@ from pykatalyst.agent.host.kubelet import (
 )
 from pykatalyst.agent.reporter import Reporter, ReportInput
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import InMemoryHost, node_json, pod_json

@@ -30,8 +30,8 @@ from pykatalyst.agent.eviction.config import NumaMemoryPressureConfig
 from pykatalyst.agent.eviction.plugins import NumaMemoryPressurePlugin
 from pykatalyst.agent.host.base import HostSample, NumaMemory
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.eviction_pods import eviction_pod

@@ -27,8 +27,8 @@ from pykatalyst.agent.kubelet_cpu import (
     parse_kubelet_config,
 )
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json

@@ -14,8 +14,8 @@ from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import Knob, NetMatch
 from pykatalyst.agent.net_policy import MIN_RATE_BPS, NetPod, capacity_bps, decide
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import InMemoryHost, node_json, pod_json, reclaiming
 

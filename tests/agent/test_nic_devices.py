@@ -28,8 +28,8 @@ from pykatalyst.agent.host.nics import (
     speed_of,
 )
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import InMemoryHost, node_json, pod_json
 

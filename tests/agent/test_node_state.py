@@ -12,8 +12,8 @@ from pykatalyst.agent.factory import build_agent
 from pykatalyst.agent.node_state import NodeState
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json

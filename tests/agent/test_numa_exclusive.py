@@ -131,8 +131,8 @@ def test_on_a_node_an_exclusive_pod_arriving_late_moves_no_running_pod() -> None
     from pykatalyst.agent.enforcer import Enforcer
     from pykatalyst.agent.host.base import Knob
     from pykatalyst.api import names
+    from pykatalyst.apiserver.memory import MemoryCluster
     from pykatalyst.cluster.clock import VirtualClock
-    from pykatalyst.cluster.memory import MemoryCluster
     from pykatalyst.topology.cpuset import CPUSet
     from tests.agent.inmemory_host import InMemoryHost, node_json, pod_json
 

@@ -14,8 +14,8 @@ from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.overcommit import Demand, cnr_annotations, format_ratio, realtime_ratio
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import AlreadyExists
 from pykatalyst.controllers.overcommit import OvercommitController
 from pykatalyst.topology.machine import CPUTopology

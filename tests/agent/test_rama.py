@@ -23,8 +23,8 @@ from pykatalyst.agent.rama import (
     spd_targets,
 )
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.sim.host import run_queue_wait_us
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json

@@ -8,8 +8,8 @@ from dataclasses import replace
 from pykatalyst.agent.config import ReporterConfig
 from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportInput
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, node_json

@@ -215,7 +215,7 @@ def test_the_example_declares_16_rdma_vfs_on_two_sockets_and_4_without_rdma() ->
 
 def test_the_evictions_nic_reader_skips_vf_zones() -> None:
     from pykatalyst.agent.eviction.stage import read_cnr_nics
-    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.apiserver.memory import MemoryCluster
     from tests.scheduler.sched_helpers import add_cnr, cnr
 
     cfg = _cfg()

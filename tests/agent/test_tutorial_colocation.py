@@ -24,8 +24,8 @@ from pykatalyst.agent.host.base import Knob
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, InMemoryHost, node_json, pod_json, reclaiming
 

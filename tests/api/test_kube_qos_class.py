@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pykatalyst.api.qos import k8s_qos_class
-from pykatalyst.cluster.pods import default_pod, pod_qos_class
+from pykatalyst.apiserver.pods import default_pod, pod_qos_class
 
 _AMOUNT = st.sampled_from(["0", "100m", "1", "2", "1Gi", "512Mi"])
 _SIDE = st.dictionaries(st.sampled_from(["cpu", "memory"]), _AMOUNT, max_size=2)

@@ -28,13 +28,13 @@ from pykatalyst.agent.host.base import Knob
 from pykatalyst.agent.plan import AgentPlan
 from pykatalyst.api import names
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.apiserver.http import kubeconfig_for
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.explain import ExplainSource
 from pykatalyst.cli.explain_cluster import SILENT_AFTER_S, explain_node
 from pykatalyst.cli.explain_pod import explain_pod
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.http import kubeconfig_for
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.apiserver import ApiServer
 from pykatalyst.scheduler.scheduler import Scheduler
 from pykatalyst.topology.cpuset import CPUSet

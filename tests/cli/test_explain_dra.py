@@ -11,9 +11,9 @@ from pykatalyst.agent.dra.slices import TYPE_GPU, device_name, inventory
 from pykatalyst.agent.host.devices import GpuDevice
 from pykatalyst.agent.host.nics import NicDevice
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.explain_dra import dra_rows
 from pykatalyst.cli.explain_pod import explain_pod
-from pykatalyst.cluster.memory import MemoryCluster
 
 ROOT = names.DRA_ATTR_PCIE_ROOT
 DRIVER = names.DRA_DRIVER

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from pykatalyst.api import names
 from pykatalyst.api.records import DecisionRecord
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.explain_events import record_from_event
 from pykatalyst.cluster.events import SPAM_BURST, SPAM_REFILL_S, EventRecorder, ObjectRef
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON, Forbidden
 
 POD = ObjectRef.pod("team/web-0", uid="u-1")

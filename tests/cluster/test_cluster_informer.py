@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from pykatalyst.api.names import NODE, POD
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.informer import Informer, index_by_node_name
-from pykatalyst.cluster.memory import MemoryCluster
-from tests.cluster.conformance import node, pod
+from tests.apiserver.conformance import node, pod
 
 Seen = list[tuple[str, Any, Any]]
 

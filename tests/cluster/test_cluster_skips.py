@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.events import EventRecorder
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.skips import Skip, SkippedObjects, skip_reason
 
 AQC = names.ADMIN_QOS_CONFIGURATION

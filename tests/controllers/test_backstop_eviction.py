@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from pykatalyst.agent.config import ReporterConfig
 from pykatalyst.agent.reporter import Reporter, ReportInput
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON
 from pykatalyst.controllers import BACKSTOP_TAINT, BackstopConfig, BackstopController
 from pykatalyst.topology.cpuset import CPUSet

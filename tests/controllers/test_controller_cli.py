@@ -23,11 +23,11 @@ from typer.testing import CliRunner
 from pykatalyst.agent.config import ReporterConfig
 from pykatalyst.agent.reporter import Reporter, ReportInput
 from pykatalyst.api import names
+from pykatalyst.apiserver.http import kubeconfig_for
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.controller import parse_duration
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.http import kubeconfig_for
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON, ApiError
 from pykatalyst.controllers import BackstopConfig
 from pykatalyst.runtime.apiserver import ApiServer

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.controllers import BackstopConfig
 from pykatalyst.runtime.controller import (
     CONTROLLERS,

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.controllers import ihpaspec
 from pykatalyst.controllers.cronbounds import CronMode
 from pykatalyst.controllers.ihpa import IHPAConfig, IHPAController

@@ -7,8 +7,8 @@ from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.controllers import BackstopConfig
 from pykatalyst.runtime.controller import ControllerRunner
 from pykatalyst.topology.machine import CPUTopology

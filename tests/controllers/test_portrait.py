@@ -15,8 +15,8 @@ import pytest
 
 from pykatalyst.api import names
 from pykatalyst.api.timefmt import parse_rfc3339
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.controllers.history import PrometheusHistory, SampleHistory
 from pykatalyst.controllers.ihpa import IHPAController
 from pykatalyst.controllers.portrait import PortraitIndicator

@@ -18,8 +18,8 @@ from pykatalyst.api import names
 from pykatalyst.api.manifests import load_documents
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.controllers import rr_status as rs
 from pykatalyst.controllers.resource_recommend import (
     ResourceRecommendConfig,

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from pykatalyst.api import names, spd
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.events import EventRecorder
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.skips import SkippedObjects
 from pykatalyst.controllers.spd import (
     SPDConfig,

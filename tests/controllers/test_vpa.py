@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from pykatalyst.api import names, vpa
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON
 from pykatalyst.controllers.resize import ResizeConfig
 from pykatalyst.controllers.vertical import VPAController

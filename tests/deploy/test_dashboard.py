@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from pykatalyst.agent.eviction.records import EvictionMetrics
 from pykatalyst.agent.metrics import AgentExporter
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.controllers.backstop import BackstopConfig, BackstopController
 from pykatalyst.runtime.controller import ControllerRunner
 from pykatalyst.runtime.host import ComponentHost

@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON, ObjectList, Watch
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

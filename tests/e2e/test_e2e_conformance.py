@@ -30,8 +30,8 @@ from pykatalyst.api.names import (
     Kind,
 )
 from pykatalyst.cluster.protocol import JSON, Gone, NotFound, ObjectList, Watch, WatchEvent
-from tests.cluster.conformance import *  # noqa: F403
-from tests.cluster.conformance import collect
+from tests.apiserver.conformance import *  # noqa: F403
+from tests.apiserver.conformance import collect
 from tests.e2e.conftest import REPO
 
 KEEP_CONFIG_MAPS = {"kube-root-ca.crt", "extension-apiserver-authentication"}

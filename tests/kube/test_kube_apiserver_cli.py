@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from pykatalyst.api.names import KATALYST_KINDS, NODE
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.apiserver import install_crds, load_state, save_state
 from pykatalyst.cli.listen import parse_listen
 from pykatalyst.cluster.connect import connect
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import NotFound
 
 

@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from pykatalyst.api.names import CONFIG_MAP, NODE, POD
+from pykatalyst.apiserver.http import kubeconfig_for
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.connect import ConnectError, connect
-from pykatalyst.cluster.http import kubeconfig_for
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.kube import KubeCluster, KubeWatch, RateLimiter, error_from_response
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import (
     AlreadyExists,
     ApiError,
@@ -325,13 +325,9 @@ def test_requests_wait_for_the_rate_limit(server: ApiServer) -> None:
 # --- connect ----------------------------------------------------------------------------------
 
 
-def test_connect_defaults_to_the_embedded_cluster() -> None:
-    clock = VirtualClock(5.0)
-    cluster = connect(clock=clock)
-    assert isinstance(cluster, MemoryCluster) and cluster.clock is clock
-
-
 def test_connect_refuses_contradictions(tmp_path: Path) -> None:
+    with pytest.raises(ConnectError, match="give --kubeconfig PATH or --in-cluster"):
+        connect()
     with pytest.raises(ConnectError, match="exclude each other"):
         connect(tmp_path / "kc", in_cluster=True)
     with pytest.raises(ConnectError, match="no such file"):

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.kube import KubeCluster
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.apiserver import ApiServer
-from tests.cluster.conformance import *  # noqa: F403
-from tests.cluster.conformance import SMALL_HISTORY
+from tests.apiserver.conformance import *  # noqa: F403
+from tests.apiserver.conformance import SMALL_HISTORY
 
 
 def _serve(store: MemoryCluster) -> Iterator[KubeCluster]:

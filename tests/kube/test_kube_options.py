@@ -10,6 +10,9 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from pykatalyst.api.names import NODE
+from pykatalyst.apiserver.http import kubeconfig_for
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.kubeopts import (
     CONTEXT_OPTION,
     EMBEDDED_OPTION,
@@ -22,9 +25,8 @@ from pykatalyst.cli.kubeopts import (
     cluster_from_options,
     daemon_cluster,
 )
+from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.connect import ConnectError, find_cluster
-from pykatalyst.cluster.http import kubeconfig_for
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.apiserver import ApiServer
 
 app = typer.Typer()
@@ -90,6 +92,14 @@ def test_the_embedded_cluster_only_by_name_and_announced_first(no_cluster: Path)
     for command in ("annotated", "defaults"):
         result = CliRunner().invoke(app, [command])
         assert result.exit_code == 2 and "no cluster found" in result.output
+
+
+def test_the_embedded_cluster_runs_on_the_command_s_clock(no_cluster: Path) -> None:
+    clock = VirtualClock(5.0)
+    cluster, source = daemon_cluster("daemon", None, False, None, True, clock, stderr=False)
+    assert source.embedded and isinstance(cluster, MemoryCluster) and cluster.clock is clock
+    created = cluster.create(NODE, {"metadata": {"name": "n1"}})
+    assert created["metadata"]["creationTimestamp"] == "1970-01-01T00:00:05Z"
 
 
 def test_embedded_excludes_the_other_ways(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import yaml
 from typer.testing import CliRunner
 
 from pykatalyst.api.names import EVENT, NODE, POD
+from pykatalyst.apiserver.http import kubeconfig_for
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.main import app
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.http import kubeconfig_for
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.apiserver import ApiServer
 
 ROOT = Path(__file__).resolve().parents[2]

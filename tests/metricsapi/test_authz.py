@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
-from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON, ApiError
 from pykatalyst.metricsapi.authz import (
     AccessReviewer,

@@ -15,8 +15,8 @@ import pytest
 
 from pykatalyst.api import names
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.metricsapi.authconfig import AuthConfigError, from_cluster
 from pykatalyst.metricsapi.authz import AccessReviewer
 from pykatalyst.metricsapi.server import RequestHeaderAuth, latest_value, selector_labels

@@ -13,8 +13,8 @@ from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import CgroupStats, HostSample
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.agent import RECONCILE, agent_host
 from pykatalyst.runtime.host import ComponentHost
 from pykatalyst.topology.machine import CPUTopology

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import RealClock, VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.host import ComponentHost, Endpoint, HostStep, ServeError, VirtualSleeper
 from pykatalyst.runtime.leader import LeaderConfig, LeaderElector
 from pykatalyst.runtime.ticker import next_deadline

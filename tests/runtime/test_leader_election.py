@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from pykatalyst.api.names import CONTROLLER_LEASE_NAME, LEASE, SYSTEM_NAMESPACE
 from pykatalyst.api.timefmt import parse_rfc3339
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import JSON, ApiError
 from pykatalyst.runtime.leader import (
     LeaderConfig,

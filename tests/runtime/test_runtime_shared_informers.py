@@ -9,9 +9,9 @@ from typing import Any
 
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.informer import InformerFactory
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import Watch
 from pykatalyst.controllers.backstop import BackstopConfig
 from pykatalyst.runtime.controller import CONTROLLERS, ControllerRunner

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.host import ComponentHost
 from pykatalyst.runtime.leader import LeaderConfig, LeaderElector
 from pykatalyst.runtime.scheduler import scheduler_host

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pykatalyst.api import names
-from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.scheduler.config import ResolvedProfile, default_config, load_config_text
 from pykatalyst.scheduler.framework import Framework
 from pykatalyst.scheduler.podinfo import PodInfo, pod_info

@@ -157,9 +157,9 @@ def test_a_real_cluster_s_pods_are_bound_with_binds_in_flight(tmp_path: Path) ->
     configuration's clientConnection (as kube-scheduler reads it): every pod is bound and
     reported once, binds in flight or not."""
     from pykatalyst.api import names
+    from pykatalyst.apiserver.http import kubeconfig_for
+    from pykatalyst.apiserver.memory import MemoryCluster
     from pykatalyst.cluster.clock import VirtualClock
-    from pykatalyst.cluster.http import kubeconfig_for
-    from pykatalyst.cluster.memory import MemoryCluster
     from pykatalyst.runtime.apiserver import ApiServer
     from tests.scheduler.sched_helpers import node, pod
 
@@ -243,9 +243,9 @@ def test_leader_election_fields_it_cannot_honour_are_refused(tmp_path: Path) -> 
 
 def test_once_schedules_what_is_pending_and_exits(tmp_path: Path) -> None:
     from pykatalyst.api import names
+    from pykatalyst.apiserver.http import kubeconfig_for
+    from pykatalyst.apiserver.memory import MemoryCluster
     from pykatalyst.cluster.clock import VirtualClock
-    from pykatalyst.cluster.http import kubeconfig_for
-    from pykatalyst.cluster.memory import MemoryCluster
     from pykatalyst.runtime.apiserver import ApiServer
     from tests.scheduler.sched_helpers import node, pod
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import load_config_text
 from pykatalyst.scheduler.scheduler import Scheduler
 from tests.scheduler.sched_helpers import add_cnr, add_node, add_pod, cnr, events_for, node, pod

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import TooManyRequests
 from pykatalyst.scheduler.scheduler import REASON_BINDING, Scheduler
 from tests.scheduler.sched_helpers import add_node, add_pod, events_for, node, pod

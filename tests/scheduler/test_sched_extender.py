@@ -9,8 +9,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.host import ComponentHost
 from pykatalyst.scheduler.config import load_config_text
 from pykatalyst.scheduler.extender import NOT_IN_CACHE, ExtenderService, make_app

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from pykatalyst.api import names
 from pykatalyst.api.gpu import parse_selection
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.explain_pod import explain_pod
 from pykatalyst.cli.explain_render import print_pod
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import load_config
 from pykatalyst.scheduler.extender import ExtenderService
 from pykatalyst.scheduler.framework import Framework

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.explain_pod import explain_pod
 from pykatalyst.cli.explain_render import print_pod
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import load_config_text
 from pykatalyst.scheduler.scheduler import Scheduler
 from tests.scheduler.joint_helpers import (

@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.scheduler import scheduler_host
 from pykatalyst.scheduler.metrics import QUEUES, SchedulerMetrics, attempt_result
 from pykatalyst.scheduler.scheduler import ScheduleOutcome, Scheduler

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import load_config_text
 from pykatalyst.scheduler.framework import Framework
 from pykatalyst.scheduler.plugins.base import CycleState

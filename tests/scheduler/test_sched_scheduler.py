@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import TooManyRequests
 from pykatalyst.scheduler.config import load_config, load_config_text
 from pykatalyst.scheduler.scheduler import Scheduler

@@ -18,9 +18,9 @@ from pykatalyst.agent.host.nics import NicDevice
 from pykatalyst.agent.nic import capacities, nic_zones
 from pykatalyst.agent.sriov import synthetic_vfs
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.explain_pod import explain_pod
 from pykatalyst.cli.explain_render import print_pod
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler.config import load_config, load_config_text
 from pykatalyst.scheduler.extender import ExtenderService
 from pykatalyst.scheduler.scheduler import Scheduler

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.patch import json_patch
 from pykatalyst.cluster.protocol import Forbidden
 from pykatalyst.webhook.pods import validate_pod

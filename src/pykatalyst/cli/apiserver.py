@@ -15,13 +15,13 @@ import yaml
 
 from pykatalyst.api.names import CRD
 from pykatalyst.api.yamlio import load_yaml_all
+from pykatalyst.apiserver.http import DEFAULT_MAX_BODY_BYTES, kubeconfig_for
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cli.conventions import DURATION, LISTEN, old_option, parse_duration
 from pykatalyst.cli.listen import parse_listen
 from pykatalyst.cli.output import print_message
 from pykatalyst.cluster.auth import is_loopback, load_token, new_token
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.http import DEFAULT_MAX_BODY_BYTES, kubeconfig_for
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import AlreadyExists, ApiError
 from pykatalyst.runtime.apiserver import ApiServer, save_snapshot
 from pykatalyst.runtime.host import ServeError

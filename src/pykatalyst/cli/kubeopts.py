@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from pykatalyst.cli.output import print_message
-from pykatalyst.cluster.clock import Clock
+from pykatalyst.cluster.clock import Clock, RealClock
 from pykatalyst.cluster.connect import ClusterSource, ConnectError, find_cluster, open_cluster
 from pykatalyst.cluster.protocol import Cluster
 
@@ -71,7 +71,7 @@ def daemon_cluster(
     try:
         source = find_cluster(kubeconfig, in_cluster, context=context, embedded=embedded)
         print_message(f"katalyst {command}: cluster: {source.describe()}", stderr=stderr)
-        return open_cluster(source, clock=clock, qps=qps, burst=burst), source
+        return _open(source, clock, qps, burst), source
     except ConnectError as exc:
         hint = (
             " (or --embedded: an empty in-memory cluster)"
@@ -95,7 +95,19 @@ def cluster_from_options(
     `qps`/`burst`: the client's rate limit (default client-go's)."""
     try:
         source = find_cluster(kubeconfig, in_cluster, context=context)
-        return open_cluster(source, clock=clock, qps=qps, burst=burst)
+        return _open(source, clock, qps, burst)
     except ConnectError as exc:
         print_message(f"error: {exc}", stderr=True)
         raise typer.Exit(2) from None
+
+
+def _open(
+    source: ClusterSource, clock: Clock | None, qps: float | None, burst: int | None
+) -> Cluster:
+    """The cluster `source` names: the embedded one starts here, empty and stamped by `clock`
+    (default: the real clock); a real one is connected to with the client's rate limit."""
+    if source.embedded:
+        from pykatalyst.apiserver.memory import MemoryCluster
+
+        return MemoryCluster(clock=clock if clock is not None else RealClock())
+    return open_cluster(source, qps=qps, burst=burst)

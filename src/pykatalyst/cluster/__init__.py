@@ -1,6 +1,6 @@
 """The only door to cluster state: the `Cluster` protocol, the informer cache, the
 admission vocabulary and the injected clock. The in-memory API server is
-`pykatalyst.cluster.memory`, imported only by what runs one (tests, the simulator,
+`pykatalyst.apiserver`, imported only by what runs one (tests, the simulator,
 `katalyst apiserver`)."""
 
 from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse

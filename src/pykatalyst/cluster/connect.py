@@ -3,8 +3,9 @@ account, or the embedded in-memory one.
 
 `find_cluster` resolves the command-line options the way kubectl and controller-runtime do
 (`--kubeconfig`, then `$KUBECONFIG`, then the pod's service account, then
-`~/.kube/config`); the embedded cluster only when asked for by name. `connect` opens what
-was found."""
+`~/.kube/config`); the embedded cluster only when asked for by name. `connect` opens a real
+cluster; the embedded one is started by the command that runs it (`cli/kubeopts.py`), as
+this door never imports the API server."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pykatalyst.cluster.clock import Clock, RealClock
 from pykatalyst.cluster.protocol import Cluster
 from pykatalyst.extras import MissingExtra, require
 
@@ -119,16 +119,15 @@ def _default_source(
 def open_cluster(
     source: ClusterSource,
     *,
-    clock: Clock | None = None,
     qps: float | None = None,
     burst: int | None = None,
 ) -> Cluster:
-    """The cluster `find_cluster` found."""
+    """The real cluster `find_cluster` found (an embedded source is the caller's to start)."""
     if source.embedded:
-        return connect(clock=clock)
+        raise ConnectError("the embedded cluster is started by the command, not connected to")
     if source.kind == "in-cluster":
-        return connect(in_cluster=True, clock=clock, qps=qps, burst=burst)
-    return connect(source.path, context=source.context, clock=clock, qps=qps, burst=burst)
+        return connect(in_cluster=True, qps=qps, burst=burst)
+    return connect(source.path, context=source.context, qps=qps, burst=burst)
 
 
 def connect(
@@ -136,22 +135,18 @@ def connect(
     in_cluster: bool = False,
     *,
     context: str | None = None,
-    clock: Clock | None = None,
     qps: float | None = None,
     burst: int | None = None,
 ) -> Cluster:
     """`kubeconfig`: a kubeconfig file (its current context, or `context`). `in_cluster`:
-    the service account Kubernetes mounts into a pod. Neither: a fresh embedded
-    `MemoryCluster` stamped by `clock` (default: the real clock). `qps`/`burst` set the
-    client-side rate limit of a real connection (default: client-go's 5/10)."""
+    the service account Kubernetes mounts into a pod. One of the two is needed. `qps`/`burst`
+    set the client-side rate limit (default: client-go's 5/10)."""
     if kubeconfig is not None and in_cluster:
         raise ConnectError("--kubeconfig and --in-cluster exclude each other: give one")
     if context is not None and kubeconfig is None:
         raise ConnectError("--context needs --kubeconfig")
     if kubeconfig is None and not in_cluster:
-        from pykatalyst.cluster.memory import MemoryCluster
-
-        return MemoryCluster(clock=clock if clock is not None else RealClock())
+        raise ConnectError("no cluster named: give --kubeconfig PATH or --in-cluster")
     try:
         require("kubernetes", "kube", "--kubeconfig/--in-cluster (a real cluster)")
     except MissingExtra as exc:

@@ -1,5 +1,5 @@
 """The embedded API server's runner: a `MemoryCluster` served over the Kubernetes REST API
-(`cluster.http.ApiServerApp`) by a ComponentHost, with the jobs a real control plane would
+(`apiserver.http.ApiServerApp`) by a ComponentHost, with the jobs a real control plane would
 do around it as tickers: watch bookmarks, finishing graceful pod deletions (the
 simulator's stand-in kubelet), and (with a
 state file) saving the cluster every second it changed, fsync'd, so a `kill -9` loses at
@@ -15,10 +15,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from pykatalyst.apiserver.http import DEFAULT_MAX_BODY_BYTES, ApiServerApp, url_host
+from pykatalyst.apiserver.kubelet import StandInKubelet
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.http import DEFAULT_MAX_BODY_BYTES, ApiServerApp, url_host
-from pykatalyst.cluster.kubelet import StandInKubelet
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.host import ComponentHost, Endpoint
 
 API = "apiserver"

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from pykatalyst.api import names
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import Clock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.scheduler import registry as reg
 from pykatalyst.scheduler.config import (
     API_VERSIONS,

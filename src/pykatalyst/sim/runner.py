@@ -29,8 +29,8 @@ import numpy.typing as npt
 from pykatalyst.api import names
 from pykatalyst.api.names import NODE, POD
 from pykatalyst.api.quantity import parse_quantity
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import ApiError, NotFound
 from pykatalyst.sim import manifests
 from pykatalyst.sim.arrays import CpuStep, domains, mask_rows

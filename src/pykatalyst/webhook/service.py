@@ -1,5 +1,5 @@
 """The webhook's handlers and the caches they read, wired once for every way they run:
-behind `katalyst webhook`'s HTTPS server and inside a MemoryCluster's admission chain.
+behind `katalyst webhook`'s HTTPS server and inside an embedded API server's admission chain.
 
 The SPD-reference mutator reads ServiceProfileDescriptors from an informer's cache (indexed
 by `spec.targetRef`), refreshed by the host's ticker: the admission path makes no API call.
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pykatalyst.api import config_fields, names
-from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
+from pykatalyst.cluster.admission import AdmissionPlugins, AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.events import EventRecorder
 from pykatalyst.cluster.informer import Informer
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster
@@ -22,9 +21,6 @@ from pykatalyst.cluster.skips import Skip, SkippedObjects, skip_reason
 from pykatalyst.webhook.kvpa import KVPAIndex, KVPARecommender, validate_kvpa
 from pykatalyst.webhook.nodes import admit_node
 from pykatalyst.webhook.pods import PodMutator, Recommender, SPDReferenceMutator, validate_pod
-
-if TYPE_CHECKING:
-    from pykatalyst.cluster.memory import MemoryCluster
 
 Handler = Callable[[AdmissionRequest], AdmissionResponse]
 
@@ -152,7 +148,7 @@ class WebhookService:
         return self.sync_error or "the ServiceProfileDescriptor cache has not synced"
 
 
-def install(cluster: MemoryCluster, service: WebhookService) -> None:
+def install(cluster: AdmissionPlugins, service: WebhookService) -> None:
     """Run the webhook's handlers in `cluster`'s admission chain, in process: mutating
     routes first, each only for the kind it admits (as the webhook configurations scope
     them)."""

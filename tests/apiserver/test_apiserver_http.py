@@ -21,9 +21,9 @@ from pykatalyst.api.names import (
     POD,
     RECLAIMED_MILLICPU,
 )
+from pykatalyst.apiserver.memory import MemoryCluster
+from pykatalyst.apiserver.tables import human_duration, jsonpath_cell
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
-from pykatalyst.cluster.tables import human_duration, jsonpath_cell
 from pykatalyst.runtime.apiserver import ApiServer
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"

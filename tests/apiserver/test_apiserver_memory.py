@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api.names import CONFIG_MAP, CRD, CUSTOM_NODE_RESOURCE, NAMESPACE, NODE, POD, Kind
+from pykatalyst.apiserver.kubelet import StandInKubelet
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.admission import AdmissionResponse
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.kubelet import StandInKubelet
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import AlreadyExists, BadRequest, Conflict, Gone, Invalid, NotFound
-from tests.cluster.conformance import cnr, config_map, node, pod
+from tests.apiserver.conformance import cnr, config_map, node, pod
 
 
 def test_pod_defaults_the_scheduler_relies_on() -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pykatalyst.api.names import POD
+from pykatalyst.apiserver.kubelet import StandInKubelet
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.kubelet import StandInKubelet
-from pykatalyst.cluster.memory import MemoryCluster
-from tests.cluster.conformance import pod
+from tests.apiserver.conformance import pod
 
 
 def names(mc: MemoryCluster) -> set[str]:

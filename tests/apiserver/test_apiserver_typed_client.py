@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, watch
 
 from pykatalyst.api.names import POD
-from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.runtime.apiserver import ApiServer
 
 

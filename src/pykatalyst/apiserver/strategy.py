@@ -3,7 +3,7 @@
 subresource and says how it is deleted. Strategies never reach into the store: they read
 only what `KindState` offers of their kind, and what a write does beyond its own object (a
 CRD serves a new kind, a namespace takes its objects with it) is a store hook
-(`cluster/hooks.py`). The store (`cluster/store.py`) stays generic;
+(`apiserver/hooks.py`). The store (`apiserver/store.py`) stays generic;
 `memory.strategy_for(kind)` picks the strategy."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from pykatalyst.api.names import CRD, DEFAULT_NAMESPACE, KUBE_SYSTEM_NAMESPACE, Kind
-from pykatalyst.cluster.decode import decode
+from pykatalyst.apiserver.decode import decode
+from pykatalyst.apiserver.scale import ScalePaths, crd_paths
 from pykatalyst.cluster.protocol import JSON, BadRequest, Invalid
-from pykatalyst.cluster.scale import ScalePaths, crd_paths
 from pykatalyst.cluster.selectors import valid_label_key, valid_label_value
 
 
@@ -216,7 +216,7 @@ class Strategy:
         self._plural = kind.plural
 
     def decode(self, obj: JSON) -> JSON:
-        """The typed decode of a built-in kind's body (`cluster/decode.py`)."""
+        """The typed decode of a built-in kind's body (`apiserver/decode.py`)."""
         return decode(self._plural, obj) if self.core else obj
 
     def prepare_for_create(self, st: KindState, obj: JSON, now: float) -> None:

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.api.names import NODE, POD
+from pykatalyst.apiserver.memory import MemoryCluster
+from pykatalyst.apiserver.strategy import MAX_GRACE_SECONDS
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
-from pykatalyst.cluster.strategy import MAX_GRACE_SECONDS
 from pykatalyst.runtime.apiserver import (
     ApiServer,
     StateSaver,

@@ -1,6 +1,6 @@
 """API-server conformance tests for any `Cluster` implementation.
 
-This module holds tests only; a test module imports them (`from tests.cluster.conformance
+This module holds tests only; a test module imports them (`from tests.apiserver.conformance
 import *`) and provides these fixtures:
 
 - `cluster`: a fresh `Cluster` per test in which the namespaces "default" and
@@ -37,9 +37,9 @@ from pykatalyst.api.names import (
     Kind,
 )
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.cluster.protocol import (
     JSON,
     AlreadyExists,

@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from pykatalyst.cluster.ingest import bulk_copy
+from pykatalyst.apiserver.ingest import bulk_copy
 from pykatalyst.cluster.patch import copy_object
 from pykatalyst.cluster.protocol import JSON, EventType, Gone, WatchEvent
 from pykatalyst.cluster.selectors import FieldSelector, LabelSelector

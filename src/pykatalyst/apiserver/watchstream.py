@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from pykatalyst.cluster.discovery import Target
+from pykatalyst.apiserver.discovery import Target
+from pykatalyst.apiserver.responses import write_event
+from pykatalyst.apiserver.tables import dig, table, wants_table
 from pykatalyst.cluster.protocol import JSON, BadRequest, Gone, TooManyRequests, WatchEvent
-from pykatalyst.cluster.responses import write_event
-from pykatalyst.cluster.tables import dig, table, wants_table
 
 if TYPE_CHECKING:
-    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.apiserver.memory import MemoryCluster
 
 # The server ends a watch after this long unless the client asked for less, as the
 # real one does (clients reconnect from their last resourceVersion).

@@ -7,9 +7,9 @@ edit, patch, delete, watch) to work against the embedded cluster. It is a local
 development and test server: no authentication, no TLS, no protobuf, no server-side apply,
 no paging (`limit`/`continue` are ignored: every list is complete).
 
-This module routes requests to their handlers. Discovery is `cluster/discovery.py`, the
-kubectl tables `cluster/tables.py`, watch streams `cluster/watchstream.py` and the wire
-form of answers `cluster/responses.py`.
+This module routes requests to their handlers. Discovery is `apiserver/discovery.py`, the
+kubectl tables `apiserver/tables.py`, watch streams `apiserver/watchstream.py` and the wire
+form of answers `apiserver/responses.py`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,21 @@ import yaml
 from aiohttp import web
 
 from pykatalyst.api.yamlio import load_yaml
-from pykatalyst.cluster import discovery
+from pykatalyst.apiserver import discovery
+from pykatalyst.apiserver.discovery import Target
+from pykatalyst.apiserver.responses import (
+    UnsupportedMediaType,
+    error_response,
+    json_response,
+    parse_json,
+    status_body,
+    unauthorized,
+)
+from pykatalyst.apiserver.store import resource_name
+from pykatalyst.apiserver.strategy import grace_seconds
+from pykatalyst.apiserver.tables import dig, table, wants_table
+from pykatalyst.apiserver.watchstream import WatchStreams
 from pykatalyst.cluster.auth import bearer_middleware
-from pykatalyst.cluster.discovery import Target
 from pykatalyst.cluster.protocol import (
     JSON,
     ApiError,
@@ -37,21 +49,9 @@ from pykatalyst.cluster.protocol import (
     NotFound,
     PatchType,
 )
-from pykatalyst.cluster.responses import (
-    UnsupportedMediaType,
-    error_response,
-    json_response,
-    parse_json,
-    status_body,
-    unauthorized,
-)
-from pykatalyst.cluster.store import resource_name
-from pykatalyst.cluster.strategy import grace_seconds
-from pykatalyst.cluster.tables import dig, table, wants_table
-from pykatalyst.cluster.watchstream import WatchStreams
 
 if TYPE_CHECKING:
-    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.apiserver.memory import MemoryCluster
 
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)

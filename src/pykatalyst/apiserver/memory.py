@@ -7,10 +7,10 @@ version with a bounded history (410 Gone past it), selector-filtered watches tha
 finalizers and graceful deletion, and a mutating-then-validating admission chain.
 
 It is built as kube-apiserver's registry is: a generic versioned store
-(`cluster/store.py`, watches in `cluster/watch.py`), a strategy per kind
-(`cluster/strategy.py`, pods in `cluster/pods.py`), the hooks of the writes that reach
-across kinds (`cluster/hooks.py`) and the admission chain
-(`cluster/admission.py`). This module runs the verbs through them. Every object handed
+(`apiserver/store.py`, watches in `apiserver/watch.py`), a strategy per kind
+(`apiserver/strategy.py`, pods in `apiserver/pods.py`), the hooks of the writes that reach
+across kinds (`apiserver/hooks.py`) and the admission chain
+(`apiserver/admission.py`). This module runs the verbs through them. Every object handed
 to a caller is a fresh deep copy.
 """
 
@@ -44,10 +44,27 @@ from pykatalyst.api.names import (
     Kind,
 )
 from pykatalyst.api.timefmt import rfc3339
-from pykatalyst.cluster import hooks, pods, scale
-from pykatalyst.cluster.admission import AdmissionChain, AdmissionPlugin
+from pykatalyst.apiserver import hooks, pods, scale
+from pykatalyst.apiserver.admission import AdmissionChain
+from pykatalyst.apiserver.ingest import bulk_copy, ingest
+from pykatalyst.apiserver.resource_strategy import ResourceClaimStrategy, ResourceSliceStrategy
+from pykatalyst.apiserver.store import KindStore, VersionedStore
+from pykatalyst.apiserver.strategy import (
+    EventStrategy,
+    NamespaceStrategy,
+    PodDisruptionBudgetStrategy,
+    Strategy,
+    bump_generation,
+    check_type,
+    drop_empty_meta,
+    grace_seconds,
+    keep_system_meta,
+    spec_changed,
+    validate_meta,
+)
+from pykatalyst.apiserver.watch import MemoryWatch, with_rv
+from pykatalyst.cluster.admission import AdmissionPlugin
 from pykatalyst.cluster.clock import Clock, VirtualClock
-from pykatalyst.cluster.ingest import bulk_copy, ingest
 from pykatalyst.cluster.patch import (
     PatchError,
     copy_json,
@@ -69,23 +86,7 @@ from pykatalyst.cluster.protocol import (
     binding_body,
     eviction_body,
 )
-from pykatalyst.cluster.resource_strategy import ResourceClaimStrategy, ResourceSliceStrategy
 from pykatalyst.cluster.selectors import parse_field_selector, parse_label_selector
-from pykatalyst.cluster.store import KindStore, VersionedStore
-from pykatalyst.cluster.strategy import (
-    EventStrategy,
-    NamespaceStrategy,
-    PodDisruptionBudgetStrategy,
-    Strategy,
-    bump_generation,
-    check_type,
-    drop_empty_meta,
-    grace_seconds,
-    keep_system_meta,
-    spec_changed,
-    validate_meta,
-)
-from pykatalyst.cluster.watch import MemoryWatch, with_rv
 
 __all__ = ["MemoryCluster", "MemoryWatch", "strategy_for"]
 
@@ -619,7 +620,7 @@ class MemoryCluster:
         """Pods bound to a node are deleted gracefully, as on a real cluster: they keep
         running with deletionTimestamp = now + grace (grace_period_seconds, else
         spec.terminationGracePeriodSeconds) until the kubelet — here a delete with grace
-        0, as `cluster.kubelet.StandInKubelet` sends — removes them. Unbound pods and
+        0, as `apiserver.kubelet.StandInKubelet` sends — removes them. Unbound pods and
         grace 0 delete at once. Objects with finalizers stay, marked, until the last
         finalizer is removed."""
         with self._cond:

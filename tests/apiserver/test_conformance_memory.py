@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
-from tests.cluster.conformance import *  # noqa: F403
-from tests.cluster.conformance import SMALL_HISTORY
+from tests.apiserver.conformance import *  # noqa: F403
+from tests.apiserver.conformance import SMALL_HISTORY
 
 
 @pytest.fixture

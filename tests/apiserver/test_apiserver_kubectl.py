@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from pykatalyst.api.names import CUSTOM_NODE_RESOURCE, DEPLOYMENT, NODE, POD
+from pykatalyst.apiserver.http import kubeconfig_for
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import RealClock
-from pykatalyst.cluster.http import kubeconfig_for
-from pykatalyst.cluster.memory import MemoryCluster
 from pykatalyst.runtime.apiserver import ApiServer
 
 KUBECTL = shutil.which("kubectl")

@@ -2,7 +2,7 @@
 one global resourceVersion, and a bounded history of changes that watches replay from.
 
 It knows nothing of what a kind means: that is each kind's `Strategy`
-(`cluster/strategy.py`). Stored objects are never mutated in place: every write builds a
+(`apiserver/strategy.py`). Stored objects are never mutated in place: every write builds a
 new dict and replaces the old one, so the history and the per-node index share them
 safely."""
 
@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pykatalyst.api.names import Kind
+from pykatalyst.apiserver.scale import ScalePaths, builtin_paths
+from pykatalyst.apiserver.watch import Change, MemoryWatch, with_rv
 from pykatalyst.cluster.protocol import (
     JSON,
     BadRequest,
@@ -24,12 +26,10 @@ from pykatalyst.cluster.protocol import (
     Invalid,
     NotFound,
 )
-from pykatalyst.cluster.scale import ScalePaths, builtin_paths
 from pykatalyst.cluster.selectors import FieldSelector, LabelSelector
-from pykatalyst.cluster.watch import Change, MemoryWatch, with_rv
 
 if TYPE_CHECKING:
-    from pykatalyst.cluster.strategy import Strategy
+    from pykatalyst.apiserver.strategy import Strategy
 
 Key = tuple[str, str]  # (namespace, name)
 

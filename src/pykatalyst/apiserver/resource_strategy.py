@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pykatalyst.cluster.strategy import KindState, Strategy, field_of
+from pykatalyst.apiserver.strategy import KindState, Strategy, field_of
 
 JSON = dict[str, Any]
 MAX_DEVICES = 128

@@ -12,6 +12,7 @@ from typing import Any, Final
 from pykatalyst.api.qos_model import K8S_QOS_RESOURCES, kube_qos_class
 from pykatalyst.api.quantity import Quantity, QuantityError
 from pykatalyst.api.timefmt import rfc3339
+from pykatalyst.apiserver.strategy import KindState, Strategy, field_of, grace_seconds
 from pykatalyst.cluster.protocol import (
     JSON,
     ApiError,
@@ -21,7 +22,6 @@ from pykatalyst.cluster.protocol import (
     TooManyRequests,
 )
 from pykatalyst.cluster.selectors import label_selector_from_dict
-from pykatalyst.cluster.strategy import KindState, Strategy, field_of, grace_seconds
 
 DEFAULT_SCHEDULER: Final = "default-scheduler"
 DEFAULT_TERMINATION_GRACE_SECONDS: Final = 30

@@ -17,7 +17,7 @@ from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.cluster.protocol import JSON, NotFound
 
 if TYPE_CHECKING:
-    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.apiserver.memory import MemoryCluster
 
 
 def human_duration(seconds: float) -> str:

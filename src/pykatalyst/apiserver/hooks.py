@@ -3,7 +3,7 @@ CustomResourceDefinition serves its kind from the moment it is stored (and stops
 it, its objects gone, when removed); a namespace takes its objects with it.
 
 These are the only writes that reach across kinds, so they live here rather than in the
-strategies (`cluster/strategy.py`), which only prepare and validate one object. They run
+strategies (`apiserver/strategy.py`), which only prepare and validate one object. They run
 at the moment kube-apiserver's would: a CRD is checked before it is stored (a bad scale
 path refuses it), and what a removal takes with it goes first, so watchers see a
 namespace's or a CRD's objects deleted before the namespace or the CRD itself.
@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from pykatalyst.api.names import CRD, NAMESPACE
+from pykatalyst.apiserver.store import KindStore, VersionedStore
+from pykatalyst.apiserver.strategy import crd_kind, crd_scale
 from pykatalyst.cluster.protocol import JSON
-from pykatalyst.cluster.store import KindStore, VersionedStore
-from pykatalyst.cluster.strategy import crd_kind, crd_scale
 
 Hook = Callable[[VersionedStore, JSON], None]
 

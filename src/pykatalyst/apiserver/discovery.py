@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Final
 
 from pykatalyst import __version__
 from pykatalyst.api.names import Kind
+from pykatalyst.apiserver.store import resource_name
 from pykatalyst.cluster.protocol import JSON, NotFound
-from pykatalyst.cluster.store import resource_name
 
 if TYPE_CHECKING:
-    from pykatalyst.cluster.memory import MemoryCluster
+    from pykatalyst.apiserver.memory import MemoryCluster
 
 _VERBS: Final = ("create", "delete", "get", "list", "patch", "update", "watch")
 SUBRESOURCES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
