@@ -12,7 +12,7 @@ from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
 from pykatalyst.cluster.clock import VirtualClock
-from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.protocol import Watch
 from pykatalyst.scheduler.config import default_config
 from pykatalyst.scheduler.scheduler import Scheduler
