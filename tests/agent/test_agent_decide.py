@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 from pykatalyst.agent import decide, regions
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.cpu_state import CpuState
-from pykatalyst.agent.factory import Periodic
+from pykatalyst.agent.eviction.stage import StageMemory
+from pykatalyst.agent.eviction.types import EvictionPlan
 from pykatalyst.agent.state import parse_pod
 from pykatalyst.api import names
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
+from tests.agent.test_eviction_agent_scenario import Node as EvictionNode
 
 POOLS = ("share", "share-web", "share-batch")
 
@@ -135,18 +137,15 @@ def test_a_dedicated_pod_is_sized_by_its_main_container() -> None:
 
 
 def test_a_periodic_stage_runs_at_most_once_per_period() -> None:
+    node = EvictionNode()
+    node.stage.period_s = 60
     ran: list[float] = []
-
-    class Inp:
-        def __init__(self, now: float) -> None:
-            self.now = now
-
-    def stage(inp: Inp) -> list[str]:
-        ran.append(inp.now)
-        return ["acted"]
-
-    periodic = Periodic(stage, 60)  # type: ignore[arg-type]
     # A tick a hair short of the period (float drift of a virtual clock) counts as due.
-    out = [periodic(Inp(t)) for t in (0, 30, 60 - 1e-9, 100, 121)]  # type: ignore[arg-type]
+    for t in (0, 30, 60 - 1e-9, 100, 121):
+        node.clock.set(50_000 + t)
+        plan = node.agent.reconcile()
+        if any(isinstance(a, EvictionPlan) for a in plan.eviction_actions):
+            ran.append(t)
+        memory = node.agent.state.stage_memory[0]
+        assert isinstance(memory, StageMemory) and memory.last_run == 50_000 + ran[-1]
     assert ran == [0, 60 - 1e-9, 121]
-    assert [bool(o) for o in out] == [True, False, True, False, True]

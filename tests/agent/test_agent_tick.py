@@ -19,10 +19,11 @@ from pykatalyst.agent.agent import EvictionInput
 from pykatalyst.agent.enforcer import Enforcer, EnforceReport
 from pykatalyst.agent.executor import KnobWriter
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, KnobWrite
+from pykatalyst.agent.plan import StageDecision
 from pykatalyst.agent.tick import decide
 from pykatalyst.api import names
 from tests.agent.test_agent_invariants import step_st
-from tests.agent.test_agent_loop import Node
+from tests.agent.test_agent_loop import FnStage, Node
 
 CONFIGS: list[dict[str, Any]] = [
     {},
@@ -81,13 +82,6 @@ def test_decide_is_pure(
     assert plan.pools == first.plan.pools and plan.pods == first.plan.pods
 
 
-@dataclass(frozen=True)
-class Throttle:
-    """An eviction action that narrows a cgroup's quota before evicting."""
-
-    knob_overrides: Mapping[str, Mapping[Knob, KnobValue]]
-
-
 @dataclass
 class RecordingEnforcer:
     """The real enforcer, with every desired mapping it was handed and every write made."""
@@ -133,11 +127,13 @@ def test_the_executor_writes_exactly_the_plan(
     n.agent._writer = KnobWriter(recorder, False)
     quota = CpuQuota(50_000, 100_000)
 
-    def stage(inp: EvictionInput) -> list[Throttle]:
+    def throttling(inp: EvictionInput) -> StageDecision:
+        """Narrow the first pod's quota (throttling before evicting)."""
         cgroups = sorted(p.cgroup for p in inp.plan.pods if p.cgroup is not None)
-        return [Throttle({cgroups[0]: {Knob.CPU_QUOTA: quota}})] if throttle and cgroups else []
+        overrides = {cgroups[0]: {Knob.CPU_QUOTA: quota}} if throttle and cgroups else {}
+        return StageDecision("throttle", knob_overrides=overrides)
 
-    n.agent.eviction_stages = [stage]
+    n.agent.eviction_stages = [FnStage(throttling)]
     uids: list[str] = []
     for i, (op, kw, load) in enumerate(steps):
         if op == "add" or not uids:
@@ -151,12 +147,12 @@ def test_the_executor_writes_exactly_the_plan(
         recorder.written.clear()
         recorder.failed.clear()
         plan, n.agent.state = n.agent.execute(inputs, decision, state)
-        expected = {cg: dict(k) for cg, k in decision.plan.desired.items()}
-        for action in plan.eviction_actions:
-            for cg, knobs in action.knob_overrides.items():
-                expected[cg] = {**expected.get(cg, {}), **knobs}
-        # the executor hands the enforcer the plan's knobs, eviction overrides applied
-        assert plan.desired == expected
+        # the decision's knobs carry the stage's overrides over the agent's own
+        (throttled,) = decision.evictions
+        for cg, knobs in throttled.knob_overrides.items():
+            assert {k: decision.plan.desired[cg][k] for k in knobs} == knobs
+        # the executor hands the enforcer the decision's knobs
+        assert plan.desired == decision.plan.desired
         assert recorder.handed in ([], [plan.desired])
         # ... and only those are written (a cpuset may be widened on the way), each last
         # to the plan's value unless the write failed

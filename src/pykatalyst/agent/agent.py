@@ -9,12 +9,14 @@ the value one tick leaves the next; the agent keeps the current one and swaps it
 executing the decision. The decision holds every knob the tick wants, the network's classid
 knobs included, and the egress shape; executing applies the shape when it changed.
 
-Eviction plugs in after the plan is made and before it is enforced: each
-`EvictionStage` is called with an `EvictionInput` (the plan, the pods, the metrics, the
-sample) and returns the actions it took or would take; they are recorded in the plan.
-Stages run in order, every tick; a stage that raises is reported and skipped, never
-stopping the loop. An action with a `knob_overrides` mapping (cgroup -> {Knob: value})
-changes this tick's desired knobs before they are enforced, so a stage can throttle
+Eviction plugs in after the plan is made and before it is enforced, in the same three
+parts: each `EvictionStage` reads in `gather` (its config, the CNR), decides in `decide`
+on an `EvictionInput` (the plan, the pods, the metrics, the sample) from the memory its
+last decision left in the `AgentState`, and the executor performs the decision
+(`stage.act`: evictions, taints, Events); the decided and performed actions are recorded
+in the plan. Stages run in order, every tick; a stage that raises is reported and
+skipped, never stopping the loop. A decision's `knob_overrides` (cgroup -> {Knob: value})
+change this tick's desired knobs before they are enforced, so a stage can throttle
 (shrink a quota, a limit) before it evicts.
 
 The loop keeps its per-tick work small: pods are parsed once per resourceVersion, cgroups
@@ -323,18 +325,32 @@ class Agent:
             guaranteed_root=isolation.guaranteed_root(self.host) if protect else None,
             spd_targets=self._spd_targets(now, valid),
             reclaim_off=self._reclaim_off(now, valid),
+            stages=tuple(self.eviction_stages),
+            stage_reads=tuple(self._stage_reads(now, view)),
+            nics=nic.allocatable_by_nic(self._nic_report) if self.nics is not None else None,
         )
+
+    def _stage_reads(self, now: float, view: NodeView) -> list[object]:
+        """What each eviction stage reads for its decision (the error, when reading failed:
+        the stage is then reported and skipped)."""
+        out: list[object] = []
+        for stage in self.eviction_stages:
+            try:
+                out.append(stage.gather(now, view))
+            except Exception as exc:  # a broken stage must not stop the loop
+                out.append(exc)
+        return out
 
     def execute(
         self, inp: TickInputs, d: Decision, state: AgentState
     ) -> tuple[AgentPlan, AgentState]:
-        """Run the eviction stages on the plan, enforce its knobs, report, send Events; the
-        plan as executed, and `state` with the Events it sent."""
+        """Perform the eviction stages' decisions, enforce the plan's knobs, report, send
+        Events; the plan as executed, and `state` with the Events it sent."""
         plan = d.plan
         notes = Notes(plan.warnings, plan.events, state.events_sent)
         self._save_cpu_state(state.placement, notes.warnings)
-        desired = dict(plan.desired)  # eviction overrides may narrow this tick's knobs
-        actions = self._evict(inp, d, desired, notes.warnings)
+        desired = dict(plan.desired)
+        actions = self._evict(inp, d, notes.warnings)
         net_terms = self._shape(d, notes)
         enforce_terms = self._enforce(inp, desired, notes)
         enforce_terms["network"] = net_terms
@@ -523,28 +539,16 @@ class Agent:
 
     # --- executing ------------------------------------------------------------------------
 
-    def _evict(
-        self,
-        inp: TickInputs,
-        d: Decision,
-        desired: dict[str, Mapping[Knob, KnobValue]],
-        warnings: list[str],
-    ) -> list[Any]:
-        """Run the eviction stages in order; a stage that raises is reported and skipped.
-        An action's `knob_overrides` (throttling before evicting) narrow this tick's knobs."""
-        actions: list[Any] = []
-        if not self.eviction_stages:
-            return actions
-        nics = nic.allocatable_by_nic(self._nic_report) if self.nics is not None else None
-        stage_input = EvictionInput(
-            inp.now, d.plan, d.valid, self.metrics, inp.sample, node=inp.node, nics=nics
-        )
-        for stage in self.eviction_stages:
+    def _evict(self, inp: TickInputs, d: Decision, warnings: list[str]) -> list[object]:
+        """Perform each stage's decision, in order: its decided actions, then what it did;
+        a stage that raises is reported and skipped."""
+        actions: list[object] = []
+        for stage, decision in zip(inp.stages, d.evictions, strict=True):
+            actions.extend(decision.actions)
             try:
-                actions.extend(stage(stage_input))
+                actions.extend(stage.act(decision))
             except Exception as exc:  # a broken stage must not stop the loop
-                warnings.append(f"eviction stage {getattr(stage, '__name__', stage)}: {exc}")
-        desired.update(ticks.with_overrides(desired, actions))
+                warnings.append(f"eviction stage {stage.name}: {exc}")
         return actions
 
     def _enforce(

@@ -12,9 +12,9 @@ pods, the metrics and the sample, and the same `NodeView` the agent read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pykatalyst.agent.advisor import HeadroomSmoother, RegulatorState
 from pykatalyst.agent.config import AgentConfig, ReporterConfig
@@ -23,7 +23,7 @@ from pykatalyst.agent.host.base import HostSample, Knob, KnobValue, PodCgroup
 from pykatalyst.agent.kubelet_cpu import KubeletCpuPolicy, KubeletPins
 from pykatalyst.agent.metrics import MetricStore
 from pykatalyst.agent.node_state import NodeView
-from pykatalyst.agent.plan import AgentPlan, PlanEvent, PodPlan
+from pykatalyst.agent.plan import AgentPlan, PlanEvent, PodPlan, StageDecision
 from pykatalyst.agent.rama import PIDState
 from pykatalyst.agent.regions import IsolationState
 from pykatalyst.agent.state import ContainerCgroups, PodSpec
@@ -94,6 +94,12 @@ class TickInputs:
     # Pods that lend nothing to reclaimed pods under their SPD (uid -> the rule): counted
     # at their requests, not their usage (a Poor business level, or a baseline pod).
     reclaim_off: Mapping[str, str] = field(default_factory=dict)
+    # The eviction stages, and what each read this tick (the exception it raised reading)
+    stages: tuple[EvictionStage, ...] = ()
+    stage_reads: tuple[object, ...] = ()
+    # the NIC zones the agent last reported: identifier -> allocatable net_bandwidth (Mbps),
+    # None where a zone has none; None when the agent reads no NICs
+    nics: Mapping[str, int | None] | None = None
 
     def cgroups_of(self, s: PodSpec) -> ContainerCgroups:
         """The pod's cgroups, its containers' by name."""
@@ -151,6 +157,8 @@ class AgentState:
     events_sent: frozenset[tuple[str, str, str]] = frozenset()
     dropped_at: Mapping[str, float] = field(default_factory=dict)
     plans: Mapping[str, PlanCacheEntry] = field(default_factory=dict)
+    # what each eviction stage's last decision left the next (by the stage's place)
+    stage_memory: tuple[object, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,4 +178,19 @@ class EvictionInput:
     nics: Mapping[str, int | None] | None = None
 
 
-EvictionStage = Callable[[EvictionInput], Sequence[Any]]
+class EvictionStage(Protocol):
+    """An eviction stage of the agent's loop: `gather` reads (in the agent's gather),
+    `decide` is pure (in `decide`, after the plan is made; `memory` is what its last
+    decision returned, None at first), `act` performs the decision (in the executor) and
+    returns what it did, recorded after the decision's actions."""
+
+    @property
+    def name(self) -> str: ...
+
+    def gather(self, now: float, node: NodeView | None) -> object: ...
+
+    def decide(
+        self, inp: EvictionInput, reads: object, memory: object
+    ) -> tuple[StageDecision, object]: ...
+
+    def act(self, decision: StageDecision) -> tuple[object, ...]: ...

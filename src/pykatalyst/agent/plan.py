@@ -231,3 +231,16 @@ def _action_json(action: Any) -> Any:
     if callable(to_json):
         return to_json()
     return repr(action)
+
+
+@dataclass(frozen=True, slots=True)
+class StageDecision:
+    """What one eviction stage decided for a tick: `actions` recorded in the plan
+    (`AgentPlan.eviction_actions`), `knob_overrides` (cgroup -> {Knob: value}) narrowing
+    this tick's knobs (throttling before evicting), and the stage's own `plan` for its
+    `act` to perform (the manager's `EvictionPlan`: evictions, taints, Events)."""
+
+    stage: str
+    actions: tuple[object, ...] = ()
+    knob_overrides: Mapping[str, Mapping[Knob, KnobValue]] = field(default_factory=dict)
+    plan: object = None

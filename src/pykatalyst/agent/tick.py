@@ -6,12 +6,16 @@ what regions can spare (`sizing.borrow`), works out the reclaimed figures
 (`headroom.headroom`) and every managed pod's cgroup knobs (cpusets, reclaimed pods'
 cpu.idle and memory limit, then memory and disk I/O isolation), and the egress QoS plan
 (`net_policy.decide`: the device's shape, the pods' classid knobs merged into the desired
-ones). It reads nothing but its arguments and changes none of them: the state it returns
+ones). Then each eviction stage decides on that plan (`EvictionStage.decide`, from the
+memory its last decision left in the state): the evictions, taints and Events it wants
+performed, and the knob overrides (throttling before evicting) merged into the desired
+knobs. It reads nothing but its arguments and changes none of them: the state it returns
 is a new value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,8 +32,13 @@ from pykatalyst.agent import decide as steps
 from pykatalyst.agent.advisor import RegulatorState
 from pykatalyst.agent.cpu_policy import Layout
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, PodCgroup
-from pykatalyst.agent.inputs import AgentState, PlanCacheEntry, TickInputs
-from pykatalyst.agent.plan import AgentPlan, ContainerPlan, PlanEvent, PodPlan
+from pykatalyst.agent.inputs import (
+    AgentState,
+    EvictionInput,
+    PlanCacheEntry,
+    TickInputs,
+)
+from pykatalyst.agent.plan import AgentPlan, ContainerPlan, PlanEvent, PodPlan, StageDecision
 from pykatalyst.agent.state import PodSpec
 from pykatalyst.api import names
 from pykatalyst.topology.cpuset import CPUSet
@@ -45,14 +54,16 @@ Desired = dict[str, dict[Knob, KnobValue]]
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What `decide` made of one tick's inputs: the plan before eviction and enforcement
-    (its `desired` knobs include the network's), the layout and managed pods the executor
-    reports from, and the egress plan whose shape the executor applies."""
+    """What `decide` made of one tick's inputs: the plan before enforcement (its `desired`
+    knobs include the network's and the eviction stages' overrides), the layout and
+    managed pods the executor reports from, the egress plan whose shape the executor
+    applies, and each eviction stage's decision for the executor to perform."""
 
     plan: AgentPlan
     layout: Layout
     valid: Mapping[str, PodSpec]
     net: net_policy.NetPlan
+    evictions: tuple[StageDecision, ...] = ()
 
 
 class Notes:
@@ -136,7 +147,43 @@ def decide(inp: TickInputs, state: AgentState) -> tuple[Decision, AgentState]:
         dropped_at=dict(iso.dropped_at),
         plans=plans,
     )
-    return Decision(plan, lay, valid, net), new
+    evictions, memory, failures = evict(inp, state, plan, valid)
+    plan = dataclasses.replace(
+        plan,
+        desired=with_overrides(desired, evictions),
+        warnings=(*plan.warnings, *failures),
+    )
+    new = dataclasses.replace(new, stage_memory=memory)
+    return Decision(plan, lay, valid, net, evictions), new
+
+
+def evict(
+    inp: TickInputs, state: AgentState, plan: AgentPlan, valid: Mapping[str, PodSpec]
+) -> tuple[tuple[StageDecision, ...], tuple[object, ...], tuple[str, ...]]:
+    """Each eviction stage's decision on the plan, in order, and the memory it leaves; a
+    stage that failed to read or to decide is reported (the warnings) and skipped, its
+    memory kept."""
+    if not inp.stages:
+        return (), (), ()
+    stage_input = EvictionInput(
+        inp.now, plan, valid, inp.metrics, inp.sample, node=inp.node, nics=inp.nics
+    )
+    decisions: list[StageDecision] = []
+    memory: list[object] = []
+    failures: list[str] = []
+    for i, stage in enumerate(inp.stages):
+        held = state.stage_memory[i] if i < len(state.stage_memory) else None
+        reads = inp.stage_reads[i] if i < len(inp.stage_reads) else None
+        try:
+            if isinstance(reads, Exception):
+                raise reads
+            decision, held = stage.decide(stage_input, reads, held)
+        except Exception as exc:  # a broken stage must not stop the loop
+            failures.append(f"eviction stage {stage.name}: {exc}")
+            decision = StageDecision(stage.name)
+        decisions.append(decision)
+        memory.append(held)
+    return tuple(decisions), tuple(memory), tuple(failures)
 
 
 def network(inp: TickInputs, valid: Mapping[str, PodSpec]) -> net_policy.NetPlan:
@@ -161,16 +208,14 @@ def nic_hold(s: PodSpec) -> tuple[int, str]:
 
 
 def with_overrides(
-    desired: Mapping[str, Mapping[Knob, KnobValue]], actions: Sequence[object]
+    desired: Mapping[str, Mapping[Knob, KnobValue]], decisions: Sequence[StageDecision]
 ) -> dict[str, Mapping[Knob, KnobValue]]:
-    """`desired` narrowed by the eviction actions' `knob_overrides` (cgroup -> {Knob:
-    value}: throttling before evicting), in the actions' order; `desired` is untouched."""
+    """`desired` narrowed by the eviction stages' `knob_overrides` (cgroup -> {Knob:
+    value}: throttling before evicting), in the stages' order; `desired` is untouched."""
     out = dict(desired)
-    for action in actions:
-        overrides = getattr(action, "knob_overrides", None)
-        if isinstance(overrides, Mapping):
-            for cgroup, knobs in overrides.items():
-                out[cgroup] = {**out.get(cgroup, {}), **knobs}
+    for decision in decisions:
+        for cgroup, knobs in decision.knob_overrides.items():
+            out[cgroup] = {**out.get(cgroup, {}), **knobs}
     return out
 
 
