@@ -33,14 +33,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pykatalyst.agent import cpu_state, gpu, isolation, kubelet_cpu, nic, publish
+from pykatalyst.agent import cpu_state, gpu, isolation, kubelet_cpu, nic
 from pykatalyst.agent import decide as steps
 from pykatalyst.agent import tick as ticks
 from pykatalyst.agent.config import AgentConfig, reclaim_setting
 from pykatalyst.agent.dra import holds as dra_holds
 from pykatalyst.agent.dynamic_config import AgentSettings
 from pykatalyst.agent.executor import KnobEnforcer, KnobWriter
-from pykatalyst.agent.headroom import native_demand
 from pykatalyst.agent.host.base import Host, Knob, KnobValue, NetShape, PodCgroup
 from pykatalyst.agent.host.devices import DeviceSource, DeviceUnavailable
 from pykatalyst.agent.host.kubelet import KubeletDevicesView, KubeletUnavailable, KubeletView
@@ -49,18 +48,21 @@ from pykatalyst.agent.inputs import (
     AgentState,
     EvictionInput,
     EvictionStage,
+    GpuReport,
+    NicReport,
     NodeFacts,
     TickInputs,
+    Zones,
     smoother,
 )
 from pykatalyst.agent.metrics import MetricStore
 from pykatalyst.agent.node_state import NodeState, NodeView
+from pykatalyst.agent.plan import UNMANAGED as UNMANAGED
 from pykatalyst.agent.plan import AgentPlan, PlanEvent
 from pykatalyst.agent.rama import spd_targets
 from pykatalyst.agent.reporter import Reporter
 from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
-from pykatalyst.agent.tick import UNMANAGED as UNMANAGED
-from pykatalyst.agent.tick import Decision, Notes
+from pykatalyst.agent.tick import Notes
 from pykatalyst.api import config_fields, names
 from pykatalyst.api import spd as spd_api
 from pykatalyst.cluster.clock import Clock, is_due
@@ -70,7 +72,7 @@ from pykatalyst.cluster.skips import Skip, skip_reason
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
-__all__ = ["Agent", "AgentState", "Decision", "EvictionInput", "EvictionStage", "KnobEnforcer"]
+__all__ = ["Agent", "AgentState", "EvictionInput", "EvictionStage", "KnobEnforcer"]
 
 log = logging.getLogger("pykatalyst.agent")
 
@@ -274,13 +276,13 @@ class Agent:
         """One tick: gather the inputs, decide the plan, execute it."""
         now = self.clock.now() if now is None else now
         inputs = self.gather(now)
-        decision, state = self.decide(inputs)
-        plan, self.state = self.execute(inputs, decision, state)
+        decided, state = self.decide(inputs)
+        plan, self.state = self.execute(inputs, decided, state)
         return plan
 
     def decide(
         self, inputs: TickInputs, state: AgentState | None = None
-    ) -> tuple[Decision, AgentState]:
+    ) -> tuple[AgentPlan, AgentState]:
         """The tick's plan and next state from `inputs` and `state` (the agent's own by
         default), changing neither (`tick.decide`)."""
         return ticks.decide(inputs, self.state if state is None else state)
@@ -327,7 +329,10 @@ class Agent:
             reclaim_off=self._reclaim_off(now, valid),
             stages=tuple(self.eviction_stages),
             stage_reads=tuple(self._stage_reads(now, view)),
+            # the eviction stages see the NIC zones last reported, before this tick's read
             nics=nic.allocatable_by_nic(self._nic_report) if self.nics is not None else None,
+            gpus=self._gpus() if self.publish and self.devices is not None else None,
+            nic_zones=self._nic_zones() if self.publish and self.nics is not None else None,
         )
 
     def _stage_reads(self, now: float, view: NodeView) -> list[object]:
@@ -342,19 +347,18 @@ class Agent:
         return out
 
     def execute(
-        self, inp: TickInputs, d: Decision, state: AgentState
+        self, inp: TickInputs, plan: AgentPlan, state: AgentState
     ) -> tuple[AgentPlan, AgentState]:
-        """Perform the eviction stages' decisions, enforce the plan's knobs, report, send
-        Events; the plan as executed, and `state` with the Events it sent."""
-        plan = d.plan
+        """Perform the plan: the eviction stages' decisions, the egress shape, the knobs,
+        the CNR status, the Events; the plan as executed (what each part did), and
+        `state` with the Events it sent."""
         notes = Notes(plan.warnings, plan.events, state.events_sent)
         self._save_cpu_state(state.placement, notes.warnings)
-        desired = dict(plan.desired)
-        actions = self._evict(inp, d, notes.warnings)
-        net_terms = self._shape(d, notes)
-        enforce_terms = self._enforce(inp, desired, notes)
+        actions = self._evict(inp, plan, notes.warnings)
+        net_terms = self._shape(inp, plan, notes)
+        enforce_terms = self._enforce(inp, plan.desired, notes)
         enforce_terms["network"] = net_terms
-        report_terms = self._report(inp, d, state)
+        report_terms = self._report(inp, plan)
         sent = self._emit_events(notes, inp.now)
         plan = dataclasses.replace(
             plan,
@@ -362,7 +366,6 @@ class Agent:
             events=tuple(notes.events),
             eviction_actions=tuple(actions),
             enforce=enforce_terms,
-            desired=desired,
             report=report_terms,
             config=dict(self.config_status),
         )
@@ -539,11 +542,11 @@ class Agent:
 
     # --- executing ------------------------------------------------------------------------
 
-    def _evict(self, inp: TickInputs, d: Decision, warnings: list[str]) -> list[object]:
+    def _evict(self, inp: TickInputs, plan: AgentPlan, warnings: list[str]) -> list[object]:
         """Perform each stage's decision, in order: its decided actions, then what it did;
         a stage that raises is reported and skipped."""
         actions: list[object] = []
-        for stage, decision in zip(inp.stages, d.evictions, strict=True):
+        for stage, decision in zip(inp.stages, plan.evictions, strict=True):
             actions.extend(decision.actions)
             try:
                 actions.extend(stage.act(decision))
@@ -552,7 +555,7 @@ class Agent:
         return actions
 
     def _enforce(
-        self, inp: TickInputs, desired: dict[str, Mapping[Knob, KnobValue]], notes: Notes
+        self, inp: TickInputs, desired: Mapping[str, Mapping[Knob, KnobValue]], notes: Notes
     ) -> dict[str, Any]:
         outcome = self._writer.apply(inp.now, desired, self.config.resync_s)
         if outcome.vanished:
@@ -568,10 +571,12 @@ class Agent:
         notes.warnings.extend(outcome.notes)
         return outcome.terms
 
-    def _shape(self, d: Decision, notes: Notes) -> dict[str, Any]:
+    def _shape(self, inp: TickInputs, plan: AgentPlan, notes: Notes) -> dict[str, Any]:
         """Apply the egress plan's device shape when it differs from the one applied; each
         bandwidth pod told (an Event) what it is given once its shape is in force."""
-        net = d.net
+        net = plan.net
+        if net is None:
+            return {}
         if net.shape is None and self._net_shape is None:
             return dict(net.terms)
         terms = dict(net.terms)
@@ -584,27 +589,21 @@ class Agent:
                 notes.warnings.append(f"network shaping: {result.error}")
             self._net_error = result.error
         if net.shape is not None and net.shape == self._net_shape:
-            _bandwidth_events(net.terms, d.valid, notes)
+            _bandwidth_events(net.terms, inp.specs, notes)
         return terms
 
-    def _report(self, inp: TickInputs, d: Decision, state: AgentState) -> dict[str, Any]:
-        if not self.publish:
+    def _report(self, inp: TickInputs, plan: AgentPlan) -> dict[str, Any]:
+        """Publish the plan's CNR status, node extended resources and overcommit advice."""
+        if not self.publish or plan.cnr is None:
             return {"state": "not published (dry run)" if self.dry_run else "not published"}
-        report, terms = publish.report_input(inp, d.layout, d.valid, d.plan, state.steps)
-        if self.devices is not None:
-            zones, props, terms["gpus"] = self._gpus()
-            report = dataclasses.replace(report, gpu_zones=zones, resource_properties=props)
-        if self.nics is not None:
-            nic_zones, terms["nics"] = self._nic_zones()
-            report = dataclasses.replace(report, nic_zones=nic_zones)
-        out = self.reporter.report(report, inp.now)
+        out = self.reporter.report(plan.cnr, inp.now)
         out["overcommit"] = self.reporter.publish_overcommit(
-            native_demand(inp, d.valid), self.config.overcommit, inp.now
+            plan.native_demand or {}, self.config.overcommit, inp.now
         )
-        out.update(terms)
+        out.update(plan.cnr_terms)
         return out
 
-    def _gpus(self) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]], str]:
+    def _gpus(self) -> GpuReport:
         """The GPU zones and spec properties to report, and how they were read: the last
         good ones while the cards cannot be read; capacity only while the kubelet cannot
         say who holds them."""
@@ -634,7 +633,7 @@ class Agent:
             note = f"cards unreadable, last report kept: {exc}"
         return self._gpu_report[0], self._gpu_report[1], note
 
-    def _nic_zones(self) -> tuple[dict[int, list[dict[str, Any]]], str]:
+    def _nic_zones(self) -> NicReport:
         """The NIC zones to report and how they were read (the last good ones while the
         NICs cannot be read)."""
         assert self.nics is not None
@@ -652,7 +651,7 @@ class Agent:
             self._nic_report = self._with_claimed_nics(self._nic_report)
         return self._nic_report, "NICs and holds read"
 
-    def _with_claimed_nics(self, zones: dict[int, list[dict[str, Any]]]) -> Any:
+    def _with_claimed_nics(self, zones: Zones) -> Zones:
         """The NIC zones with the pods holding a NIC through a DRA claim."""
         assert self._device_view is not None and self.nics is not None
         try:

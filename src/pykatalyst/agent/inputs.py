@@ -31,6 +31,10 @@ from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
 NO_CGROUPS = ContainerCgroups(None, {})
+# CNR zones by NUMA node; the GPU report adds the cards' spec properties; each with a note
+Zones = dict[int, list[dict[str, Any]]]
+GpuReport = tuple[Zones, list[dict[str, Any]], str]
+NicReport = tuple[Zones, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,10 @@ class TickInputs:
     # the NIC zones the agent last reported: identifier -> allocatable net_bandwidth (Mbps),
     # None where a zone has none; None when the agent reads no NICs
     nics: Mapping[str, int | None] | None = None
+    # the GPU zones, spec properties and how they were read, and the NIC zones and how,
+    # for the CNR (None when the agent reads no such devices or publishes nothing)
+    gpus: GpuReport | None = None
+    nic_zones: NicReport | None = None
 
     def cgroups_of(self, s: PodSpec) -> ContainerCgroups:
         """The pod's cgroups, its containers' by name."""
@@ -176,6 +184,10 @@ class EvictionInput:
     # the NIC zones the agent reports: identifier -> allocatable net_bandwidth (Mbps), None
     # where a zone has none; None when the agent reads no NICs
     nics: Mapping[str, int | None] | None = None
+    # the GPU zones, spec properties and how they were read, and the NIC zones and how,
+    # for the CNR (None when the agent reads no such devices or publishes nothing)
+    gpus: GpuReport | None = None
+    nic_zones: NicReport | None = None
 
 
 class EvictionStage(Protocol):

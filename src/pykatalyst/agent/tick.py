@@ -1,4 +1,4 @@
-"""The agent's decision for one tick: `decide(inputs, state) -> (Decision, state)`, pure.
+"""The agent's decision for one tick: `decide(inputs, state) -> (plan, state)`, pure.
 
 From the gathered `TickInputs` and the `AgentState` the last tick left, it lays the machine
 out, sizes the share pools (`sizing.advise`), cuts their cpusets, lends the reclaim pool
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from pykatalyst.agent import (
     cpu_state,
@@ -26,6 +25,7 @@ from pykatalyst.agent import (
     kubelet_cpu,
     memory_policy,
     net_policy,
+    publish,
     sizing,
 )
 from pykatalyst.agent import decide as steps
@@ -38,32 +38,24 @@ from pykatalyst.agent.inputs import (
     PlanCacheEntry,
     TickInputs,
 )
-from pykatalyst.agent.plan import AgentPlan, ContainerPlan, PlanEvent, PodPlan, StageDecision
+from pykatalyst.agent.plan import (
+    UNMANAGED,
+    AgentPlan,
+    ContainerPlan,
+    PlanEvent,
+    PodPlan,
+    StageDecision,
+)
 from pykatalyst.agent.state import PodSpec
 from pykatalyst.api import names
 from pykatalyst.topology.cpuset import CPUSet
 
-UNMANAGED = "(unmanaged)"
 OOM_PRIORITY_IGNORED = (
     "oom_priority is not applied on this node: the agent's memory_advisor.oom_priority is "
     "off, so the kernel's OOM killer follows the kubelet's QoS-class oom_score_adj"
 )
 
 Desired = dict[str, dict[Knob, KnobValue]]
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What `decide` made of one tick's inputs: the plan before enforcement (its `desired`
-    knobs include the network's and the eviction stages' overrides), the layout and
-    managed pods the executor reports from, the egress plan whose shape the executor
-    applies, and each eviction stage's decision for the executor to perform."""
-
-    plan: AgentPlan
-    layout: Layout
-    valid: Mapping[str, PodSpec]
-    net: net_policy.NetPlan
-    evictions: tuple[StageDecision, ...] = ()
 
 
 class Notes:
@@ -88,9 +80,10 @@ class Notes:
         self.events.append(PlanEvent(names.POD.kind, s.key, reason, message, type_))
 
 
-def decide(inp: TickInputs, state: AgentState) -> tuple[Decision, AgentState]:
-    """The tick's plan (layout, pool sizes, cpusets, reclaimed figures, pod knobs) and the
-    state it leaves for the next tick."""
+def decide(inp: TickInputs, state: AgentState) -> tuple[AgentPlan, AgentState]:
+    """The tick's whole plan (layout, pool sizes, cpusets, reclaimed figures, pod knobs,
+    memory, I/O and egress plans, the eviction stages' decisions, the CNR status to
+    publish) and the state it leaves for the next tick."""
     notes = Notes(inp.warnings, inp.events, state.events_sent)
     valid = steps.classify(inp.specs)
     pod_events(inp, notes)
@@ -131,6 +124,7 @@ def decide(inp: TickInputs, state: AgentState) -> tuple[Decision, AgentState]:
         config=dict(inp.config_status),
         memory=iso.memory,
         io=iso.io,
+        net=net,
     )
     new = AgentState(
         placement=cpu_state.CpuState(lay.dedicated, lay.snb, alloc.pools),
@@ -147,14 +141,48 @@ def decide(inp: TickInputs, state: AgentState) -> tuple[Decision, AgentState]:
         dropped_at=dict(iso.dropped_at),
         plans=plans,
     )
+    return _with_evictions(inp, state, _with_report(inp, lay, valid, plan, new), new, valid)
+
+
+def _with_report(
+    inp: TickInputs,
+    lay: Layout,
+    valid: Mapping[str, PodSpec],
+    plan: AgentPlan,
+    new: AgentState,
+) -> AgentPlan:
+    """The plan with the CNR status and node extended resources to publish (with the GPU
+    and NIC zones gathered), and the pods' native demand for the overcommit advice."""
+    cnr, terms = publish.report_input(inp, lay, valid, plan, new.steps)
+    if inp.gpus is not None:
+        zones, props, terms["gpus"] = inp.gpus
+        cnr = dataclasses.replace(cnr, gpu_zones=zones, resource_properties=props)
+    if inp.nic_zones is not None:
+        nic_zones, terms["nics"] = inp.nic_zones
+        cnr = dataclasses.replace(cnr, nic_zones=nic_zones)
+    demand = headroom.native_demand(inp, valid) if inp.config.overcommit.enabled else None
+    return dataclasses.replace(plan, cnr=cnr, cnr_terms=terms, native_demand=demand)
+
+
+def _with_evictions(
+    inp: TickInputs,
+    state: AgentState,
+    plan: AgentPlan,
+    new: AgentState,
+    valid: Mapping[str, PodSpec],
+) -> tuple[AgentPlan, AgentState]:
+    """The plan with the eviction stages' decisions, their knob overrides merged into
+    the desired knobs; the state with the memory they leave."""
     evictions, memory, failures = evict(inp, state, plan, valid)
+    if not inp.stages:
+        return plan, new
     plan = dataclasses.replace(
         plan,
-        desired=with_overrides(desired, evictions),
+        desired=with_overrides(plan.desired, evictions),
         warnings=(*plan.warnings, *failures),
+        evictions=evictions,
     )
-    new = dataclasses.replace(new, stage_memory=memory)
-    return Decision(plan, lay, valid, net, evictions), new
+    return plan, dataclasses.replace(new, stage_memory=memory)
 
 
 def evict(
