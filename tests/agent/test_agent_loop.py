@@ -11,7 +11,7 @@ import pytest
 from pykatalyst.agent.agent import UNMANAGED, Agent, EvictionInput
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import CpuQuota, Knob
-from pykatalyst.agent.node_state import NodeView
+from pykatalyst.agent.node_watch import NodeView
 from pykatalyst.agent.plan import AgentPlan, StageDecision
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import VirtualClock

@@ -8,7 +8,7 @@ from typing import Any
 from pykatalyst.agent.eviction.stage import StageReads
 from pykatalyst.agent.eviction.types import EvictionSnapshot, PodInfo, pod_info
 from pykatalyst.agent.inputs import EvictionInput
-from pykatalyst.agent.state import ParsedPods
+from pykatalyst.agent.pods import ParsedPods
 from pykatalyst.api import names
 from tests.agent.test_eviction_agent_scenario import Node
 

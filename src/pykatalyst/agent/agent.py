@@ -4,7 +4,7 @@
 on a real clock, tests and the simulator on a virtual one. Everything the loop learns from
 the machine comes through the `Host`; everything it writes to cgroups goes through the
 enforcer; everything it tells the cluster goes through the `Cluster` protocol. Deciding is
-pure (`agent/tick.py`): `decide(inputs, state) -> (decision, state)`, where the state is
+pure (`agent/decide.py`): `decide(inputs, state) -> (decision, state)`, where the state is
 the value one tick leaves the next; the agent keeps the current one and swaps it after
 executing the decision. The decision holds every knob the tick wants, the network's classid
 knobs included, and the egress shape; executing applies the shape when it changed.
@@ -33,10 +33,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pykatalyst.agent import cpu_state, gpu, isolation, kubelet_cpu, nic
-from pykatalyst.agent import decide as steps
-from pykatalyst.agent import tick as ticks
+from pykatalyst.agent import cpu_layout as steps
+from pykatalyst.agent import cpu_placement, gpu, isolation, kubelet_cpu, nic
+from pykatalyst.agent import decide as deciding
 from pykatalyst.agent.config import AgentConfig, reclaim_setting
+from pykatalyst.agent.decide import Notes
 from pykatalyst.agent.dra import holds as dra_holds
 from pykatalyst.agent.dynamic_config import AgentSettings
 from pykatalyst.agent.executor import KnobEnforcer, KnobWriter
@@ -56,13 +57,12 @@ from pykatalyst.agent.inputs import (
     smoother,
 )
 from pykatalyst.agent.metrics import MetricStore
-from pykatalyst.agent.node_state import NodeState, NodeView
+from pykatalyst.agent.node_watch import NodeState, NodeView
 from pykatalyst.agent.plan import UNMANAGED as UNMANAGED
 from pykatalyst.agent.plan import AgentPlan, PlanEvent
+from pykatalyst.agent.pods import ContainerCgroups, PodCache, PodSpec, match_cgroups
 from pykatalyst.agent.rama import spd_targets
 from pykatalyst.agent.reporter import Reporter
-from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
-from pykatalyst.agent.tick import Notes
 from pykatalyst.api import config_fields, names
 from pykatalyst.api import spd as spd_api
 from pykatalyst.cluster.clock import Clock, is_due
@@ -141,7 +141,7 @@ class Agent:
         self._nic_report: dict[int, list[dict[str, Any]]] = {}
         self.cpu_state_error: str | None = None
         self._cpu_rebuild = True  # until a checkpoint says where pods are
-        self._cpu_checkpoint = cpu_state.checkpoint_for(
+        self._cpu_checkpoint = cpu_placement.checkpoint_for(
             self.base_config.cpu_state_path,
             node_name,
             self.topology,
@@ -176,7 +176,7 @@ class Agent:
         return self.settings.status
 
     @property
-    def placement(self) -> cpu_state.CpuState:
+    def placement(self) -> cpu_placement.CpuState:
         """Where dedicated, NUMA-bound and pooled pods run now."""
         return self.state.placement
 
@@ -217,7 +217,7 @@ class Agent:
             return
         try:
             state = ck.load()
-        except cpu_state.CpuStateError as exc:
+        except cpu_placement.CpuStateError as exc:
             self.cpu_state_error = f"{ck.path}: {exc}"
             log.warning(
                 "cpu state checkpoint %s refused: %s; rebuilding the placement from the "
@@ -248,9 +248,9 @@ class Agent:
                 dedicated[s.uid] = (cpus, s.qos.numa_exclusive)
             else:
                 snb[s.uid] = cpus
-        state = cpu_state.from_cgroups(self.topology, dedicated, snb)
+        state = cpu_placement.from_cgroups(self.topology, dedicated, snb)
         held = self.state.placement
-        placement = cpu_state.CpuState(
+        placement = cpu_placement.CpuState(
             {**state.dedicated, **held.dedicated}, {**state.snb, **held.snb}, held.pools
         )
         self.state = dataclasses.replace(self.state, placement=placement)
@@ -261,7 +261,7 @@ class Agent:
                 len(state.snb),
             )
 
-    def _save_cpu_state(self, placement: cpu_state.CpuState, warnings: list[str]) -> None:
+    def _save_cpu_state(self, placement: cpu_placement.CpuState, warnings: list[str]) -> None:
         ck = self._cpu_checkpoint
         if ck is None or self.dry_run:
             return
@@ -285,7 +285,7 @@ class Agent:
     ) -> tuple[AgentPlan, AgentState]:
         """The tick's plan and next state from `inputs` and `state` (the agent's own by
         default), changing neither (`tick.decide`)."""
-        return ticks.decide(inputs, self.state if state is None else state)
+        return deciding.decide(inputs, self.state if state is None else state)
 
     def gather(self, now: float) -> TickInputs:
         """Read the node's pods and config (one holder), the cgroups, one sample, the
@@ -638,7 +638,7 @@ class Agent:
         NICs cannot be read)."""
         assert self.nics is not None
         pods = [
-            nic.BandwidthPod(s.namespace, s.name, s.uid, *ticks.nic_hold(s), _vf_hold(s))
+            nic.BandwidthPod(s.namespace, s.name, s.uid, *deciding.nic_hold(s), _vf_hold(s))
             for s in self._specs.values()
         ]
         try:

@@ -20,7 +20,7 @@ from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.host.devices import DeviceSource
 from pykatalyst.agent.host.kubelet import KubeletDevicesView, KubeletView
 from pykatalyst.agent.host.nics import NicSource
-from pykatalyst.agent.node_state import NodeState
+from pykatalyst.agent.node_watch import NodeState
 from pykatalyst.api import names
 from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.events import EventRecorder

@@ -5,7 +5,7 @@ what it carries from one tick to the next.
 config from the node-state holder, the effective `AgentConfig`, the pods parsed and matched
 to their cgroups, one Host sample, the kubelet's pins, the pods' indicator targets), decide
 the tick's `AgentPlan` and next `AgentState` from it and the current `AgentState`
-(`agent/tick.py`, pure), then execute the plan (eviction stages, the enforcer, the
+(`agent/decide.py`, pure), then execute the plan (eviction stages, the enforcer, the
 reporter, Events). An eviction stage sees an `EvictionInput`: the plan as decided, the
 pods, the metrics and the sample, and the same `NodeView` the agent read.
 """
@@ -18,15 +18,15 @@ from typing import Any, Protocol
 
 from pykatalyst.agent.advisor import HeadroomSmoother, RegulatorState
 from pykatalyst.agent.config import AgentConfig, ReporterConfig
-from pykatalyst.agent.cpu_state import CpuState
+from pykatalyst.agent.cpu_placement import CpuState
 from pykatalyst.agent.host.base import HostSample, Knob, KnobValue, PodCgroup
 from pykatalyst.agent.kubelet_cpu import KubeletCpuPolicy, KubeletPins
 from pykatalyst.agent.metrics import MetricStore
-from pykatalyst.agent.node_state import NodeView
+from pykatalyst.agent.node_watch import NodeView
 from pykatalyst.agent.plan import AgentPlan, PlanEvent, PodPlan, StageDecision
+from pykatalyst.agent.pods import ContainerCgroups, PodSpec
 from pykatalyst.agent.rama import PIDState
 from pykatalyst.agent.regions import IsolationState
-from pykatalyst.agent.state import ContainerCgroups, PodSpec
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 

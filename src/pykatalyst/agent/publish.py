@@ -13,8 +13,8 @@ from pykatalyst.agent.cpu_policy import Layout
 from pykatalyst.agent.headroom import cpu_grain
 from pykatalyst.agent.inputs import TickInputs
 from pykatalyst.agent.plan import UNMANAGED, AgentPlan, ReclaimedFigure
+from pykatalyst.agent.pods import PodSpec
 from pykatalyst.agent.reporter import NumaAllocation, PodCpus, ReportInput
-from pykatalyst.agent.state import PodSpec
 from pykatalyst.api import names
 from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.topology.machine import CPUTopology

@@ -42,7 +42,7 @@ from pykatalyst.agent.eviction.types import (
     ReclaimedCapacity,
     from_digest,
 )
-from pykatalyst.agent.node_state import ConfigRead, NodeState, NodeView
+from pykatalyst.agent.node_watch import ConfigRead, NodeState, NodeView
 from pykatalyst.agent.plan import StageDecision
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from pykatalyst.agent.inputs import EvictionInput
     from pykatalyst.agent.metrics import MetricStore
     from pykatalyst.agent.plan import AgentPlan, PodPlan
-    from pykatalyst.agent.state import PodSpec
+    from pykatalyst.agent.pods import PodSpec
 
 NON_SHARE_POOLS = (names.POOL_RESERVE, names.POOL_RECLAIM, names.POOL_DEDICATED)
 
