@@ -3,11 +3,15 @@
 `Agent.reconcile(now)` is synchronous and returns an `AgentPlan`; `katalyst agent` calls it
 on a real clock, tests and the simulator on a virtual one. Everything the loop learns from
 the machine comes through the `Host`; everything it writes to cgroups goes through the
-enforcer; everything it tells the cluster goes through the `Cluster` protocol. Deciding is
-pure (`agent/decide.py`): `decide(inputs, state) -> (decision, state)`, where the state is
-the value one tick leaves the next; the agent keeps the current one and swaps it after
-executing the decision. The decision holds every knob the tick wants, the network's classid
-knobs included, and the egress shape; executing applies the shape when it changed.
+enforcer; everything it tells the cluster goes through the `Cluster` protocol. Gathering
+(`Agent.gather -> TickInputs`, `agent/inputs.py`) does every read; deciding is pure
+(`agent/decide.py`): `decide(inputs, state) -> (plan, state)`, where the state is the value
+one tick leaves the next; the agent keeps the current one and swaps it after executing the
+plan. The plan holds every knob the tick wants (the network's classid knobs and the
+eviction overrides included), the egress shape, the eviction stages' decisions and the CNR
+status to publish; executing (`Agent.execute`) only performs it: evictions and taints,
+the shape when it changed, the knobs (`agent/executor.py`), the CNR (`agent/reporter.py`)
+and the Events.
 
 Eviction plugs in after the plan is made and before it is enforced, in the same three
 parts: each `EvictionStage` reads in `gather` (its config, the CNR), decides in `decide`
@@ -284,7 +288,7 @@ class Agent:
         self, inputs: TickInputs, state: AgentState | None = None
     ) -> tuple[AgentPlan, AgentState]:
         """The tick's plan and next state from `inputs` and `state` (the agent's own by
-        default), changing neither (`tick.decide`)."""
+        default), changing neither (`agent/decide.py`)."""
         return deciding.decide(inputs, self.state if state is None else state)
 
     def gather(self, now: float) -> TickInputs:

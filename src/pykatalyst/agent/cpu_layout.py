@@ -1,7 +1,8 @@
 """The pure steps of the agent's tick: lay the machine out, then cut the pools.
 
 Each function takes values and returns values (and the warnings it has for the plan);
-`Agent` composes them with the advisor, which sizes the share pools in between:
+`decide` (agent/decide.py) composes them with the advisor, which sizes the share pools in
+between:
 
     layout (reserve, dedicated, NUMA-bound) -> advise (pool sizes) -> allocate (cpusets)
 """

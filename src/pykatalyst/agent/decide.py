@@ -6,7 +6,9 @@ what regions can spare (`sizing.borrow`), works out the reclaimed figures
 (`headroom.headroom`) and every managed pod's cgroup knobs (cpusets, reclaimed pods'
 cpu.idle and memory limit, then memory and disk I/O isolation), and the egress QoS plan
 (`net_policy.decide`: the device's shape, the pods' classid knobs merged into the desired
-ones). Then each eviction stage decides on that plan (`EvictionStage.decide`, from the
+ones), the CNR status to publish (`publish.report_input`, with the GPU and NIC zones
+gathered) and the pods' native demand for the overcommit advice. Then each eviction stage
+decides on that plan (`EvictionStage.decide`, from the
 memory its last decision left in the state): the evictions, taints and Events it wants
 performed, and the knob overrides (throttling before evicting) merged into the desired
 knobs. It reads nothing but its arguments and changes none of them: the state it returns
@@ -81,9 +83,7 @@ class Notes:
 
 
 def decide(inp: TickInputs, state: AgentState) -> tuple[AgentPlan, AgentState]:
-    """The tick's whole plan (layout, pool sizes, cpusets, reclaimed figures, pod knobs,
-    memory, I/O and egress plans, the eviction stages' decisions, the CNR status to
-    publish) and the state it leaves for the next tick."""
+    """The tick's whole plan (see the module's text) and the state it leaves the next."""
     notes = Notes(inp.warnings, inp.events, state.events_sent)
     valid = steps.classify(inp.specs)
     pod_events(inp, notes)

@@ -49,11 +49,10 @@ def build_agent(
     """The agent for `node`.
 
     `eviction` is the eviction stage's base config (no stage without one; the node's
-    AdminQoSConfiguration is overlaid on it, from the agent's read); with
-    `eviction_period_s` the stage runs at most that often. `checkpoint` and
-    `verify_period_s` go to the enforcer (trust its own writes that long between reads),
-    `kubelet` is where the agent learns the kubelet's cpu pins, `registry` holds the
-    eviction counters (a fresh one when None).
+    AdminQoSConfiguration is overlaid on it, from the agent's read); with `eviction_period_s`
+    the stage decides at most that often. `checkpoint` and `verify_period_s` go to the
+    enforcer (trust its own writes that long between reads), `kubelet` is where the agent
+    learns the kubelet's cpu pins, `registry` holds the eviction counters (fresh if None).
     """
     # the objects-skipped counter in `registry`, beside the eviction counters
     skips = SkippedObjects("agent", EventRecorder(cluster, names.AGENT_COMPONENT, node), registry)

@@ -2,12 +2,14 @@
 what it carries from one tick to the next.
 
 `Agent.reconcile(now)` is three steps: gather a `TickInputs` (the node's pods and dynamic
-config from the node-state holder, the effective `AgentConfig`, the pods parsed and matched
-to their cgroups, one Host sample, the kubelet's pins, the pods' indicator targets), decide
-the tick's `AgentPlan` and next `AgentState` from it and the current `AgentState`
-(`agent/decide.py`, pure), then execute the plan (eviction stages, the enforcer, the
-reporter, Events). An eviction stage sees an `EvictionInput`: the plan as decided, the
-pods, the metrics and the sample, and the same `NodeView` the agent read.
+config from the node-state holder in `agent/node_watch.py`, the effective `AgentConfig`,
+the pods parsed and matched to their cgroups, one Host sample, the kubelet's pins, the pods'
+indicator targets, the GPU and NIC zones, what each eviction stage read), decide the
+tick's `AgentPlan` and next `AgentState` from it and the current `AgentState`
+(`agent/decide.py`, pure), then execute the plan (the eviction stages' decisions, the
+enforcer, the reporter, Events). An `EvictionStage` decides on an `EvictionInput`: the plan
+as decided, the pods, the metrics and the sample, and the same `NodeView` the agent read;
+its memory from one tick to the next is part of the `AgentState`.
 """
 
 from __future__ import annotations
