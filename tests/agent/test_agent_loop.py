@@ -297,7 +297,7 @@ class FnStage:
     name: str = "test"
     performed: list[StageDecision] = field(default_factory=list)
 
-    def gather(self, now: float, node: NodeView | None) -> None:
+    def gather(self, now: float, node: NodeView | None, memory: object) -> None:
         return None
 
     def decide(

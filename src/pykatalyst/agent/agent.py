@@ -343,9 +343,10 @@ class Agent:
         """What each eviction stage reads for its decision (the error, when reading failed:
         the stage is then reported and skipped)."""
         out: list[object] = []
-        for stage in self.eviction_stages:
+        held = self.state.stage_memory
+        for i, stage in enumerate(self.eviction_stages):
             try:
-                out.append(stage.gather(now, view))
+                out.append(stage.gather(now, view, held[i] if i < len(held) else None))
             except Exception as exc:  # a broken stage must not stop the loop
                 out.append(exc)
         return out

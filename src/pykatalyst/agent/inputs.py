@@ -193,7 +193,8 @@ class EvictionInput:
 
 
 class EvictionStage(Protocol):
-    """An eviction stage of the agent's loop: `gather` reads (in the agent's gather),
+    """An eviction stage of the agent's loop: `gather` reads (in the agent's gather, with
+    the memory its last decision left),
     `decide` is pure (in `decide`, after the plan is made; `memory` is what its last
     decision returned, None at first), `act` performs the decision (in the executor) and
     returns what it did, recorded after the decision's actions."""
@@ -201,7 +202,7 @@ class EvictionStage(Protocol):
     @property
     def name(self) -> str: ...
 
-    def gather(self, now: float, node: NodeView | None) -> object: ...
+    def gather(self, now: float, node: NodeView | None, memory: object) -> object: ...
 
     def decide(
         self, inp: EvictionInput, reads: object, memory: object

@@ -72,10 +72,15 @@ class StageReads:
 @dataclass(frozen=True, slots=True)
 class StageMemory:
     """What one tick's eviction leaves the next: when the stage last ran (it runs at most
-    once per `period_s`) and the manager's memory."""
+    once per `period_s`), the manager's memory, and whether its last round lacked the
+    agent's reclaimed figures (the next reads the CNR's instead)."""
 
     last_run: float | None = None
     manager: EvictionMemory = field(default_factory=EvictionMemory)
+    cnr_wanted: bool = True
+
+    def due(self, now: float, period_s: float | None) -> bool:
+        return period_s is None or is_due(self.last_run, now, period_s, slack_s=1e-6)
 
 
 class EvictionStage:
@@ -162,20 +167,25 @@ class EvictionStage:
 
     def __call__(self, inp: EvictionInput) -> list[Any]:
         """Gather, decide and act in one go, with the stage's own memory."""
-        reads = self.gather(inp.now, inp.node)
+        reads = self.gather(inp.now, inp.node, self._memory)
         decision, self._memory = self.decide(inp, reads, self._memory)
         return [*decision.actions, *self.act(decision)]
 
-    def gather(self, now: float, node: NodeView | None) -> StageReads:
-        """Overlay the node's dynamic config (the agent's read, else the stage's own) and
-        read the CNR figures the decision may need."""
+    def gather(self, now: float, node: NodeView | None, memory: object = None) -> StageReads:
+        """Overlay the node's dynamic config (the agent's read, else the stage's own) and,
+        when the stage is due, read the CNR figures the decision may need: the reclaimed
+        allocatable while the agent had none of its own last round (`memory`), the NIC
+        zones while NIC health eviction is on (used only when the agent reads no NICs)."""
         view = node if node is not None else self._own_state().refresh(now)
         self.apply_config(view.config)
         cfg = self.manager.config
+        held = memory if isinstance(memory, StageMemory) else StageMemory()
+        if not cfg.enabled or not held.due(now, self.period_s):
+            return StageReads(cfg)
         reclaimed = nics = None
-        if cfg.enabled and cfg.reclaimed_resource.enabled:
+        if cfg.reclaimed_resource.enabled and held.cnr_wanted:
             reclaimed = read_cnr_reclaimed(self.cluster, self.node)
-        if cfg.enabled and cfg.network.enabled:
+        if cfg.network.enabled:
             nics = read_cnr_nics(self.cluster, self.node)
         return StageReads(cfg, reclaimed, nics)
 
@@ -188,13 +198,12 @@ class EvictionStage:
             raise TypeError(f"eviction stage: reads must be StageReads, not {type(reads)}")
         held = memory if isinstance(memory, StageMemory) else StageMemory()
         now = float(inp.now)
-        if self.period_s is not None and not is_due(
-            held.last_run, now, self.period_s, slack_s=1e-6
-        ):
+        if not held.due(now, self.period_s):
             return StageDecision(self.name), held
         snap = self.snapshot(inp, reads)
         plan, mgr = decide_round(self.node, reads.config, snap, held.manager)
-        new = StageMemory(now if self.period_s is not None else held.last_run, mgr)
+        figures = inp.plan.reclaimed_cpu.reported, inp.plan.reclaimed_memory.reported
+        new = StageMemory(now if self.period_s is not None else held.last_run, mgr, None in figures)
         return StageDecision(self.name, (plan,) if plan.ran else (), plan=plan), new
 
     def act(self, decision: StageDecision) -> tuple[ExecutionResult, ...]:
