@@ -27,7 +27,7 @@ from pykatalyst.agent.reporter import build_status
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
 from pykatalyst.api.objects import Taint
-from pykatalyst.cluster.memory import MemoryCluster
+from pykatalyst.cluster.protocol import Cluster
 from tests.agent.test_agent_invariants import step_st
 from tests.agent.test_agent_loop import FnStage, Node
 
@@ -181,7 +181,7 @@ class RecordingCluster:
 
     evicted: list[tuple[str, str, int | None]] = field(default_factory=list)
 
-    def wrap(self, cluster: MemoryCluster) -> None:
+    def wrap(self, cluster: Cluster) -> None:
         evict = cluster.evict
 
         def recording(namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
@@ -191,7 +191,7 @@ class RecordingCluster:
         cluster.evict = recording  # type: ignore[method-assign]
 
 
-def ours(cluster: MemoryCluster, kind: Kind) -> list[dict[str, Any]]:
+def ours(cluster: Cluster, kind: Kind) -> list[dict[str, Any]]:
     """The object's taints under the eviction manager's prefix."""
     taints = (cluster.get(kind, "node-1").get("spec") or {}).get("taints") or []
     return sorted(
