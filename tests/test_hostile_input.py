@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from pykatalyst.agent.config import ConfigError
 from pykatalyst.agent.config import load_config as load_agent_config
 from pykatalyst.agent.config import parse_config as parse_agent_config
-from pykatalyst.agent.state import parse_pod
+from pykatalyst.agent.pods import parse_pod
 from pykatalyst.api import names, yamlio
 from pykatalyst.api.limits import PodShapeError, check_pod
 from pykatalyst.api.manifests import ManifestError, load_documents

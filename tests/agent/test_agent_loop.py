@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -9,7 +11,8 @@ import pytest
 from pykatalyst.agent.agent import UNMANAGED, Agent, EvictionInput
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import CpuQuota, Knob
-from pykatalyst.agent.plan import AgentPlan
+from pykatalyst.agent.node_watch import NodeView
+from pykatalyst.agent.plan import AgentPlan, StageDecision
 from pykatalyst.api import names
 from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
@@ -285,35 +288,59 @@ def test_pods_without_cgroups_do_not_trigger_discovery_every_tick() -> None:
     assert n.host.discover_calls == calls
 
 
+@dataclass
+class FnStage:
+    """An eviction stage deciding with `fn` (its memory: how many times it decided) and
+    recording what it was asked to perform."""
+
+    fn: Callable[[EvictionInput], StageDecision]
+    name: str = "test"
+    performed: list[StageDecision] = field(default_factory=list)
+
+    def gather(self, now: float, node: NodeView | None, memory: object) -> None:
+        return None
+
+    def decide(
+        self, inp: EvictionInput, reads: object, memory: object
+    ) -> tuple[StageDecision, int]:
+        return self.fn(inp), (memory if isinstance(memory, int) else 0) + 1
+
+    def act(self, decision: StageDecision) -> tuple[str, ...]:
+        self.performed.append(decision)
+        return (f"performed {len(decision.actions)}",)
+
+
 def test_eviction_stages_see_the_plan_and_a_failing_stage_does_not_stop_the_loop() -> None:
     n = Node()
     n.pod("web")
     seen: list[EvictionInput] = []
 
-    def record(inp: EvictionInput) -> list[str]:
+    def record(inp: EvictionInput) -> StageDecision:
         seen.append(inp)
-        return [f"looked at {len(inp.pods)} pods"]
+        return StageDecision("record", (f"looked at {len(inp.pods)} pods",))
 
-    def broken(inp: EvictionInput) -> list[str]:
+    def broken(inp: EvictionInput) -> StageDecision:
         raise RuntimeError("boom")
 
-    n.agent.eviction_stages.extend([record, broken])
+    recording, failing = FnStage(record), FnStage(broken, "broken")
+    n.agent.eviction_stages.extend([recording, failing])
     plan = n.run(0)
     assert seen and seen[0].plan.pool(names.POOL_RECLAIM) is not None
-    assert plan.eviction_actions == ("looked at 1 pods",)
-    assert any("boom" in w for w in plan.warnings)
+    assert plan.eviction_actions == ("looked at 1 pods", "performed 1", "performed 0")
+    assert any("eviction stage broken: boom" in w for w in plan.warnings)
+    # the stages' memory is the agent state's: the failing one keeps what it had
+    assert n.agent.state.stage_memory == (1, None)
+    n.run(5)
+    held = n.agent.state.stage_memory
+    assert held[1] is None and isinstance(held[0], int) and held[0] > 1
 
 
 def test_an_eviction_action_can_throttle_through_knob_overrides() -> None:
     n = Node()
     batch = n.pod("batch", level="reclaimed_cores", cpu=None, memory=None, reclaimed_cpu="2k")
     cg = n.host.pods[batch].cgroup
-
-    class Throttle:
-        def __init__(self) -> None:
-            self.knob_overrides = {cg: {Knob.CPU_QUOTA: CpuQuota(50_000)}}
-
-    n.agent.eviction_stages.append(lambda inp: [Throttle()])
+    quota = {cg: {Knob.CPU_QUOTA: CpuQuota(50_000)}}
+    n.agent.eviction_stages.append(FnStage(lambda inp: StageDecision("t", knob_overrides=quota)))
     plan = n.run(0)
     assert n.host.knobs[cg][Knob.CPU_QUOTA] == CpuQuota(50_000)
     assert plan.desired[cg][Knob.CPU_IDLE] == 1  # the agent's own knobs stay

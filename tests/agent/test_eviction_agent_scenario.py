@@ -6,6 +6,7 @@ short spike evicts nothing."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -13,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.eviction import EvictionPlan, EvictionStage
+from pykatalyst.agent.eviction.stage import StageMemory
 from pykatalyst.api import names
 from pykatalyst.apiserver.kubelet import StandInKubelet
 from pykatalyst.apiserver.memory import MemoryCluster
@@ -167,3 +169,26 @@ def test_a_single_short_spike_evicts_nothing() -> None:
     node.run(600)
     assert not node.timeline.evictions
     assert node.timeline.cnr_taint_at is None
+
+
+def test_the_stage_reads_the_cnr_only_while_the_agent_has_no_figures() -> None:
+    node, _ = setup_node()
+    cnr_reads: list[float] = []
+    get = node.cluster.get
+
+    def counting(kind: Any, name: str, namespace: str | None = None) -> Any:
+        if kind == names.CUSTOM_NODE_RESOURCE:
+            cnr_reads.append(node.clock.now())
+        return get(kind, name, namespace)
+
+    node.cluster.get = counting  # type: ignore[method-assign]
+    plan = node.agent.reconcile()
+    # the agent publishes its own figures: the next round needs none of the CNR's
+    assert plan.reclaimed_cpu.reported is not None
+    memory = node.agent.state.stage_memory[0]
+    assert isinstance(memory, StageMemory) and not memory.cnr_wanted
+    cnr_reads.clear()
+    reads = node.stage.gather(node.clock.now(), None, memory)
+    assert reads.cnr_reclaimed is None and cnr_reads == []
+    reads = node.stage.gather(node.clock.now(), None, StageMemory())
+    assert reads.cnr_reclaimed is not None and len(cnr_reads) == 1

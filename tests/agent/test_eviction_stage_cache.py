@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pykatalyst.agent.eviction.types import EvictionPlan, EvictionSnapshot, PodInfo, pod_info
-from pykatalyst.agent.state import ParsedPods
+from pykatalyst.agent.eviction.stage import StageReads
+from pykatalyst.agent.eviction.types import EvictionSnapshot, PodInfo, pod_info
+from pykatalyst.agent.inputs import EvictionInput
+from pykatalyst.agent.pods import ParsedPods
 from pykatalyst.api import names
 from tests.agent.test_eviction_agent_scenario import Node
 
@@ -31,13 +33,13 @@ FROM_OBJECT = (
 def watched_node() -> tuple[Node, list[EvictionSnapshot]]:
     node = Node()
     seen: list[EvictionSnapshot] = []
-    decide = node.stage.manager.decide
+    snapshot = node.stage.snapshot
 
-    def record(snap: EvictionSnapshot) -> EvictionPlan:
-        seen.append(snap)
-        return decide(snap)
+    def record(inp: EvictionInput, reads: StageReads | None = None) -> EvictionSnapshot:
+        seen.append(snapshot(inp, reads))
+        return seen[-1]
 
-    node.stage.manager.decide = record  # type: ignore[method-assign]
+    node.stage.snapshot = record  # type: ignore[method-assign]
     node.add("web", cpu="4", memory="8Gi")
     node.add(
         "batch",

@@ -300,7 +300,7 @@ def test_only_canonical_addresses_reach_the_rules_whatever_the_status_says(
     import ipaddress
 
     from pykatalyst.agent.host.netshape import nft_script
-    from pykatalyst.agent.state import parse_pod
+    from pykatalyst.agent.pods import parse_pod
 
     obj: dict[str, Any] = pod_json("p", level="reclaimed_cores", cpu=None, memory=None)
     obj["metadata"]["uid"], obj["metadata"]["resourceVersion"] = "u", "1"

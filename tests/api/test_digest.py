@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.agent.eviction.types import pod_info as eviction_pod_info
-from pykatalyst.agent.state import parse_pod
+from pykatalyst.agent.pods import parse_pod
 from pykatalyst.api import names
 from pykatalyst.api.digest import (
     CONFIG_SOURCE_ANNOTATION,

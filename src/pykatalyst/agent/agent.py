@@ -3,18 +3,24 @@
 `Agent.reconcile(now)` is synchronous and returns an `AgentPlan`; `katalyst agent` calls it
 on a real clock, tests and the simulator on a virtual one. Everything the loop learns from
 the machine comes through the `Host`; everything it writes to cgroups goes through the
-enforcer; everything it tells the cluster goes through the `Cluster` protocol. Deciding is
-pure (`agent/tick.py`): `decide(inputs, state) -> (decision, state)`, where the state is
-the value one tick leaves the next; the agent keeps the current one and swaps it after
-executing the decision. The decision holds every knob the tick wants, the network's classid
-knobs included, and the egress shape; executing applies the shape when it changed.
+enforcer; everything it tells the cluster goes through the `Cluster` protocol. Gathering
+(`Agent.gather -> TickInputs`, `agent/inputs.py`) does every read; deciding is pure
+(`agent/decide.py`): `decide(inputs, state) -> (plan, state)`, where the state is the value
+one tick leaves the next; the agent keeps the current one and swaps it after executing the
+plan. The plan holds every knob the tick wants (the network's classid knobs and the
+eviction overrides included), the egress shape, the eviction stages' decisions and the CNR
+status to publish; executing (`Agent.execute`) only performs it: evictions and taints,
+the shape when it changed, the knobs (`agent/executor.py`), the CNR (`agent/reporter.py`)
+and the Events.
 
-Eviction plugs in after the plan is made and before it is enforced: each
-`EvictionStage` is called with an `EvictionInput` (the plan, the pods, the metrics, the
-sample) and returns the actions it took or would take; they are recorded in the plan.
-Stages run in order, every tick; a stage that raises is reported and skipped, never
-stopping the loop. An action with a `knob_overrides` mapping (cgroup -> {Knob: value})
-changes this tick's desired knobs before they are enforced, so a stage can throttle
+Eviction plugs in after the plan is made and before it is enforced, in the same three
+parts: each `EvictionStage` reads in `gather` (its config, the CNR), decides in `decide`
+on an `EvictionInput` (the plan, the pods, the metrics, the sample) from the memory its
+last decision left in the `AgentState`, and the executor performs the decision
+(`stage.act`: evictions, taints, Events); the decided and performed actions are recorded
+in the plan. Stages run in order, every tick; a stage that raises is reported and
+skipped, never stopping the loop. A decision's `knob_overrides` (cgroup -> {Knob: value})
+change this tick's desired knobs before they are enforced, so a stage can throttle
 (shrink a quota, a limit) before it evicts.
 
 The loop keeps its per-tick work small: pods are parsed once per resourceVersion, cgroups
@@ -31,14 +37,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pykatalyst.agent import cpu_state, gpu, isolation, kubelet_cpu, nic, publish
-from pykatalyst.agent import decide as steps
-from pykatalyst.agent import tick as ticks
+from pykatalyst.agent import cpu_layout as steps
+from pykatalyst.agent import cpu_placement, gpu, isolation, kubelet_cpu, nic
+from pykatalyst.agent import decide as deciding
 from pykatalyst.agent.config import AgentConfig, reclaim_setting
+from pykatalyst.agent.decide import Notes
 from pykatalyst.agent.dra import holds as dra_holds
 from pykatalyst.agent.dynamic_config import AgentSettings
 from pykatalyst.agent.executor import KnobEnforcer, KnobWriter
-from pykatalyst.agent.headroom import native_demand
 from pykatalyst.agent.host.base import Host, Knob, KnobValue, NetShape, PodCgroup
 from pykatalyst.agent.host.devices import DeviceSource, DeviceUnavailable
 from pykatalyst.agent.host.kubelet import KubeletDevicesView, KubeletUnavailable, KubeletView
@@ -47,18 +53,20 @@ from pykatalyst.agent.inputs import (
     AgentState,
     EvictionInput,
     EvictionStage,
+    GpuReport,
+    NicReport,
     NodeFacts,
     TickInputs,
+    Zones,
     smoother,
 )
 from pykatalyst.agent.metrics import MetricStore
-from pykatalyst.agent.node_state import NodeState, NodeView
+from pykatalyst.agent.node_watch import NodeState, NodeView
+from pykatalyst.agent.plan import UNMANAGED as UNMANAGED
 from pykatalyst.agent.plan import AgentPlan, PlanEvent
+from pykatalyst.agent.pods import ContainerCgroups, PodCache, PodSpec, match_cgroups
 from pykatalyst.agent.rama import spd_targets
 from pykatalyst.agent.reporter import Reporter
-from pykatalyst.agent.state import ContainerCgroups, PodCache, PodSpec, match_cgroups
-from pykatalyst.agent.tick import UNMANAGED as UNMANAGED
-from pykatalyst.agent.tick import Decision, Notes
 from pykatalyst.api import config_fields, names
 from pykatalyst.api import spd as spd_api
 from pykatalyst.cluster.clock import Clock, is_due
@@ -68,7 +76,7 @@ from pykatalyst.cluster.skips import Skip, skip_reason
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
-__all__ = ["Agent", "AgentState", "Decision", "EvictionInput", "EvictionStage", "KnobEnforcer"]
+__all__ = ["Agent", "AgentState", "EvictionInput", "EvictionStage", "KnobEnforcer"]
 
 log = logging.getLogger("pykatalyst.agent")
 
@@ -137,7 +145,7 @@ class Agent:
         self._nic_report: dict[int, list[dict[str, Any]]] = {}
         self.cpu_state_error: str | None = None
         self._cpu_rebuild = True  # until a checkpoint says where pods are
-        self._cpu_checkpoint = cpu_state.checkpoint_for(
+        self._cpu_checkpoint = cpu_placement.checkpoint_for(
             self.base_config.cpu_state_path,
             node_name,
             self.topology,
@@ -172,7 +180,7 @@ class Agent:
         return self.settings.status
 
     @property
-    def placement(self) -> cpu_state.CpuState:
+    def placement(self) -> cpu_placement.CpuState:
         """Where dedicated, NUMA-bound and pooled pods run now."""
         return self.state.placement
 
@@ -213,7 +221,7 @@ class Agent:
             return
         try:
             state = ck.load()
-        except cpu_state.CpuStateError as exc:
+        except cpu_placement.CpuStateError as exc:
             self.cpu_state_error = f"{ck.path}: {exc}"
             log.warning(
                 "cpu state checkpoint %s refused: %s; rebuilding the placement from the "
@@ -244,9 +252,9 @@ class Agent:
                 dedicated[s.uid] = (cpus, s.qos.numa_exclusive)
             else:
                 snb[s.uid] = cpus
-        state = cpu_state.from_cgroups(self.topology, dedicated, snb)
+        state = cpu_placement.from_cgroups(self.topology, dedicated, snb)
         held = self.state.placement
-        placement = cpu_state.CpuState(
+        placement = cpu_placement.CpuState(
             {**state.dedicated, **held.dedicated}, {**state.snb, **held.snb}, held.pools
         )
         self.state = dataclasses.replace(self.state, placement=placement)
@@ -257,7 +265,7 @@ class Agent:
                 len(state.snb),
             )
 
-    def _save_cpu_state(self, placement: cpu_state.CpuState, warnings: list[str]) -> None:
+    def _save_cpu_state(self, placement: cpu_placement.CpuState, warnings: list[str]) -> None:
         ck = self._cpu_checkpoint
         if ck is None or self.dry_run:
             return
@@ -272,16 +280,16 @@ class Agent:
         """One tick: gather the inputs, decide the plan, execute it."""
         now = self.clock.now() if now is None else now
         inputs = self.gather(now)
-        decision, state = self.decide(inputs)
-        plan, self.state = self.execute(inputs, decision, state)
+        decided, state = self.decide(inputs)
+        plan, self.state = self.execute(inputs, decided, state)
         return plan
 
     def decide(
         self, inputs: TickInputs, state: AgentState | None = None
-    ) -> tuple[Decision, AgentState]:
+    ) -> tuple[AgentPlan, AgentState]:
         """The tick's plan and next state from `inputs` and `state` (the agent's own by
-        default), changing neither (`tick.decide`)."""
-        return ticks.decide(inputs, self.state if state is None else state)
+        default), changing neither (`agent/decide.py`)."""
+        return deciding.decide(inputs, self.state if state is None else state)
 
     def gather(self, now: float) -> TickInputs:
         """Read the node's pods and config (one holder), the cgroups, one sample, the
@@ -323,22 +331,39 @@ class Agent:
             guaranteed_root=isolation.guaranteed_root(self.host) if protect else None,
             spd_targets=self._spd_targets(now, valid),
             reclaim_off=self._reclaim_off(now, valid),
+            stages=tuple(self.eviction_stages),
+            stage_reads=tuple(self._stage_reads(now, view)),
+            # the eviction stages see the NIC zones last reported, before this tick's read
+            nics=nic.allocatable_by_nic(self._nic_report) if self.nics is not None else None,
+            gpus=self._gpus() if self.publish and self.devices is not None else None,
+            nic_zones=self._nic_zones() if self.publish and self.nics is not None else None,
         )
 
+    def _stage_reads(self, now: float, view: NodeView) -> list[object]:
+        """What each eviction stage reads for its decision (the error, when reading failed:
+        the stage is then reported and skipped)."""
+        out: list[object] = []
+        held = self.state.stage_memory
+        for i, stage in enumerate(self.eviction_stages):
+            try:
+                out.append(stage.gather(now, view, held[i] if i < len(held) else None))
+            except Exception as exc:  # a broken stage must not stop the loop
+                out.append(exc)
+        return out
+
     def execute(
-        self, inp: TickInputs, d: Decision, state: AgentState
+        self, inp: TickInputs, plan: AgentPlan, state: AgentState
     ) -> tuple[AgentPlan, AgentState]:
-        """Run the eviction stages on the plan, enforce its knobs, report, send Events; the
-        plan as executed, and `state` with the Events it sent."""
-        plan = d.plan
+        """Perform the plan: the eviction stages' decisions, the egress shape, the knobs,
+        the CNR status, the Events; the plan as executed (what each part did), and
+        `state` with the Events it sent."""
         notes = Notes(plan.warnings, plan.events, state.events_sent)
         self._save_cpu_state(state.placement, notes.warnings)
-        desired = dict(plan.desired)  # eviction overrides may narrow this tick's knobs
-        actions = self._evict(inp, d, desired, notes.warnings)
-        net_terms = self._shape(d, notes)
-        enforce_terms = self._enforce(inp, desired, notes)
+        actions = self._evict(inp, plan, notes.warnings)
+        net_terms = self._shape(inp, plan, notes)
+        enforce_terms = self._enforce(inp, plan.desired, notes)
         enforce_terms["network"] = net_terms
-        report_terms = self._report(inp, d, state)
+        report_terms = self._report(inp, plan)
         sent = self._emit_events(notes, inp.now)
         plan = dataclasses.replace(
             plan,
@@ -346,7 +371,6 @@ class Agent:
             events=tuple(notes.events),
             eviction_actions=tuple(actions),
             enforce=enforce_terms,
-            desired=desired,
             report=report_terms,
             config=dict(self.config_status),
         )
@@ -523,32 +547,20 @@ class Agent:
 
     # --- executing ------------------------------------------------------------------------
 
-    def _evict(
-        self,
-        inp: TickInputs,
-        d: Decision,
-        desired: dict[str, Mapping[Knob, KnobValue]],
-        warnings: list[str],
-    ) -> list[Any]:
-        """Run the eviction stages in order; a stage that raises is reported and skipped.
-        An action's `knob_overrides` (throttling before evicting) narrow this tick's knobs."""
-        actions: list[Any] = []
-        if not self.eviction_stages:
-            return actions
-        nics = nic.allocatable_by_nic(self._nic_report) if self.nics is not None else None
-        stage_input = EvictionInput(
-            inp.now, d.plan, d.valid, self.metrics, inp.sample, node=inp.node, nics=nics
-        )
-        for stage in self.eviction_stages:
+    def _evict(self, inp: TickInputs, plan: AgentPlan, warnings: list[str]) -> list[object]:
+        """Perform each stage's decision, in order: its decided actions, then what it did;
+        a stage that raises is reported and skipped."""
+        actions: list[object] = []
+        for stage, decision in zip(inp.stages, plan.evictions, strict=True):
+            actions.extend(decision.actions)
             try:
-                actions.extend(stage(stage_input))
+                actions.extend(stage.act(decision))
             except Exception as exc:  # a broken stage must not stop the loop
-                warnings.append(f"eviction stage {getattr(stage, '__name__', stage)}: {exc}")
-        desired.update(ticks.with_overrides(desired, actions))
+                warnings.append(f"eviction stage {stage.name}: {exc}")
         return actions
 
     def _enforce(
-        self, inp: TickInputs, desired: dict[str, Mapping[Knob, KnobValue]], notes: Notes
+        self, inp: TickInputs, desired: Mapping[str, Mapping[Knob, KnobValue]], notes: Notes
     ) -> dict[str, Any]:
         outcome = self._writer.apply(inp.now, desired, self.config.resync_s)
         if outcome.vanished:
@@ -564,10 +576,12 @@ class Agent:
         notes.warnings.extend(outcome.notes)
         return outcome.terms
 
-    def _shape(self, d: Decision, notes: Notes) -> dict[str, Any]:
+    def _shape(self, inp: TickInputs, plan: AgentPlan, notes: Notes) -> dict[str, Any]:
         """Apply the egress plan's device shape when it differs from the one applied; each
         bandwidth pod told (an Event) what it is given once its shape is in force."""
-        net = d.net
+        net = plan.net
+        if net is None:
+            return {}
         if net.shape is None and self._net_shape is None:
             return dict(net.terms)
         terms = dict(net.terms)
@@ -580,27 +594,21 @@ class Agent:
                 notes.warnings.append(f"network shaping: {result.error}")
             self._net_error = result.error
         if net.shape is not None and net.shape == self._net_shape:
-            _bandwidth_events(net.terms, d.valid, notes)
+            _bandwidth_events(net.terms, inp.specs, notes)
         return terms
 
-    def _report(self, inp: TickInputs, d: Decision, state: AgentState) -> dict[str, Any]:
-        if not self.publish:
+    def _report(self, inp: TickInputs, plan: AgentPlan) -> dict[str, Any]:
+        """Publish the plan's CNR status, node extended resources and overcommit advice."""
+        if not self.publish or plan.cnr is None:
             return {"state": "not published (dry run)" if self.dry_run else "not published"}
-        report, terms = publish.report_input(inp, d.layout, d.valid, d.plan, state.steps)
-        if self.devices is not None:
-            zones, props, terms["gpus"] = self._gpus()
-            report = dataclasses.replace(report, gpu_zones=zones, resource_properties=props)
-        if self.nics is not None:
-            nic_zones, terms["nics"] = self._nic_zones()
-            report = dataclasses.replace(report, nic_zones=nic_zones)
-        out = self.reporter.report(report, inp.now)
+        out = self.reporter.report(plan.cnr, inp.now)
         out["overcommit"] = self.reporter.publish_overcommit(
-            native_demand(inp, d.valid), self.config.overcommit, inp.now
+            plan.native_demand or {}, self.config.overcommit, inp.now
         )
-        out.update(terms)
+        out.update(plan.cnr_terms)
         return out
 
-    def _gpus(self) -> tuple[dict[int, list[dict[str, Any]]], list[dict[str, Any]], str]:
+    def _gpus(self) -> GpuReport:
         """The GPU zones and spec properties to report, and how they were read: the last
         good ones while the cards cannot be read; capacity only while the kubelet cannot
         say who holds them."""
@@ -630,12 +638,12 @@ class Agent:
             note = f"cards unreadable, last report kept: {exc}"
         return self._gpu_report[0], self._gpu_report[1], note
 
-    def _nic_zones(self) -> tuple[dict[int, list[dict[str, Any]]], str]:
+    def _nic_zones(self) -> NicReport:
         """The NIC zones to report and how they were read (the last good ones while the
         NICs cannot be read)."""
         assert self.nics is not None
         pods = [
-            nic.BandwidthPod(s.namespace, s.name, s.uid, *ticks.nic_hold(s), _vf_hold(s))
+            nic.BandwidthPod(s.namespace, s.name, s.uid, *deciding.nic_hold(s), _vf_hold(s))
             for s in self._specs.values()
         ]
         try:
@@ -648,7 +656,7 @@ class Agent:
             self._nic_report = self._with_claimed_nics(self._nic_report)
         return self._nic_report, "NICs and holds read"
 
-    def _with_claimed_nics(self, zones: dict[int, list[dict[str, Any]]]) -> Any:
+    def _with_claimed_nics(self, zones: Zones) -> Zones:
         """The NIC zones with the pods holding a NIC through a DRA claim."""
         assert self._device_view is not None and self.nics is not None
         try:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from pykatalyst.agent.config import AgentConfig
-from pykatalyst.agent.node_state import ConfigRead
+from pykatalyst.agent.node_watch import ConfigRead
 from pykatalyst.agent.plan import PlanEvent
 from pykatalyst.api import config_fields, names
 from pykatalyst.api.crds import AdminQoSConfiguration

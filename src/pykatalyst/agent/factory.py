@@ -8,9 +8,7 @@ stage when there is an eviction config.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -22,31 +20,12 @@ from pykatalyst.agent.host.base import Host
 from pykatalyst.agent.host.devices import DeviceSource
 from pykatalyst.agent.host.kubelet import KubeletDevicesView, KubeletView
 from pykatalyst.agent.host.nics import NicSource
-from pykatalyst.agent.inputs import EvictionInput
-from pykatalyst.agent.node_state import NodeState
+from pykatalyst.agent.node_watch import NodeState
 from pykatalyst.api import names
-from pykatalyst.cluster.clock import Clock, is_due
+from pykatalyst.cluster.clock import Clock
 from pykatalyst.cluster.events import EventRecorder
 from pykatalyst.cluster.protocol import Cluster
 from pykatalyst.cluster.skips import SkippedObjects
-
-
-class Periodic:
-    """Runs an agent stage at most once per `period` (the agent itself may tick more often:
-    the simulator ticks it on its period and whenever a pod starts on its node)."""
-
-    def __init__(self, stage: Callable[[EvictionInput], Sequence[Any]], period: float) -> None:
-        self.stage = stage
-        self.period = period
-        self.__name__ = str(getattr(stage, "__name__", "stage"))
-        self._last: float | None = None
-
-    def __call__(self, inp: EvictionInput) -> Sequence[Any]:
-        now = float(inp.now)
-        if not is_due(self._last, now, self.period, slack_s=1e-6):
-            return ()
-        self._last = now
-        return self.stage(inp)
 
 
 def build_agent(
@@ -70,11 +49,10 @@ def build_agent(
     """The agent for `node`.
 
     `eviction` is the eviction stage's base config (no stage without one; the node's
-    AdminQoSConfiguration is overlaid on it, from the agent's read); with
-    `eviction_period_s` the stage runs at most that often. `checkpoint` and
-    `verify_period_s` go to the enforcer (trust its own writes that long between reads),
-    `kubelet` is where the agent learns the kubelet's cpu pins, `registry` holds the
-    eviction counters (a fresh one when None).
+    AdminQoSConfiguration is overlaid on it, from the agent's read); with `eviction_period_s`
+    the stage decides at most that often. `checkpoint` and `verify_period_s` go to the
+    enforcer (trust its own writes that long between reads), `kubelet` is where the agent
+    learns the kubelet's cpu pins, `registry` holds the eviction counters (fresh if None).
     """
     # the objects-skipped counter in `registry`, beside the eviction counters
     skips = SkippedObjects("agent", EventRecorder(cluster, names.AGENT_COMPONENT, node), registry)
@@ -85,7 +63,7 @@ def build_agent(
         config_ttl_s=cfg.config_ttl_s,
         skips=skips,
     )
-    stages: list[Callable[[EvictionInput], Sequence[Any]]] = []
+    stages: list[EvictionStage] = []
     if eviction is not None:
         stage = EvictionStage(
             node,
@@ -97,8 +75,9 @@ def build_agent(
             config_ttl_s=cfg.config_ttl_s,
             registry=registry,
             node_state=state,
+            period_s=eviction_period_s,
         )
-        stages.append(stage if eviction_period_s is None else Periodic(stage, eviction_period_s))
+        stages.append(stage)
     return Agent(
         node,
         cluster,

@@ -18,8 +18,8 @@ from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.cpu_policy import DedicatedAssignment
 from pykatalyst.agent.inputs import TickInputs, smoother
 from pykatalyst.agent.plan import ReclaimedFigure
+from pykatalyst.agent.pods import PodSpec
 from pykatalyst.agent.reporter import apportion, milli_cpu
-from pykatalyst.agent.state import PodSpec
 from pykatalyst.api import names
 from pykatalyst.topology.cpuset import CPUSet
 

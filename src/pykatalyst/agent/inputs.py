@@ -2,35 +2,41 @@
 what it carries from one tick to the next.
 
 `Agent.reconcile(now)` is three steps: gather a `TickInputs` (the node's pods and dynamic
-config from the node-state holder, the effective `AgentConfig`, the pods parsed and matched
-to their cgroups, one Host sample, the kubelet's pins, the pods' indicator targets), decide
-the tick's `AgentPlan` and next `AgentState` from it and the current `AgentState`
-(`agent/tick.py`, pure), then execute the plan (eviction stages, the enforcer, the
-reporter, Events). An eviction stage sees an `EvictionInput`: the plan as decided, the
-pods, the metrics and the sample, and the same `NodeView` the agent read.
+config from the node-state holder in `agent/node_watch.py`, the effective `AgentConfig`,
+the pods parsed and matched to their cgroups, one Host sample, the kubelet's pins, the pods'
+indicator targets, the GPU and NIC zones, what each eviction stage read), decide the
+tick's `AgentPlan` and next `AgentState` from it and the current `AgentState`
+(`agent/decide.py`, pure), then execute the plan (the eviction stages' decisions, the
+enforcer, the reporter, Events). An `EvictionStage` decides on an `EvictionInput`: the plan
+as decided, the pods, the metrics and the sample, and the same `NodeView` the agent read;
+its memory from one tick to the next is part of the `AgentState`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pykatalyst.agent.advisor import HeadroomSmoother, RegulatorState
 from pykatalyst.agent.config import AgentConfig, ReporterConfig
-from pykatalyst.agent.cpu_state import CpuState
+from pykatalyst.agent.cpu_placement import CpuState
 from pykatalyst.agent.host.base import HostSample, Knob, KnobValue, PodCgroup
 from pykatalyst.agent.kubelet_cpu import KubeletCpuPolicy, KubeletPins
 from pykatalyst.agent.metrics import MetricStore
-from pykatalyst.agent.node_state import NodeView
-from pykatalyst.agent.plan import AgentPlan, PlanEvent, PodPlan
+from pykatalyst.agent.node_watch import NodeView
+from pykatalyst.agent.plan import AgentPlan, PlanEvent, PodPlan, StageDecision
+from pykatalyst.agent.pods import ContainerCgroups, PodSpec
 from pykatalyst.agent.rama import PIDState
 from pykatalyst.agent.regions import IsolationState
-from pykatalyst.agent.state import ContainerCgroups, PodSpec
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
 NO_CGROUPS = ContainerCgroups(None, {})
+# CNR zones by NUMA node; the GPU report adds the cards' spec properties; each with a note
+Zones = dict[int, list[dict[str, Any]]]
+GpuReport = tuple[Zones, list[dict[str, Any]], str]
+NicReport = tuple[Zones, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +100,16 @@ class TickInputs:
     # Pods that lend nothing to reclaimed pods under their SPD (uid -> the rule): counted
     # at their requests, not their usage (a Poor business level, or a baseline pod).
     reclaim_off: Mapping[str, str] = field(default_factory=dict)
+    # The eviction stages, and what each read this tick (the exception it raised reading)
+    stages: tuple[EvictionStage, ...] = ()
+    stage_reads: tuple[object, ...] = ()
+    # the NIC zones the agent last reported: identifier -> allocatable net_bandwidth (Mbps),
+    # None where a zone has none; None when the agent reads no NICs
+    nics: Mapping[str, int | None] | None = None
+    # the GPU zones, spec properties and how they were read, and the NIC zones and how,
+    # for the CNR (None when the agent reads no such devices or publishes nothing)
+    gpus: GpuReport | None = None
+    nic_zones: NicReport | None = None
 
     def cgroups_of(self, s: PodSpec) -> ContainerCgroups:
         """The pod's cgroups, its containers' by name."""
@@ -151,6 +167,8 @@ class AgentState:
     events_sent: frozenset[tuple[str, str, str]] = frozenset()
     dropped_at: Mapping[str, float] = field(default_factory=dict)
     plans: Mapping[str, PlanCacheEntry] = field(default_factory=dict)
+    # what each eviction stage's last decision left the next (by the stage's place)
+    stage_memory: tuple[object, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +186,26 @@ class EvictionInput:
     # the NIC zones the agent reports: identifier -> allocatable net_bandwidth (Mbps), None
     # where a zone has none; None when the agent reads no NICs
     nics: Mapping[str, int | None] | None = None
+    # the GPU zones, spec properties and how they were read, and the NIC zones and how,
+    # for the CNR (None when the agent reads no such devices or publishes nothing)
+    gpus: GpuReport | None = None
+    nic_zones: NicReport | None = None
 
 
-EvictionStage = Callable[[EvictionInput], Sequence[Any]]
+class EvictionStage(Protocol):
+    """An eviction stage of the agent's loop: `gather` reads (in the agent's gather, with
+    the memory its last decision left),
+    `decide` is pure (in `decide`, after the plan is made; `memory` is what its last
+    decision returned, None at first), `act` performs the decision (in the executor) and
+    returns what it did, recorded after the decision's actions."""
+
+    @property
+    def name(self) -> str: ...
+
+    def gather(self, now: float, node: NodeView | None, memory: object) -> object: ...
+
+    def decide(
+        self, inp: EvictionInput, reads: object, memory: object
+    ) -> tuple[StageDecision, object]: ...
+
+    def act(self, decision: StageDecision) -> tuple[object, ...]: ...

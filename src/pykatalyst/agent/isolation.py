@@ -11,7 +11,7 @@ from pykatalyst.agent import io_policy, memory_policy
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.host.base import Host, HostSample, Knob, KnobValue
 from pykatalyst.agent.plan import PodPlan, Terms
-from pykatalyst.agent.state import PodSpec
+from pykatalyst.agent.pods import PodSpec
 from pykatalyst.api import names
 from pykatalyst.api.qos import OOM_PRIORITY_RANGES
 from pykatalyst.topology.machine import CPUTopology

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pykatalyst.agent.host.base import CpuQuota, IoLatency, IoLimits, Knob, KnobValue
 from pykatalyst.topology.cpuset import CPUSet
+
+if TYPE_CHECKING:
+    from pykatalyst.agent.net_policy import NetPlan
+    from pykatalyst.agent.reporter import ReportInput
 
 Terms = Mapping[str, Any]
 DesiredKnobs = Mapping[str, Mapping[Knob, KnobValue]]
@@ -169,6 +173,10 @@ class PlanEvent:
         }
 
 
+# The pool of a pod the agent leaves as placed (invalid QoS, a failed placement).
+UNMANAGED = "(unmanaged)"
+
+
 @dataclass(frozen=True, slots=True)
 class AgentPlan:
     node: str
@@ -189,6 +197,16 @@ class AgentPlan:
     # memory guard, pressure, cache drops, protection, OOM ladder; disk I/O per pod
     memory: Terms = field(default_factory=dict)
     io: Terms = field(default_factory=dict)
+    # What the executor performs besides the knobs (not in the plan's JSON): the egress
+    # plan (the device's shape, the terms), each eviction stage's decision (evictions,
+    # taints, Events), the CNR status and node extended resources to publish with the
+    # terms of how they were worked out, and the pods' native demand (Σ request, Σ usage
+    # of cpu and memory) for the overcommit advice (None while that is off).
+    net: NetPlan | None = None
+    evictions: tuple[StageDecision, ...] = ()
+    cnr: ReportInput | None = None
+    cnr_terms: Terms = field(default_factory=dict)
+    native_demand: Mapping[str, tuple[float, float]] | None = None
 
     def pool(self, name: str) -> PoolPlan | None:
         for p in self.pools:
@@ -231,3 +249,16 @@ def _action_json(action: Any) -> Any:
     if callable(to_json):
         return to_json()
     return repr(action)
+
+
+@dataclass(frozen=True, slots=True)
+class StageDecision:
+    """What one eviction stage decided for a tick: `actions` recorded in the plan
+    (`AgentPlan.eviction_actions`), `knob_overrides` (cgroup -> {Knob: value}) narrowing
+    this tick's knobs (throttling before evicting), and the stage's own `plan` for its
+    `act` to perform (the manager's `EvictionPlan`: evictions, taints, Events)."""
+
+    stage: str
+    actions: tuple[object, ...] = ()
+    knob_overrides: Mapping[str, Mapping[Knob, KnobValue]] = field(default_factory=dict)
+    plan: object = None

@@ -12,10 +12,9 @@ from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.cpu_policy import Layout
 from pykatalyst.agent.headroom import cpu_grain
 from pykatalyst.agent.inputs import TickInputs
-from pykatalyst.agent.plan import AgentPlan, ReclaimedFigure
+from pykatalyst.agent.plan import UNMANAGED, AgentPlan, ReclaimedFigure
+from pykatalyst.agent.pods import PodSpec
 from pykatalyst.agent.reporter import NumaAllocation, PodCpus, ReportInput
-from pykatalyst.agent.state import PodSpec
-from pykatalyst.agent.tick import UNMANAGED
 from pykatalyst.api import names
 from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.topology.machine import CPUTopology

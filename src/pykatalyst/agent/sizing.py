@@ -15,14 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pykatalyst.agent import cpu_layout as steps
 from pykatalyst.agent import cpu_policy, regions
-from pykatalyst.agent import decide as steps
 from pykatalyst.agent.advisor import RegulatorState, assemble_pools, estimate_container, regulate
 from pykatalyst.agent.config import CPU_LOAD_RATIO, CPU_SCHED_WAIT, CPU_USAGE_RATIO
 from pykatalyst.agent.cpu_policy import Layout
 from pykatalyst.agent.inputs import AgentState, TickInputs
+from pykatalyst.agent.pods import PodSpec
 from pykatalyst.agent.rama import PIDState, rama_requirement, region_targets
-from pykatalyst.agent.state import PodSpec
 from pykatalyst.api import names
 from pykatalyst.api.timefmt import rfc3339
 from pykatalyst.topology.cpuset import CPUSet

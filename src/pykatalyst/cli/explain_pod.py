@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from pykatalyst.agent.config import AgentConfig
-from pykatalyst.agent.node_state import admin_qos_from_cnc
+from pykatalyst.agent.node_watch import admin_qos_from_cnc
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.objects import Pod

@@ -1,8 +1,10 @@
 """Eviction and node pressure: throttle first, taint next, evict last — and say why.
 
-`EvictionManager.decide(EvictionSnapshot) -> EvictionPlan` is the pure decision;
-`EvictionExecutor` applies a plan through the cluster; `EvictionStage` plugs both into the
-agent's loop. See docs/eviction.md.
+`decide_round(node, config, EvictionSnapshot, EvictionMemory) -> (EvictionPlan,
+EvictionMemory)` is the pure decision (`EvictionManager.decide` keeps the memory for a
+caller with one manager); `EvictionExecutor` applies a plan through the cluster;
+`EvictionStage` plugs both into the agent's loop (gather, decide, act). See
+docs/eviction.md.
 """
 
 from pykatalyst.agent.eviction.config import (
@@ -13,7 +15,12 @@ from pykatalyst.agent.eviction.config import (
     SystemMemoryPressureConfig,
 )
 from pykatalyst.agent.eviction.executor import EvictionExecutor, ExecutionResult, record_ref
-from pykatalyst.agent.eviction.manager import EvictionManager, default_plugins
+from pykatalyst.agent.eviction.manager import (
+    EvictionManager,
+    EvictionMemory,
+    decide_round,
+    default_plugins,
+)
 from pykatalyst.agent.eviction.plugins import (
     EvictionPlugin,
     LoadPressurePlugin,
@@ -47,6 +54,7 @@ __all__ = [
     "EvictionConfig",
     "EvictionExecutor",
     "EvictionManager",
+    "EvictionMemory",
     "EvictionPlan",
     "EvictionPlugin",
     "EvictionRecord",
@@ -70,6 +78,7 @@ __all__ = [
     "SystemMemoryPressurePlugin",
     "Threshold",
     "Victim",
+    "decide_round",
     "default_plugins",
     "filter_records",
     "pod_info",

@@ -2,10 +2,12 @@
 and, for hard thresholds, victims — chosen by one ranking, limited per round, never twice
 for the same pressure while a victim is still terminating.
 
-`EvictionManager.decide(snapshot)` is the whole decision: it advances the manager's memory
-(when each threshold was first seen, which conditions are active, which victims are in
-flight) and returns an `EvictionPlan`. It performs no I/O; `EvictionExecutor` applies the
-plan to the cluster.
+`decide_round(node, config, snapshot, memory) -> (EvictionPlan, EvictionMemory)` is the
+whole decision, pure: from what the last rounds left (`EvictionMemory`: when each threshold
+was first seen, which conditions are active, which victims are in flight, the plugins'
+own history) it returns the round's plan and the memory for the next. It performs no I/O;
+`EvictionExecutor` applies the plan to the cluster. `EvictionManager` holds the memory
+for callers that keep one manager (`EvictionManager.decide(snapshot)`).
 
 The response ladder is explicit and ordered:
 1. throttle — the agent's advisor shrinks the reclaim pool (and with it reclaimed pods'
@@ -21,8 +23,8 @@ The response ladder is explicit and ordered:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from pykatalyst.agent.eviction.config import EvictionConfig
 from pykatalyst.agent.eviction.plugins import (
@@ -30,6 +32,7 @@ from pykatalyst.agent.eviction.plugins import (
     LoadPressurePlugin,
     NicHealthPlugin,
     NumaMemoryPressurePlugin,
+    PluginMemory,
     ReclaimedNumaResourcePressurePlugin,
     ReclaimedResourcePressurePlugin,
     SystemMemoryPressurePlugin,
@@ -86,6 +89,43 @@ def _scope(t: Threshold) -> str:
     if t.scope:
         return f"{t.plugin}/{t.scope}"
     return t.plugin if t.numa is None else f"{t.plugin}/numa{t.numa}"
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionMemory:
+    """What one eviction round leaves the next, as a value: when each threshold began to
+    be met (soft, hard), the active conditions, the victims still terminating, the last
+    victim per scope, the last round, the reclaim pool's last size and shrink, the ladder,
+    and each plugin's history under the configuration it was built for."""
+
+    soft_since: Mapping[str, float] = field(default_factory=dict)
+    hard_since: Mapping[str, float] = field(default_factory=dict)
+    conditions: Mapping[str, ActiveCondition] = field(default_factory=dict)
+    inflight: Mapping[str, _InFlight] = field(default_factory=dict)
+    last_victim: Mapping[str, float] = field(default_factory=dict)
+    last_round: float | None = None
+    reclaim_prev: int | None = None
+    last_shrink: float | None = None
+    ladder: LadderState | None = None
+    config: EvictionConfig | None = None
+    plugins: tuple[PluginMemory, ...] = ()
+
+    @property
+    def in_flight(self) -> dict[str, str]:
+        """Victims still terminating: uid -> pod key."""
+        return {uid: f.pod for uid, f in self.inflight.items()}
+
+
+def decide_round(
+    node: str, config: EvictionConfig, snap: EvictionSnapshot, memory: EvictionMemory
+) -> tuple[EvictionPlan, EvictionMemory]:
+    """One round's plan and the memory it leaves, from the snapshot and the memory the
+    last round left (`memory` is untouched). The plugins' history restarts when the
+    configuration differs from the one they were built for."""
+    mgr = EvictionManager(node, config)
+    mgr.restore(memory)
+    plan = mgr.decide(snap)
+    return plan, mgr.memory()
 
 
 def default_plugins(cfg: EvictionConfig) -> list[EvictionPlugin]:
@@ -148,6 +188,38 @@ class EvictionManager:
     def in_flight(self) -> dict[str, str]:
         """Victims still terminating: uid -> pod key."""
         return {uid: f.pod for uid, f in self._inflight.items()}
+
+    def memory(self) -> EvictionMemory:
+        """What the manager remembers, as a value (later rounds do not change it)."""
+        return EvictionMemory(
+            dict(self._soft_since),
+            dict(self._hard_since),
+            dict(self._conditions),
+            dict(self._inflight),
+            dict(self._last_victim),
+            self._last_round,
+            self._reclaim_prev,
+            self._last_shrink,
+            self._ladder,
+            self.config,
+            tuple(p.memory() for p in self.plugins),
+        )
+
+    def restore(self, memory: EvictionMemory) -> None:
+        """Take up where `memory` left off (copied: it stays as it is); the plugins keep
+        their history only under the configuration it was made with."""
+        self._soft_since = dict(memory.soft_since)
+        self._hard_since = dict(memory.hard_since)
+        self._conditions = dict(memory.conditions)
+        self._inflight = dict(memory.inflight)
+        self._last_victim = dict(memory.last_victim)
+        self._last_round = memory.last_round
+        self._reclaim_prev = memory.reclaim_prev
+        self._last_shrink = memory.last_shrink
+        self._ladder = memory.ladder
+        if memory.config == self.config and len(memory.plugins) == len(self.plugins):
+            for plugin, held in zip(self.plugins, memory.plugins, strict=True):
+                plugin.restore(held)
 
     # --- the round ------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from pykatalyst.agent.eviction.config import (
     LoadPressureConfig,
@@ -63,11 +63,29 @@ class NumaZoneLike(Protocol):
     def watermark_low(self) -> int: ...
 
 
+# What a plugin remembers between rounds, as a value (None for a plugin with no memory).
+PluginMemory = tuple[Any, ...] | None
+
+
 class EvictionPlugin(Protocol):
     @property
     def name(self) -> str: ...
 
     def observe(self, snap: EvictionSnapshot) -> list[Threshold]: ...
+
+    def memory(self) -> PluginMemory: ...
+
+    def restore(self, memory: PluginMemory) -> None: ...
+
+
+class _Stateless:
+    """A plugin that remembers nothing between rounds."""
+
+    def memory(self) -> PluginMemory:
+        return None
+
+    def restore(self, memory: PluginMemory) -> None:
+        return None
 
 
 def _live(pods: Sequence[PodInfo]) -> list[PodInfo]:
@@ -126,7 +144,7 @@ def _overcommit(
     )
 
 
-class ReclaimedResourcePressurePlugin:
+class ReclaimedResourcePressurePlugin(_Stateless):
     """Σ reclaimed requests > ratio × reclaimed allocatable, node-wide, per resource.
 
     The allocatable read is the published (smoothed) figure, so a single dip in the raw
@@ -166,7 +184,7 @@ class ReclaimedResourcePressurePlugin:
         return out
 
 
-class ReclaimedNumaResourcePressurePlugin:
+class ReclaimedNumaResourcePressurePlugin(_Stateless):
     """The same check per NUMA zone, over the reclaimed pods bound to that NUMA."""
 
     name = names.EVICTION_PLUGIN_RECLAIMED_NUMA_RESOURCE
@@ -234,6 +252,13 @@ class SystemMemoryPressurePlugin:
         self.cfg = cfg
         self._kswapd_since: float | None = None
         self._psi_since: float | None = None
+
+    def memory(self) -> PluginMemory:
+        """When kswapd and the memory PSI began their current run over the thresholds."""
+        return (self._kswapd_since, self._psi_since)
+
+    def restore(self, memory: PluginMemory) -> None:
+        self._kswapd_since, self._psi_since = memory if memory is not None else (None, None)
 
     def _base(self, key: str, met: Met, **kw: object) -> Threshold:
         return Threshold(
@@ -366,6 +391,13 @@ class NumaMemoryPressurePlugin:
         self.cfg = cfg
         self._counters: dict[int, int] = {}
 
+    def memory(self) -> PluginMemory:
+        """Each NUMA node's below-watermark counter."""
+        return tuple(sorted(self._counters.items()))
+
+    def restore(self, memory: PluginMemory) -> None:
+        self._counters = dict(memory or ())
+
     def observe(self, snap: EvictionSnapshot) -> list[Threshold]:
         numas = snap.sample.numa_memory if snap.sample is not None else {}
         cfg = self.cfg
@@ -457,6 +489,14 @@ class LoadPressurePlugin:
         self.cfg = cfg
         self._rings: dict[str, deque[float]] = {}
 
+    def memory(self) -> PluginMemory:
+        """Each share pool's ring of its last loads."""
+        return tuple((name, tuple(ring)) for name, ring in self._rings.items())
+
+    def restore(self, memory: PluginMemory) -> None:
+        size = self.cfg.ring_size
+        self._rings = {name: deque(ring, maxlen=size) for name, ring in memory or ()}
+
     def observe(self, snap: EvictionSnapshot) -> list[Threshold]:
         cfg = self.cfg
         out = []
@@ -514,7 +554,7 @@ class LoadPressurePlugin:
 # --- NIC health -----------------------------------------------------------------------------
 
 
-class NicHealthPlugin:
+class NicHealthPlugin(_Stateless):
     """Katalyst's network eviction: a NIC whose zone reports no allocatable net_bandwidth
     (zero, or none at all: the NIC went down or its bandwidth was taken away) for
     `tolerance_s` evicts every pod that holds bandwidth on it — a `net_bandwidth` request

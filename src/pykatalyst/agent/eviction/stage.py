@@ -1,27 +1,37 @@
-"""The eviction manager as a stage of the agent's loop.
+"""The eviction manager as a stage of the agent's loop, in three parts.
 
 `Agent(..., eviction_stages=[EvictionStage(node, cluster)])` runs it every tick after the
-advisor and the allocation (`agent.factory.build_agent` wires it so). It reads the node's
-pods and its AdminQoSConfiguration from the agent's node-state holder — the `NodeView` in
-the `EvictionInput` — so the stage and the agent act on one read of each; run on its own
-(`refresh_config`), it keeps a holder of its own. It turns the tick's plan (pools, pods,
-the reclaimed figures about to be published), the metric store and the sample into an
-`EvictionSnapshot`, lets the manager decide, and applies the decision through the
-cluster. The returned actions (the `EvictionPlan` and the `ExecutionResult`) land in the
-agent plan's `eviction_actions`.
+advisor and the allocation (`agent.factory.build_agent` wires it so, with `period_s` when
+it runs less often than the agent ticks):
+
+- `gather(now, node)` reads what the decision needs: the node's AdminQoSConfiguration
+  overlaid on the base config (from the agent's node-state holder — the `NodeView` the
+  agent read — so the stage and the agent act on one read of each; run on its own it
+  keeps a holder of its own), and the node's CNR where the agent's own figures may be
+  missing (the reclaimed allocatable, the NIC zones);
+- `decide(inp, reads, memory)` is pure: it turns the tick's plan (pools, pods, the
+  reclaimed figures about to be published), the metric store and the sample into an
+  `EvictionSnapshot` and lets the manager decide (`manager.decide_round`), from the
+  `StageMemory` the last tick left (kept in the agent's `AgentState`);
+- `act(decision)` applies the round's `EvictionPlan` through the cluster (`EvictionExecutor`:
+  evictions, taints, Events) and returns the `ExecutionResult`.
+
+The plan and the result land in the agent plan's `eviction_actions`. Called on its own,
+`stage(inp)` does all three with a memory of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
 from pykatalyst.agent.eviction.config import EvictionConfig
-from pykatalyst.agent.eviction.executor import EvictionExecutor
-from pykatalyst.agent.eviction.manager import EvictionManager
+from pykatalyst.agent.eviction.executor import EvictionExecutor, ExecutionResult
+from pykatalyst.agent.eviction.manager import EvictionManager, EvictionMemory, decide_round
 from pykatalyst.agent.eviction.records import EvictionRecorder
 from pykatalyst.agent.eviction.types import (
     EvictionPlan,
@@ -32,25 +42,52 @@ from pykatalyst.agent.eviction.types import (
     ReclaimedCapacity,
     from_digest,
 )
-from pykatalyst.agent.node_state import ConfigRead, NodeState
+from pykatalyst.agent.node_watch import ConfigRead, NodeState, NodeView
+from pykatalyst.agent.plan import StageDecision
 from pykatalyst.api import names
 from pykatalyst.api.crds import AdminQoSConfiguration
 from pykatalyst.api.objects import CustomNodeResource
+from pykatalyst.cluster.clock import is_due
 from pykatalyst.cluster.protocol import ApiError, Cluster
 
 if TYPE_CHECKING:
-    from pykatalyst.agent.agent import EvictionInput
+    from pykatalyst.agent.inputs import EvictionInput
     from pykatalyst.agent.metrics import MetricStore
     from pykatalyst.agent.plan import AgentPlan, PodPlan
-    from pykatalyst.agent.state import PodSpec
+    from pykatalyst.agent.pods import PodSpec
 
 NON_SHARE_POOLS = (names.POOL_RESERVE, names.POOL_RECLAIM, names.POOL_DEDICATED)
 
 
-class EvictionStage:
-    """Callable stage: `stage(EvictionInput) -> [EvictionPlan, ExecutionResult]`."""
+@dataclass(frozen=True, slots=True)
+class StageReads:
+    """What the stage read for one tick: the eviction config in force, and the node's CNR
+    figures (None where not read or not there) for when the agent has none of its own."""
 
-    __name__ = "eviction"
+    config: EvictionConfig
+    cnr_reclaimed: ReclaimedCapacity | None = None
+    cnr_nics: Mapping[str, int | None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """What one tick's eviction leaves the next: when the stage last ran (it runs at most
+    once per `period_s`), the manager's memory, and whether its last round lacked the
+    agent's reclaimed figures (the next reads the CNR's instead)."""
+
+    last_run: float | None = None
+    manager: EvictionMemory = field(default_factory=EvictionMemory)
+    cnr_wanted: bool = True
+
+    def due(self, now: float, period_s: float | None) -> bool:
+        return period_s is None or is_due(self.last_run, now, period_s, slack_s=1e-6)
+
+
+class EvictionStage:
+    """The eviction stage: `gather`, a pure `decide`, and `act` (see the module's text);
+    `stage(EvictionInput) -> [EvictionPlan, ExecutionResult]` runs all three."""
+
+    name = "eviction"
 
     def __init__(
         self,
@@ -64,6 +101,7 @@ class EvictionStage:
         admin_qos: str | None = None,
         config_ttl_s: float = 15.0,
         node_state: NodeState | None = None,
+        period_s: float | None = None,
     ) -> None:
         cfg = config if config is not None else EvictionConfig()
         self.dry_run = dry_run
@@ -82,7 +120,9 @@ class EvictionStage:
         self.manager = EvictionManager(node, cfg)
         self.recorder = EvictionRecorder(registry, cfg.records_limit, records_path)
         self.executor = EvictionExecutor(cluster, node, self.recorder, dry_run=dry_run)
+        self.period_s = period_s
         self.last_plan: EvictionPlan | None = None
+        self._memory = StageMemory()
 
     def set_config(self, config: EvictionConfig) -> None:
         if self.dry_run:
@@ -126,19 +166,59 @@ class EvictionStage:
         return self._state
 
     def __call__(self, inp: EvictionInput) -> list[Any]:
-        view = inp.node if inp.node is not None else self._own_state().refresh(inp.now)
+        """Gather, decide and act in one go, with the stage's own memory."""
+        reads = self.gather(inp.now, inp.node, self._memory)
+        decision, self._memory = self.decide(inp, reads, self._memory)
+        return [*decision.actions, *self.act(decision)]
+
+    def gather(self, now: float, node: NodeView | None, memory: object = None) -> StageReads:
+        """Overlay the node's dynamic config (the agent's read, else the stage's own) and,
+        when the stage is due, read the CNR figures the decision may need: the reclaimed
+        allocatable while the agent had none of its own last round (`memory`), the NIC
+        zones while NIC health eviction is on (used only when the agent reads no NICs)."""
+        view = node if node is not None else self._own_state().refresh(now)
         self.apply_config(view.config)
-        snap = self.snapshot(inp)
-        plan = self.manager.decide(snap)
+        cfg = self.manager.config
+        held = memory if isinstance(memory, StageMemory) else StageMemory()
+        if not cfg.enabled or not held.due(now, self.period_s):
+            return StageReads(cfg)
+        reclaimed = nics = None
+        if cfg.reclaimed_resource.enabled and held.cnr_wanted:
+            reclaimed = read_cnr_reclaimed(self.cluster, self.node)
+        if cfg.network.enabled:
+            nics = read_cnr_nics(self.cluster, self.node)
+        return StageReads(cfg, reclaimed, nics)
+
+    def decide(
+        self, inp: EvictionInput, reads: object, memory: object
+    ) -> tuple[StageDecision, StageMemory]:
+        """The round's `EvictionPlan` (none while the stage is not due, or the manager did
+        not run) and the memory for the next tick; `memory` None starts afresh."""
+        if not isinstance(reads, StageReads):
+            raise TypeError(f"eviction stage: reads must be StageReads, not {type(reads)}")
+        held = memory if isinstance(memory, StageMemory) else StageMemory()
+        now = float(inp.now)
+        if not held.due(now, self.period_s):
+            return StageDecision(self.name), held
+        snap = self.snapshot(inp, reads)
+        plan, mgr = decide_round(self.node, reads.config, snap, held.manager)
+        figures = inp.plan.reclaimed_cpu.reported, inp.plan.reclaimed_memory.reported
+        new = StageMemory(now if self.period_s is not None else held.last_run, mgr, None in figures)
+        return StageDecision(self.name, (plan,) if plan.ran else (), plan=plan), new
+
+    def act(self, decision: StageDecision) -> tuple[ExecutionResult, ...]:
+        """Apply the round's plan through the cluster: evictions, taints, Events."""
+        plan = decision.plan
+        if not isinstance(plan, EvictionPlan):
+            return ()
         self.last_plan = plan
         if not plan.ran:
-            return []
-        result = self.executor.apply(plan)
-        return [plan, result]
+            return ()
+        return (self.executor.apply(plan),)
 
     # --- building the snapshot ------------------------------------------------------------
 
-    def snapshot(self, inp: EvictionInput) -> EvictionSnapshot:
+    def snapshot(self, inp: EvictionInput, reads: StageReads | None = None) -> EvictionSnapshot:
         now = inp.now
         plan = inp.plan
         plans = {pp.uid: pp for pp in plan.pods}
@@ -154,21 +234,12 @@ class EvictionStage:
             node=self.node,
             pods=tuple(infos),
             sample=inp.sample,
-            reclaimed=self._reclaimed(plan),
+            reclaimed=_reclaimed(plan, reads),
             pools=pools,
             reclaim_pool_cpus=reclaim.size if reclaim is not None else None,
             reclaim_pool_floor=int(floor) if isinstance(floor, int | float) else None,
-            nic_allocatable=self._nics(inp),
+            nic_allocatable=_nics(inp, reads),
         )
-
-    def _nics(self, inp: EvictionInput) -> Mapping[str, int | None] | None:
-        """The NIC zones' allocatable: the agent's own report, else (the stage run on its
-        own) the node's CNR, read only while NIC health eviction is on."""
-        if inp.nics is not None:
-            return inp.nics
-        if not self.manager.config.network.enabled:
-            return None
-        return read_cnr_nics(self.cluster, self.node)
 
     def _pod(
         self,
@@ -188,19 +259,26 @@ class EvictionStage:
         # (the default one for a pod it leaves alone), with its usage.
         return from_digest(spec.digest, qos_level=spec.level, **usage)
 
-    def _reclaimed(self, plan: AgentPlan) -> ReclaimedCapacity | None:
-        cpu, mem = plan.reclaimed_cpu, plan.reclaimed_memory
-        if cpu.reported is not None and mem.reported is not None:
-            per_numa = {
-                n: NumaReclaimed(
-                    round(cpu.per_numa.get(n, 0.0) * 1000), int(mem.per_numa.get(n, 0.0))
-                )
-                for n in sorted(set(cpu.per_numa) | set(mem.per_numa))
-            }
-            return ReclaimedCapacity(
-                round(cpu.reported * 1000), int(mem.reported), per_numa, "agent plan"
-            )
-        return read_cnr_reclaimed(self.cluster, self.node)
+
+def _nics(inp: EvictionInput, reads: StageReads | None) -> Mapping[str, int | None] | None:
+    """The NIC zones' allocatable: the agent's own report, else the node's CNR as read."""
+    if inp.nics is not None:
+        return inp.nics
+    return None if reads is None else reads.cnr_nics
+
+
+def _reclaimed(plan: AgentPlan, reads: StageReads | None) -> ReclaimedCapacity | None:
+    """The reclaimed figures the agent is about to publish, else the CNR's as read."""
+    cpu, mem = plan.reclaimed_cpu, plan.reclaimed_memory
+    if cpu.reported is not None and mem.reported is not None:
+        per_numa = {
+            n: NumaReclaimed(round(cpu.per_numa.get(n, 0.0) * 1000), int(mem.per_numa.get(n, 0.0)))
+            for n in sorted(set(cpu.per_numa) | set(mem.per_numa))
+        }
+        return ReclaimedCapacity(
+            round(cpu.reported * 1000), int(mem.reported), per_numa, "agent plan"
+        )
+    return None if reads is None else reads.cnr_reclaimed
 
 
 def read_cnr_reclaimed(cluster: Cluster, node: str) -> ReclaimedCapacity | None:

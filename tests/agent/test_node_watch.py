@@ -9,7 +9,7 @@ from typing import Any
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.eviction import EvictionConfig, EvictionStage
 from pykatalyst.agent.factory import build_agent
-from pykatalyst.agent.node_state import NodeState
+from pykatalyst.agent.node_watch import NodeState
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
 from pykatalyst.apiserver.memory import MemoryCluster

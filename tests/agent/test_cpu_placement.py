@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 
 from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.config import AgentConfig
-from pykatalyst.agent.cpu_policy import DedicatedAssignment
-from pykatalyst.agent.cpu_state import (
+from pykatalyst.agent.cpu_placement import (
     CPU_STATE_FILE,
     CpuCheckpoint,
     CpuState,
@@ -24,6 +23,7 @@ from pykatalyst.agent.cpu_state import (
     decode,
     encode,
 )
+from pykatalyst.agent.cpu_policy import DedicatedAssignment
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.agent.host.base import Knob
 from pykatalyst.api import names
