@@ -255,12 +255,14 @@ class ComponentHost:
         fn: Callable[[float], object],
         *,
         leader_only: bool = False,
+        first: float | None = None,
     ) -> Ticker:
-        """Call `fn(now)` every `period_s` from the first step on; `leader_only` tickers run
-        only while this replica holds the lease."""
+        """Call `fn(now)` every `period_s` from the first step on (from `first` on when it is
+        given: a phase, so that replicas on one clock need not all run at once);
+        `leader_only` tickers run only while this replica holds the lease."""
         if any(t.name == name for t in self.tickers):
             raise ValueError(f"ticker {name!r} is already registered")
-        ticker = Ticker(name, period_s, fn, leader_only=leader_only)
+        ticker = Ticker(name, period_s, fn, leader_only=leader_only, deadline=first)
         self.tickers.append(ticker)
         return ticker
 
@@ -274,6 +276,14 @@ class ComponentHost:
             return False
         self._metrics.kicked.labels(name).inc()
         return True
+
+    def run_extra(self, name: str, now: float) -> bool:
+        """Run the ticker `name` once more at the first step at or after `now`, leaving its
+        grid where it is (a kick moves the grid). False when a run is due by then anyway."""
+        ticker = next((t for t in self.tickers if t.name == name), None)
+        if ticker is None:
+            raise ValueError(f"no ticker {name!r}")
+        return ticker.extra(now)
 
     def serve(self, endpoint: Endpoint) -> None:
         if not 0 <= endpoint.port <= 65535:
@@ -319,6 +329,8 @@ class ComponentHost:
         results: dict[str, object],
         errors: dict[str, Exception],
     ) -> None:
+        on_grid = t.on_grid(now)
+        t.extra_at = None
         scheduled = t.deadline if t.deadline is not None else now
         started = self.clock.now()
         self._tick_started = started
@@ -342,7 +354,7 @@ class ComponentHost:
         self._metrics.ticks.labels(t.name).inc()
         self._metrics.duration.labels(t.name).set(max(0.0, finished - started))
         self._metrics.histogram.labels(t.name).observe(max(0.0, finished - started))
-        missed = t.advance(scheduled, finished)
+        missed = t.advance(scheduled, finished) if on_grid else 0
         if missed:
             self._metrics.skipped.labels(t.name).inc(missed)
             log.warning(
@@ -382,11 +394,7 @@ class ComponentHost:
         return state
 
     def _next_wake(self, now: float) -> float:
-        wakes = [
-            t.deadline if t.deadline is not None else now
-            for t in self.tickers
-            if self._leading or not t.leader_only
-        ]
+        wakes = [t.next_run(now) for t in self.tickers if self._leading or not t.leader_only]
         if self._lease_deadline is not None:
             wakes.append(self._lease_deadline)
         if not wakes:

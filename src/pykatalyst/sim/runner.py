@@ -225,6 +225,7 @@ class PolicySim:
         self.control: ControlPlane = make_control_plane(self)
         self._create_services()
         self.sample_node = 0
+        self._step = 0
         self._node_load = np.zeros((len(self.nodes), 3))
         self._sample_pools = (0.0, 0.0)
         self.last_granted: F64 = np.zeros(0)
@@ -392,7 +393,7 @@ class PolicySim:
             self.pending_batch -= 1
             self.tally.wait_times.append(pod.started - self._arrival(pod))
         self._arrays_dirty = True
-        self.control.pod_started(node_name)
+        self.control.pod_started(node_name, self._step)
 
     def _arrival(self, pod: SimPod) -> float:
         return float(self.workload.batch.arrival[pod.index])
@@ -541,13 +542,14 @@ class PolicySim:
     def step(self, step: int) -> None:
         now = step * self.dt
         self.clock.set(now)
+        self._step = step
         self._evict_count = 0
         self._oom_count = 0
         if self.scenario.batch is not None:
             self._arrivals(now)
-        self.control.schedule(now)
+        self.control.schedule(step)
         self._sync_pods()
-        self.control.reconcile_agents(now)
+        self.control.reconcile_agents(step)
         self._sync_pods()
         for node_sim in self.nodes:
             if node_sim.host.dirty:
