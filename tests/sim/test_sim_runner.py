@@ -224,7 +224,7 @@ def test_load_spike_shrinks_the_reclaim_pool_then_evicts_with_a_tight_threshold(
     assert sum(s.slo_violations) == 0
     evicted = {pod for _, kind, pod, _ in run.tally.events if kind == "Evicted"}
     started = {pod for _, kind, pod, _ in run.tally.events if kind == "Started"}
-    waiting = {f"batch/task-{t}-{a}" for t, a in sim.queue} | set(sim.pods)
+    waiting = {f"batch/task-{t}-{a}" for t, a in sim.batch.queue} | set(sim.kubelet.pods)
     # an evicted task comes back as its next attempt (task-<n>-<attempt>)
     for pod in evicted:
         stem, attempt = pod.rsplit("-", 1)
@@ -250,18 +250,18 @@ def test_physics_arrays_follow_each_pods_knobs_as_the_agent_rewrites_them() -> N
     checked = 0
     for step in range(sc.steps):
         sim.step(step)
-        a = sim._a
-        for i, pod in enumerate(a["running"]):
+        rows = sim.machines.rows
+        for i, pod in enumerate(rows.running):
             host = sim.nodes[pod.node].host
             if not host.has_pod(pod.uid):  # finished or killed after the physics ran
                 continue
             k = host.effective(pod.uid)
             quota = np.inf if k.quota_cores is None else k.quota_cores
-            assert a["node"][i] == pod.node
-            assert a["limit"][i] == min(float(k.cpus.bit_count()), quota)
-            assert a["weight"][i] == k.shares and bool(a["idle"][i]) == k.idle
+            assert rows.node[i] == pod.node
+            assert rows.limit[i] == min(float(k.cpus.bit_count()), quota)
+            assert rows.weight[i] == k.shares and bool(rows.idle[i]) == k.idle
             mem = np.inf if k.memory_limit is None else k.memory_limit
-            assert a["mem_limit"][i] == mem and a["mem_used"][i] == pod.memory_used
+            assert rows.mem_limit[i] == mem and rows.mem_used[i] == pod.memory_used
             checked += 1
     assert checked > 0 and sim.tally.agent_reconciles > 0
 
