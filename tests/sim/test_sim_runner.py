@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
 
 from pykatalyst.api import names
+from pykatalyst.sim.control import SimControlPlane
 from pykatalyst.sim.report import POLICY_KEYS, write_report
 from pykatalyst.sim.runner import GC_YOUNG_THRESHOLD, PolicySim
 from pykatalyst.sim.scenario import Scenario, parse_scenario
@@ -275,3 +276,39 @@ def test_a_run_leaves_the_garbage_collectors_settings_as_it_found_them() -> None
     sim.run(lambda done, total: seen.append(gc.get_threshold()))
     assert seen and seen[0][0] >= GC_YOUNG_THRESHOLD  # collections were fewer meanwhile
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
+def test_each_agent_reconciles_on_its_staggered_period_and_after_a_pod_starts_there() -> None:
+    # Agents are timed by their ComponentHost: node i every period from step -i mod P on,
+    # and once more in the step a pod starts on it (the next one if the agents ran already).
+    data = tiny(duration="1h")
+    data["nodes"][0]["count"] = 3
+    katalyst = {**KATALYST, "agent": {**KATALYST["agent"], "period": "180s"}}
+    sc = parse_scenario({**data, "policies": [katalyst]})
+    sim = PolicySim(sc, sc.policies[0], build_workload(sc))
+    control = cast(SimControlPlane, sim.control)
+    assert control.period_steps == 3
+    runs: dict[int, list[int]] = {i: [] for i in range(len(control.agents))}
+    for i, agent in enumerate(control.agents):
+        reconcile = agent.reconcile
+
+        def counted(now: float, i: int = i, reconcile: Any = reconcile) -> Any:
+            runs[i].append(round(now / sc.step))
+            return reconcile(now)
+
+        agent.reconcile = counted
+    run = sim.run()
+    starts = [
+        (round(t / sc.step), node) for t, kind, _, node in run.tally.events if kind == "Started"
+    ]
+    assert starts
+    for i, node in enumerate(sim.nodes):
+        steps = set(runs[i])
+        assert len(steps) == len(runs[i])  # at most once a step
+        grid = {s for s in range(sc.steps) if (s + i) % 3 == 0}
+        assert grid <= steps
+        started = {s for s, n in starts if n == node.name}
+        for s in started:
+            assert s in steps or s + 1 in steps
+        assert steps - grid <= started | {s + 1 for s in started}
+    assert sim.tally.agent_reconciles == sum(len(r) for r in runs.values())

@@ -15,8 +15,10 @@ A reconcile that raises is caught here, logged, counted in
 next tick still runs on its deadline.
 
 `step(now)` is the whole scheduling decision and is synchronous, so tests (and several
-replicas on one virtual clock) can drive a host without an event loop; `run()` wraps it in
-asyncio with the injected clock and sleeper.
+replicas on one virtual clock: the simulator's scheduler and agents, `sim/control.py`) can
+drive a host without an event loop; `run()` wraps it in asyncio with the injected clock and
+sleeper. A ticker may start on a phase (`every(..., first=)`), and an extra run
+(`run_extra`) runs it once early without moving its grid, where a kick restarts the grid.
 """
 
 from __future__ import annotations
