@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pykatalyst.api import names
+from pykatalyst.api.qos_model import kube_qos_class
 from pykatalyst.sim.host import PodKnobs, SimHost
 from pykatalyst.sim.scenario import NodeGroup
 
@@ -54,9 +56,12 @@ class NodeSim:
 def kube_qos(
     requests_cpu: int, requests_mem: int, limits_cpu: int | None, limits_mem: int | None
 ) -> str:
-    """The kubelet's QoS class of a pod with these requests and limits."""
-    if requests_cpu == 0 and requests_mem == 0 and limits_cpu is None and limits_mem is None:
-        return "besteffort"
-    if limits_cpu is not None and limits_cpu == requests_cpu and limits_mem == requests_mem:
-        return "guaranteed"
-    return "burstable"
+    """The kubelet's QoS class (`api.qos_model.kube_qos_class`), lower-case as in cgroup
+    paths, of a one-container pod with these requests and limits (milli-cpu, bytes)."""
+    requests = {names.RESOURCE_CPU: requests_cpu, names.RESOURCE_MEMORY: requests_mem}
+    limits = {
+        r: v
+        for r, v in ((names.RESOURCE_CPU, limits_cpu), (names.RESOURCE_MEMORY, limits_mem))
+        if v is not None
+    }
+    return kube_qos_class([(requests, limits)], 0).lower()

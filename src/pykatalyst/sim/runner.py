@@ -41,21 +41,9 @@ from pykatalyst.sim.kubelet import SimKubelet
 from pykatalyst.sim.machines import Machines
 from pykatalyst.sim.owners import BatchFramework, ReplicaSets
 from pykatalyst.sim.pods import NodeSim, SimPod
-from pykatalyst.sim.recording import PolicyRun, Progress, Recorder, Series, Tally
+from pykatalyst.sim.recording import PolicyRun, Progress, Recorder, Tally
 from pykatalyst.sim.scenario import Policy, Scenario
 from pykatalyst.sim.workload import Workload
-
-__all__ = [
-    "GC_YOUNG_THRESHOLD",
-    "PolicyRun",
-    "PolicySim",
-    "Progress",
-    "Series",
-    "SimPod",
-    "Tally",
-    "few_collections",
-]
-
 
 # Allocations between young-generation collections while a simulation runs (Python's
 # default is 700).
