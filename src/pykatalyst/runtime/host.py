@@ -30,9 +30,8 @@ import signal
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -47,6 +46,11 @@ from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import ApiError, Cluster
 from pykatalyst.runtime.leader import LeaderElector, LeaderState
 from pykatalyst.runtime.ticker import Ticker, next_deadline
+
+if TYPE_CHECKING:
+    # aiohttp is imported where the servers are made: a host driven by `step(now)` alone
+    # (the simulator's) serves nothing and need not load it.
+    from aiohttp import web
 
 log = logging.getLogger("pykatalyst.runtime")
 
@@ -432,6 +436,8 @@ class ComponentHost:
         return reasons
 
     def health_routes(self) -> list[web.RouteDef]:
+        from aiohttp import web
+
         async def healthz(request: web.Request) -> web.Response:
             why = self.alive()
             return web.Response(
@@ -529,6 +535,8 @@ class ComponentHost:
             self._stop.set()
 
     async def _start_servers(self) -> list[web.AppRunner]:
+        from aiohttp import web
+
         runners: list[web.AppRunner] = []
         try:
             for ep in self.endpoints:
