@@ -297,6 +297,43 @@ def test_a_kick_runs_another_ticker_in_the_same_step_and_restarts_its_grid() -> 
     ]
 
 
+@given(
+    period=st.integers(1, 7),
+    first=st.integers(0, 6),
+    extras=st.sets(st.integers(0, 40), max_size=10),
+)
+def test_a_phased_ticker_runs_on_its_grid_plus_extra_runs_that_leave_the_grid(
+    period: int, first: int, extras: set[int]
+) -> None:
+    # Replicas on one virtual clock (the simulator's agents): each on its own phase, with
+    # extra runs (a new pod on the node) that do not move the grid.
+    host = ComponentHost("demo")
+    runs: list[float] = []
+    host.every("reconcile", float(period), runs.append, first=float(first))
+    for step in range(41):
+        if step in extras:
+            host.run_extra("reconcile", float(step))
+        host.step(float(step))
+    grid = {s for s in range(first, 41) if (s - first) % period == 0}
+    assert runs == sorted(float(s) for s in grid | extras)
+    assert host.tickers[0].skipped == 0 and host.tickers[0].kicked == 0
+
+
+def test_an_extra_run_asked_after_the_step_ran_comes_at_the_next_step() -> None:
+    host = ComponentHost("demo")
+    runs: list[float] = []
+    host.every("reconcile", 10.0, runs.append)
+    host.step(0.0)
+    assert host.run_extra("reconcile", 0.0)  # after this step's run: the next step runs it
+    assert host.step(1.0).next_wake == 10.0  # the grid did not move
+    assert not host.run_extra("reconcile", 10.0)  # due then anyway
+    assert host.step(2.0).ran == ()
+    host.step(10.0)
+    assert runs == [0.0, 1.0, 10.0]
+    with pytest.raises(ValueError, match="no ticker 'nope'"):
+        host.run_extra("nope", 1.0)
+
+
 def test_kicking_a_ticker_that_is_due_anyway_or_unknown() -> None:
     host = ComponentHost("demo")
     host.every("slow", 5.0, lambda now: None)

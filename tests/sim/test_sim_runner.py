@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
 
 from pykatalyst.api import names
+from pykatalyst.sim.control import SimControlPlane
 from pykatalyst.sim.report import POLICY_KEYS, write_report
 from pykatalyst.sim.runner import GC_YOUNG_THRESHOLD, PolicySim
 from pykatalyst.sim.scenario import Scenario, parse_scenario
@@ -224,7 +225,7 @@ def test_load_spike_shrinks_the_reclaim_pool_then_evicts_with_a_tight_threshold(
     assert sum(s.slo_violations) == 0
     evicted = {pod for _, kind, pod, _ in run.tally.events if kind == "Evicted"}
     started = {pod for _, kind, pod, _ in run.tally.events if kind == "Started"}
-    waiting = {f"batch/task-{t}-{a}" for t, a in sim.queue} | set(sim.pods)
+    waiting = {f"batch/task-{t}-{a}" for t, a in sim.batch.queue} | set(sim.kubelet.pods)
     # an evicted task comes back as its next attempt (task-<n>-<attempt>)
     for pod in evicted:
         stem, attempt = pod.rsplit("-", 1)
@@ -250,18 +251,18 @@ def test_physics_arrays_follow_each_pods_knobs_as_the_agent_rewrites_them() -> N
     checked = 0
     for step in range(sc.steps):
         sim.step(step)
-        a = sim._a
-        for i, pod in enumerate(a["running"]):
+        rows = sim.machines.rows
+        for i, pod in enumerate(rows.running):
             host = sim.nodes[pod.node].host
             if not host.has_pod(pod.uid):  # finished or killed after the physics ran
                 continue
             k = host.effective(pod.uid)
             quota = np.inf if k.quota_cores is None else k.quota_cores
-            assert a["node"][i] == pod.node
-            assert a["limit"][i] == min(float(k.cpus.bit_count()), quota)
-            assert a["weight"][i] == k.shares and bool(a["idle"][i]) == k.idle
+            assert rows.node[i] == pod.node
+            assert rows.limit[i] == min(float(k.cpus.bit_count()), quota)
+            assert rows.weight[i] == k.shares and bool(rows.idle[i]) == k.idle
             mem = np.inf if k.memory_limit is None else k.memory_limit
-            assert a["mem_limit"][i] == mem and a["mem_used"][i] == pod.memory_used
+            assert rows.mem_limit[i] == mem and rows.mem_used[i] == pod.memory_used
             checked += 1
     assert checked > 0 and sim.tally.agent_reconciles > 0
 
@@ -275,3 +276,39 @@ def test_a_run_leaves_the_garbage_collectors_settings_as_it_found_them() -> None
     sim.run(lambda done, total: seen.append(gc.get_threshold()))
     assert seen and seen[0][0] >= GC_YOUNG_THRESHOLD  # collections were fewer meanwhile
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
+def test_each_agent_reconciles_on_its_staggered_period_and_after_a_pod_starts_there() -> None:
+    # Agents are timed by their ComponentHost: node i every period from step -i mod P on,
+    # and once more in the step a pod starts on it (the next one if the agents ran already).
+    data = tiny(duration="1h")
+    data["nodes"][0]["count"] = 3
+    katalyst = {**KATALYST, "agent": {**KATALYST["agent"], "period": "180s"}}
+    sc = parse_scenario({**data, "policies": [katalyst]})
+    sim = PolicySim(sc, sc.policies[0], build_workload(sc))
+    control = cast(SimControlPlane, sim.control)
+    assert control.period_steps == 3
+    runs: dict[int, list[int]] = {i: [] for i in range(len(control.agents))}
+    for i, agent in enumerate(control.agents):
+        reconcile = agent.reconcile
+
+        def counted(now: float, i: int = i, reconcile: Any = reconcile) -> Any:
+            runs[i].append(round(now / sc.step))
+            return reconcile(now)
+
+        agent.reconcile = counted
+    run = sim.run()
+    starts = [
+        (round(t / sc.step), node) for t, kind, _, node in run.tally.events if kind == "Started"
+    ]
+    assert starts
+    for i, node in enumerate(sim.nodes):
+        steps = set(runs[i])
+        assert len(steps) == len(runs[i])  # at most once a step
+        grid = {s for s in range(sc.steps) if (s + i) % 3 == 0}
+        assert grid <= steps
+        started = {s for s, n in starts if n == node.name}
+        for s in started:
+            assert s in steps or s + 1 in steps
+        assert steps - grid <= started | {s + 1 for s in started}
+    assert sim.tally.agent_reconciles == sum(len(r) for r in runs.values())

@@ -15,8 +15,10 @@ A reconcile that raises is caught here, logged, counted in
 next tick still runs on its deadline.
 
 `step(now)` is the whole scheduling decision and is synchronous, so tests (and several
-replicas on one virtual clock) can drive a host without an event loop; `run()` wraps it in
-asyncio with the injected clock and sleeper.
+replicas on one virtual clock: the simulator's scheduler and agents, `sim/control.py`) can
+drive a host without an event loop; `run()` wraps it in asyncio with the injected clock and
+sleeper. A ticker may start on a phase (`every(..., first=)`), and an extra run
+(`run_extra`) runs it once early without moving its grid, where a kick restarts the grid.
 """
 
 from __future__ import annotations
@@ -28,9 +30,8 @@ import signal
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -45,6 +46,11 @@ from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import ApiError, Cluster
 from pykatalyst.runtime.leader import LeaderElector, LeaderState
 from pykatalyst.runtime.ticker import Ticker, next_deadline
+
+if TYPE_CHECKING:
+    # aiohttp is imported where the servers are made: a host driven by `step(now)` alone
+    # (the simulator's) serves nothing and need not load it.
+    from aiohttp import web
 
 log = logging.getLogger("pykatalyst.runtime")
 
@@ -255,12 +261,14 @@ class ComponentHost:
         fn: Callable[[float], object],
         *,
         leader_only: bool = False,
+        first: float | None = None,
     ) -> Ticker:
-        """Call `fn(now)` every `period_s` from the first step on; `leader_only` tickers run
-        only while this replica holds the lease."""
+        """Call `fn(now)` every `period_s` from the first step on (from `first` on when it is
+        given: a phase, so that replicas on one clock need not all run at once);
+        `leader_only` tickers run only while this replica holds the lease."""
         if any(t.name == name for t in self.tickers):
             raise ValueError(f"ticker {name!r} is already registered")
-        ticker = Ticker(name, period_s, fn, leader_only=leader_only)
+        ticker = Ticker(name, period_s, fn, leader_only=leader_only, deadline=first)
         self.tickers.append(ticker)
         return ticker
 
@@ -274,6 +282,14 @@ class ComponentHost:
             return False
         self._metrics.kicked.labels(name).inc()
         return True
+
+    def run_extra(self, name: str, now: float) -> bool:
+        """Run the ticker `name` once more at the first step at or after `now`, leaving its
+        grid where it is (a kick moves the grid). False when a run is due by then anyway."""
+        ticker = next((t for t in self.tickers if t.name == name), None)
+        if ticker is None:
+            raise ValueError(f"no ticker {name!r}")
+        return ticker.extra(now)
 
     def serve(self, endpoint: Endpoint) -> None:
         if not 0 <= endpoint.port <= 65535:
@@ -319,6 +335,8 @@ class ComponentHost:
         results: dict[str, object],
         errors: dict[str, Exception],
     ) -> None:
+        on_grid = t.on_grid(now)
+        t.extra_at = None
         scheduled = t.deadline if t.deadline is not None else now
         started = self.clock.now()
         self._tick_started = started
@@ -342,7 +360,7 @@ class ComponentHost:
         self._metrics.ticks.labels(t.name).inc()
         self._metrics.duration.labels(t.name).set(max(0.0, finished - started))
         self._metrics.histogram.labels(t.name).observe(max(0.0, finished - started))
-        missed = t.advance(scheduled, finished)
+        missed = t.advance(scheduled, finished) if on_grid else 0
         if missed:
             self._metrics.skipped.labels(t.name).inc(missed)
             log.warning(
@@ -382,11 +400,7 @@ class ComponentHost:
         return state
 
     def _next_wake(self, now: float) -> float:
-        wakes = [
-            t.deadline if t.deadline is not None else now
-            for t in self.tickers
-            if self._leading or not t.leader_only
-        ]
+        wakes = [t.next_run(now) for t in self.tickers if self._leading or not t.leader_only]
         if self._lease_deadline is not None:
             wakes.append(self._lease_deadline)
         if not wakes:
@@ -422,6 +436,8 @@ class ComponentHost:
         return reasons
 
     def health_routes(self) -> list[web.RouteDef]:
+        from aiohttp import web
+
         async def healthz(request: web.Request) -> web.Response:
             why = self.alive()
             return web.Response(
@@ -519,6 +535,8 @@ class ComponentHost:
             self._stop.set()
 
     async def _start_servers(self) -> list[web.AppRunner]:
+        from aiohttp import web
+
         runners: list[web.AppRunner] = []
         try:
             for ep in self.endpoints:

@@ -4,7 +4,8 @@ A ticker's next deadline is its previous deadline plus the period, never "now pl
 period after the work": work that takes a while does not push every later tick back. A tick
 that overran by more than a period does not cause a burst of catch-up runs either; the
 deadlines it missed are skipped and counted. A kick runs a ticker early, and its grid
-restarts from that run.
+restarts from that run; an extra run (`extra`) runs it early once and leaves its grid where
+it was.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Ticker:
     runs: int = 0
     skipped: int = 0
     kicked: int = 0
+    extra_at: float | None = None
     last_ok: bool | None = None
     last_error: str | None = field(default=None, repr=False)
 
@@ -59,7 +61,30 @@ class Ticker:
             )
 
     def due(self, now: float) -> bool:
+        if self.extra_at is not None and now >= self.extra_at:
+            return True
         return self.deadline is None or now >= self.deadline
+
+    def on_grid(self, now: float) -> bool:
+        """Whether a run at `now` is one of the grid's (not only an extra run)."""
+        return self.deadline is None or now >= self.deadline
+
+    def next_run(self, now: float) -> float:
+        """When the ticker runs next: its deadline or an earlier extra run (`now` when it has
+        not run yet)."""
+        deadline = self.deadline if self.deadline is not None else now
+        if self.extra_at is not None:
+            return min(deadline, self.extra_at)
+        return deadline
+
+    def extra(self, now: float) -> bool:
+        """Run once more at `now` (or at the first step after it) without moving the grid.
+        False when a run is due by then anyway."""
+        if self.deadline is None or self.deadline <= now:
+            return False
+        if self.extra_at is None or now < self.extra_at:
+            self.extra_at = now
+        return True
 
     def kick(self, now: float) -> bool:
         """Make the ticker due at `now` (an early run); its grid then restarts from that

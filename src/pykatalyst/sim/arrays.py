@@ -1,11 +1,18 @@
-"""The simulator's running pods as arrays: the cpu domains pods compete in, their cpus as
-rows of booleans, and one step's cpu figures."""
+"""The simulator's nodes and running pods as arrays: each node's fixed figures
+(`NodeArrays`), every running pod as a row (`PodRows`), the cpu domains pods compete in,
+their cpus as rows of booleans, and one step's cpu figures (`CpuStep`). `sim.machines`
+steps the physics on them."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from pykatalyst.sim.host import PodKnobs
+from pykatalyst.sim.pods import NodeSim, SimPod
 
 
 def domains(nodes: list[int], masks: list[int]) -> tuple[np.ndarray, list[int], list[int]]:
@@ -76,3 +83,118 @@ class CpuStep:
     safe_cap: np.ndarray
     per_cpu_batch: np.ndarray
     per_cpu_all: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class NodeArrays:
+    """What the physics needs of every node, fixed for a run: per node and cpu (up to the
+    largest node's, `valid` marking the node's own) its hyperthread sibling (`sib`, with
+    `has_sib`) and socket; per node and socket the cpus in it; per node its cpus, memory
+    and memory reserved for the system."""
+
+    sib: np.ndarray
+    has_sib: np.ndarray
+    sock: np.ndarray
+    valid: np.ndarray
+    sock_cpus: np.ndarray
+    cpus: np.ndarray
+    memory: np.ndarray
+    sys_memory: np.ndarray
+
+    @property
+    def max_cpus(self) -> int:
+        return int(self.valid.shape[1])
+
+
+def node_arrays(nodes: Sequence[NodeSim], max_cpus: int, sockets: int) -> NodeArrays:
+    """The nodes' static arrays, `max_cpus` columns per node and `sockets` per node."""
+    n = len(nodes)
+    sib = np.tile(np.arange(max_cpus), (n, 1))
+    has_sib = np.zeros((n, max_cpus), dtype=bool)
+    sock = np.zeros((n, max_cpus), dtype=np.int64)
+    valid = np.zeros((n, max_cpus), dtype=bool)
+    sock_cpus = np.ones((n, sockets))
+    for i, node in enumerate(nodes):
+        topo = node.host.topology()
+        for info in topo.cpu_infos:
+            valid[i, info.cpu] = True
+            sock[i, info.cpu] = info.socket
+            others = [x for x in topo.siblings(info.cpu) if x != info.cpu]
+            if others:
+                sib[i, info.cpu] = others[0]
+                has_sib[i, info.cpu] = True
+        for s in topo.sockets:
+            sock_cpus[i, s] = len(topo.cpus_in_socket(s))
+    return NodeArrays(
+        sib,
+        has_sib,
+        sock,
+        valid,
+        sock_cpus,
+        np.array([n_.cpus for n_ in nodes], dtype=np.float64),
+        np.array([n_.memory for n_ in nodes], dtype=np.float64),
+        np.array([n_.group.system_reserved_memory for n_ in nodes], dtype=np.float64),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PodRows:
+    """Every running pod as one row of arrays, in the order of `running`: its node,
+    whether it is a service (and which: `svc_idx`, -1 for batch) and its replica, the
+    knobs the kernel applies (cpus-and-quota `limit`, cfs `weight`, SCHED_IDLE `idle`,
+    `mem_limit`), its cpu domain, its batch cores, memory used and OOM score adjustment;
+    per cpu domain its node (`dom_node`), cpus (`dm`, rows of booleans) and size (`cap`)."""
+
+    running: list[SimPod]
+    node: np.ndarray
+    is_svc: np.ndarray
+    svc_idx: np.ndarray
+    replica: np.ndarray
+    limit: np.ndarray
+    weight: np.ndarray
+    idle: np.ndarray
+    domain: np.ndarray
+    dom_node: np.ndarray
+    dm: np.ndarray
+    cap: np.ndarray
+    cores: np.ndarray
+    mem_used: np.ndarray
+    mem_limit: np.ndarray
+    adj: np.ndarray
+
+
+def pod_rows(running: list[SimPod], knobs: list[PodKnobs], max_cpus: int) -> PodRows:
+    """The rows of the running pods, each with the knobs its host applies."""
+    n = len(running)
+    masks = [k.cpus for k in knobs]
+    ncpu = np.fromiter((m.bit_count() for m in masks), np.float64, n)
+    quota = np.fromiter(
+        (math.inf if k.quota_cores is None else k.quota_cores for k in knobs), np.float64, n
+    )
+    domain, dom_mask, dom_node = domains([p.node for p in running], masks)
+    dm = mask_rows(dom_mask, max_cpus)
+    return PodRows(
+        running=running,
+        node=np.fromiter((p.node for p in running), np.int64, n),
+        is_svc=np.fromiter((p.kind == "service" for p in running), bool, n),
+        svc_idx=np.fromiter((p.index if p.kind == "service" else -1 for p in running), np.int64, n),
+        replica=np.fromiter((p.replica for p in running), np.int64, n),
+        limit=np.minimum(ncpu, quota),
+        weight=np.fromiter((k.shares for k in knobs), np.float64, n),
+        idle=np.fromiter((k.idle for k in knobs), bool, n),
+        domain=domain,
+        dom_node=np.asarray(dom_node, dtype=np.int64),
+        dm=dm,
+        cap=dm.sum(axis=1).astype(np.float64),
+        cores=np.fromiter((p.cores for p in running), np.float64, n),
+        mem_used=np.fromiter((p.memory_used for p in running), np.float64, n),
+        mem_limit=np.fromiter(
+            (math.inf if k.memory_limit is None else k.memory_limit for k in knobs), np.float64, n
+        ),
+        adj=np.fromiter((p.oom_adj for p in running), np.int64, n),
+    )
+
+
+def no_rows(max_cpus: int) -> PodRows:
+    """The rows before the first step: no pod running."""
+    return pod_rows([], [], max_cpus)

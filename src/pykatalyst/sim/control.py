@@ -1,7 +1,11 @@
 """The control plane of a simulated cluster: the scheduler and the node agents.
 
 The runner asks it to place pending pods and to let due agents reconcile; everything goes
-through the cluster's API, as it would in production.
+through the cluster's API, as it would in production. Each component is timed as its
+daemon is: by a `runtime.host.ComponentHost` of its own (the scheduler's, and one per
+node's agent), stepped on the simulation's clock with `ComponentHost.step`. The hosts keep
+time in steps (whole numbers, so their grids are exact); each ticker turns its step into
+seconds for the component it runs.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import numpy as np
 from pykatalyst.api import names
 from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import Clock
+from pykatalyst.runtime.host import ComponentHost, HostStep
 from pykatalyst.scheduler import registry as reg
 from pykatalyst.scheduler.config import (
     API_VERSIONS,
@@ -73,11 +78,11 @@ class SimView(Protocol):
 
 
 class ControlPlane(Protocol):
-    def schedule(self, now: float) -> None: ...
+    def schedule(self, step: int) -> None: ...
 
-    def pod_started(self, node_name: str) -> None: ...
+    def pod_started(self, node_name: str, step: int) -> None: ...
 
-    def reconcile_agents(self, now: float) -> None: ...
+    def reconcile_agents(self, step: int) -> None: ...
 
     def reclaimed_capacity(self, node: int) -> float: ...
 
@@ -147,7 +152,23 @@ def scheduler_config(policy: Policy) -> SchedulerConfig:
     return default_config()
 
 
+# The daemons' ticker names (`runtime.scheduler`, `runtime.agent`).
+SCHEDULE = "schedule"
+RECONCILE = "reconcile"
+
+
+def _raise_errors(step: HostStep) -> None:
+    """A component that raises stops the simulation (a daemon would log it and go on)."""
+    for exc in step.errors.values():
+        raise exc
+
+
 class SimControlPlane:
+    """The scheduler and, under the `katalyst` policy, one agent per node, each on its own
+    `ComponentHost`: the scheduler every step, an agent every `period_steps` steps, node i
+    first at step `-i mod period_steps` (staggered), plus once in a step where a pod
+    started on its node (an extra run that leaves its grid)."""
+
     def __init__(self, sim: SimView) -> None:
         self.sim = sim
         self.scheduler = Scheduler(
@@ -156,13 +177,35 @@ class SimControlPlane:
             seed=sim.scenario.seed,
             record_scheduled_events=False,
         )
-        self._fresh: set[int] = set()  # nodes where pods started since their agent ran
+        dt = sim.dt
+        self.scheduler_host = ComponentHost("scheduler")
+        self.scheduler_host.every(
+            SCHEDULE, 1.0, lambda step: self.scheduler.run_until_idle(step * dt)
+        )
         self.agents: list[Any] = []
+        self.agent_hosts: list[ComponentHost] = []
         self.plans: dict[int, Any] = {}
         self._reclaimed = np.zeros(len(sim.nodes))
         self.period_steps = max(1, round(sim.policy.agent.period / sim.dt))
         if sim.policy.name == "katalyst":
             self._start_agents()
+            for i, agent in enumerate(self.agents):
+                self.agent_hosts.append(self._agent_host(i, agent))
+
+    def _agent_host(self, i: int, agent: Any) -> ComponentHost:
+        host = ComponentHost("agent")
+        dt, period = self.sim.dt, self.period_steps
+
+        def tick(step: float) -> None:
+            plan = agent.reconcile(step * dt)
+            self.plans[i] = plan
+            self.sim.tally.agent_reconciles += 1
+            reported = plan.reclaimed_cpu.reported
+            if reported is not None:
+                self._reclaimed[i] = reported
+
+        host.every(RECONCILE, float(period), tick, first=float(-i % period))
+        return host
 
     def _start_agents(self) -> None:
         from pykatalyst.agent.config import parse_config
@@ -208,32 +251,21 @@ class SimControlPlane:
                 )
             )
 
-    def schedule(self, now: float) -> None:
-        self.scheduler.run_until_idle(now)
+    def schedule(self, step: int) -> None:
+        _raise_errors(self.scheduler_host.step(float(step)))
 
-    def pod_started(self, node_name: str) -> None:
+    def pod_started(self, node_name: str, step: int) -> None:
         # The agent watches the pods of its node: a new pod gets its pool, weight and
         # cpu.idle at the agent's next tick, seconds after it starts in production. With a
-        # simulation step of a minute that tick is this step, not the next period.
+        # simulation step of a minute that tick is this step (the next one when this step's
+        # agents have run already), not the next period.
         # (The kubelet's status write is not simulated: the agent finds containers by name.)
-        self._fresh.add(self.sim.node_index[node_name])
+        if self.agent_hosts:
+            self.agent_hosts[self.sim.node_index[node_name]].run_extra(RECONCILE, float(step))
 
-    def reconcile_agents(self, now: float) -> None:
-        if not self.agents:
-            return
-        due = self.nodes_due(now) | self._fresh
-        self._fresh = set()
-        for i in sorted(due):
-            plan = self.agents[i].reconcile(now)
-            self.plans[i] = plan
-            self.sim.tally.agent_reconciles += 1
-            reported = plan.reclaimed_cpu.reported
-            if reported is not None:
-                self._reclaimed[i] = reported
-
-    def nodes_due(self, now: float) -> set[int]:
-        step = round(now / self.sim.dt)
-        return {i for i in range(len(self.sim.nodes)) if (step + i) % self.period_steps == 0}
+    def reconcile_agents(self, step: int) -> None:
+        for host in self.agent_hosts:
+            _raise_errors(host.step(float(step)))
 
     def reclaimed_capacity(self, node: int) -> float:
         return float(self._reclaimed[node])

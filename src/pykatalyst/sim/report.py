@@ -15,7 +15,7 @@ import numpy as np
 
 from pykatalyst.extras import require
 from pykatalyst.sim.physics import model_constants
-from pykatalyst.sim.runner import PolicyRun
+from pykatalyst.sim.recording import PolicyRun
 from pykatalyst.sim.scenario import dump_scenario
 from pykatalyst.sim.simulate import SimulationResult
 

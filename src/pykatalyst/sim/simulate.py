@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pykatalyst.sim.checks import scenario_warnings
-from pykatalyst.sim.runner import PolicyRun, PolicySim
+from pykatalyst.sim.recording import PolicyRun
+from pykatalyst.sim.runner import PolicySim
 from pykatalyst.sim.scenario import Scenario
 from pykatalyst.sim.workload import Workload, build_workload
 
