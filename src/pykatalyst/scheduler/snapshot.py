@@ -293,6 +293,9 @@ class NodeSnapshot:
         self._cnr_vf: dict[str, _CNRVfs] = {}
         # each CNR's topology zones as last read, with the raw list they were read from
         self._cnr_zones: dict[str, tuple[Any, list[TopologyZone]]] = {}
+        # each CNR's parts read by `upsert_cnr` as last read (a copy), with what the NUMA
+        # figures took from the pod records: equal both, an update changes nothing
+        self._cnr_seen: dict[str, tuple[tuple[Any, ...], tuple[bool, ...]]] = {}
         self.cnr_problems: dict[str, str] = {}
         # pod accounting
         self.pods: dict[str, PodRecord] = {}
@@ -549,6 +552,9 @@ class NodeSnapshot:
         name = str((raw.get("metadata") or {}).get("name", ""))
         if not name:
             return False
+        seen = self._cnr_seen.get(name)
+        if seen is not None and seen[0] == _cnr_read(raw) and seen[1] == self._numa_deps(name):
+            return False  # the heartbeat alone, or annotations: nothing read here changed
         view = CustomNodeResource(dict(raw))
         old_policy = self._cnr_policy.get(name)
         try:
@@ -597,7 +603,20 @@ class NodeSnapshot:
         slot = self.index.get(name)
         if slot is not None and changed:
             self._apply_cnr_to_slot(name, slot)
+        self._cnr_seen[name] = (copy_json(_cnr_read(raw)), self._numa_deps(name))
         return changed
+
+    def _numa_deps(self, name: str) -> tuple[bool, ...]:
+        """What `_read_numa` took from the pod records for the pods the CNR's NUMA zones
+        list: whether each is a shared (not NUMA-bound) pod this snapshot holds."""
+        numa = self._cnr_numa.get(name)
+        if numa is None:
+            return ()
+        pods = self.pods
+        return tuple(
+            (rec := pods.get(uid)) is not None and not rec.dedicated_numa
+            for uid in ("", *numa.listed)
+        )
 
     def _zones_of(self, name: str, view: CustomNodeResource) -> list[TopologyZone]:
         """The CNR's topology zones, read again only when they changed: an agent rewrites
@@ -611,6 +630,7 @@ class NodeSnapshot:
         return zones
 
     def remove_cnr(self, name: str) -> bool:
+        self._cnr_seen.pop(name, None)
         self._cnr_zones.pop(name, None)
         self._cnr_raw_alloc.pop(name, None)
         self._cnr_numa.pop(name, None)
@@ -957,6 +977,22 @@ def required_pod_terms(pod: Mapping[str, Any], kind: str) -> list[Mapping[str, A
     affinity = ((pod.get("spec") or {}).get("affinity") or {}).get(kind) or {}
     terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
     return [t for t in terms if isinstance(t, Mapping)]
+
+
+def _cnr_read(raw: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The parts of a CNR `upsert_cnr` reads: its taints, reclaimed resources, topology
+    policy and zones (not its conditions, whose heartbeat changes on every write)."""
+    spec = raw.get("spec")
+    status = raw.get("status")
+    taints = spec.get("taints") if isinstance(spec, Mapping) else spec
+    if not isinstance(status, Mapping):
+        return (taints, status)
+    return (
+        taints,
+        status.get("resources"),
+        status.get("topologyPolicy"),
+        status.get("topologyZone"),
+    )
 
 
 def _read_numa(
