@@ -246,6 +246,23 @@ class NodeSnapshot:
         self.cnr_taint_index: dict[CNRTaint, int] = {}
         self.cnr_taint_mat: BOOL = np.zeros((0, cap), np.bool_)
         self._cnr_taints_of: dict[str, tuple[CNRTaint, ...]] = {}
+        self._init_numa(cap)
+        self._init_gpus(cap)
+        self._init_nics(cap)
+        # each CNR's topology zones as last read, with the raw list they were read from
+        self._cnr_zones: dict[str, tuple[Any, list[TopologyZone]]] = {}
+        # each CNR's parts read by `upsert_cnr` as last read (a copy), with what the NUMA
+        # figures took from the pod records: equal both, an update changes nothing
+        self._cnr_seen: dict[str, tuple[tuple[Any, ...], tuple[bool, ...]]] = {}
+        self.cnr_problems: dict[str, str] = {}
+        # pod accounting
+        self.pods: dict[str, PodRecord] = {}
+        self.pods_by_node: dict[str, dict[str, PodRecord]] = {}
+        self.pods_by_namespace: dict[str, dict[str, PodRecord]] = {}
+        self.anti_affinity_pods: dict[str, PodRecord] = {}
+        self.static_gen = 0
+
+    def _init_numa(self, cap: int) -> None:
         # NUMA zones: row z of each array is the node's z-th zone by NUMA id
         self.numa_z = 0
         self.numa_count: I32 = np.zeros(cap, np.int32)
@@ -264,6 +281,8 @@ class NodeSnapshot:
         self._cnr_numa: dict[str, _CNRNuma] = {}
         self._cnr_raw_alloc: dict[str, tuple[int, int]] = {}
         self._cnr_policy: dict[str, int] = {}
+
+    def _init_gpus(self, cap: int) -> None:
         # GPU cards (the per-card cache): row k of each array is the node's k-th card in
         # its CNR's order; `gpu_free` = cap - used, kept current; -1 codes: none/unknown
         self.gpu_z = 0
@@ -279,6 +298,8 @@ class NodeSnapshot:
         self._cnr_gpu: dict[str, _CNRGpu] = {}
         # bumped at every change of some card's free amount or of the cards themselves
         self.gpu_gen = 0
+
+    def _init_nics(self, cap: int) -> None:
         # NICs (the per-NIC cache, as the cards'): row k is the node's k-th NIC zone
         self.nic_z = 0
         self.nic_count: I32 = np.zeros(cap, np.int32)
@@ -291,18 +312,6 @@ class NodeSnapshot:
         # SR-IOV VFs: per node, how many RDMA VFs are free (kept current); the VFs by node
         self.vf_free: I32 = np.zeros(cap, np.int32)
         self._cnr_vf: dict[str, _CNRVfs] = {}
-        # each CNR's topology zones as last read, with the raw list they were read from
-        self._cnr_zones: dict[str, tuple[Any, list[TopologyZone]]] = {}
-        # each CNR's parts read by `upsert_cnr` as last read (a copy), with what the NUMA
-        # figures took from the pod records: equal both, an update changes nothing
-        self._cnr_seen: dict[str, tuple[tuple[Any, ...], tuple[bool, ...]]] = {}
-        self.cnr_problems: dict[str, str] = {}
-        # pod accounting
-        self.pods: dict[str, PodRecord] = {}
-        self.pods_by_node: dict[str, dict[str, PodRecord]] = {}
-        self.pods_by_namespace: dict[str, dict[str, PodRecord]] = {}
-        self.anti_affinity_pods: dict[str, PodRecord] = {}
-        self.static_gen = 0
 
     # --- storage helpers ------------------------------------------------------------------
 
