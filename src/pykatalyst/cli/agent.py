@@ -228,13 +228,7 @@ def agent(
     (--embedded or --pods without --dry-run)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     node = node or socket.gethostname().lower()
-    try:
-        cfg: AgentConfig = load_config(config)
-    except ConfigError as exc:
-        raise _fail(str(exc)) from None
-    if kubelet_config is not None:
-        kube = cfg.kubelet.model_copy(update={"config_path": kubelet_config})
-        cfg = cfg.model_copy(update={"kubelet": kube})
+    cfg = _config(config, kubelet_config)
     from pykatalyst.agent.host.linux import LinuxHost
 
     clock = RealClock()
@@ -249,32 +243,8 @@ def agent(
         topo = host.topology()
     except (OSError, ValueError) as exc:
         raise _fail(f"cannot read this machine: {exc}") from None
-    notes: list[str] = [reclaim_setting(cfg)]
-    try:
-        ensure_node(
-            cluster,
-            node,
-            topo,
-            create=source.embedded or pods is not None,
-            sleep=None if once else time.sleep,
-            say=lambda line: print_message(f"note: {line}", stderr=True),
-        )
-        if pods is not None:
-            declared = load_pods(pods)
-            created = create_pods(cluster, node, declared)
-            notes.append(f"created {len(created)} pods from {pods}: {', '.join(created)}")
-            notes.append(NO_CGROUP_NOTE)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
-    except ApiError as exc:
-        raise _fail(f"cluster: {exc}") from None
-    checkpoint: Path | None = None
-    if cfg.checkpoint_path and not dry_run:
-        checkpoint = Path(cfg.checkpoint_path)
-        try:
-            checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise _fail(f"checkpoint_path {checkpoint}: {exc}") from None
+    notes = [reclaim_setting(cfg), *_prepare(cluster, node, topo, source.embedded, pods, once)]
+    checkpoint = _checkpoint(cfg, dry_run)
     # One registry: the eviction stage's counters and the plans' figures on one /metrics.
     registry = CollectorRegistry()
     runner = build_agent(
@@ -307,6 +277,59 @@ def agent(
         raise _fail(f"--listen {listen}: {exc}") from None
     if code:
         raise typer.Exit(code)
+
+
+def _prepare(
+    cluster: Cluster,
+    node: str,
+    topo: CPUTopology,
+    embedded: bool,
+    pods: Path | None,
+    once: bool,
+) -> list[str]:
+    """The Node made ready (created on the embedded cluster or with --pods, else waited
+    for), and --pods' pods created; the notes to print."""
+    try:
+        ensure_node(
+            cluster,
+            node,
+            topo,
+            create=embedded or pods is not None,
+            sleep=None if once else time.sleep,
+            say=lambda line: print_message(f"note: {line}", stderr=True),
+        )
+        if pods is None:
+            return []
+        created = create_pods(cluster, node, load_pods(pods))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    except ApiError as exc:
+        raise _fail(f"cluster: {exc}") from None
+    return [f"created {len(created)} pods from {pods}: {', '.join(created)}", NO_CGROUP_NOTE]
+
+
+def _config(config: Path | None, kubelet_config: str | None) -> AgentConfig:
+    """The agent's configuration file read, --kubelet-config applied over it."""
+    try:
+        cfg: AgentConfig = load_config(config)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    if kubelet_config is not None:
+        kube = cfg.kubelet.model_copy(update={"config_path": kubelet_config})
+        cfg = cfg.model_copy(update={"kubelet": kube})
+    return cfg
+
+
+def _checkpoint(cfg: AgentConfig, dry_run: bool) -> Path | None:
+    """Where the cpu placement is checkpointed (its folder made), or None (a dry run)."""
+    if not cfg.checkpoint_path or dry_run:
+        return None
+    checkpoint = Path(cfg.checkpoint_path)
+    try:
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(f"checkpoint_path {checkpoint}: {exc}") from None
+    return checkpoint
 
 
 def _print_plan(plan: AgentPlan, output: OutputFormat, notes: list[str]) -> None:
