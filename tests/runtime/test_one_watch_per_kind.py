@@ -11,8 +11,8 @@ from pykatalyst.agent.agent import Agent
 from pykatalyst.agent.enforcer import Enforcer
 from pykatalyst.api import names
 from pykatalyst.api.names import Kind
-from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.apiserver.memory import MemoryCluster
+from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.cluster.protocol import Watch
 from pykatalyst.scheduler.config import default_config
 from pykatalyst.scheduler.scheduler import Scheduler
