@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pykatalyst.cluster.patch import (
     PatchError,
     copy_json,
+    copy_object,
     json_patch,
     merge_patch,
     strategic_merge_patch,
@@ -23,6 +24,43 @@ json_values = st.recursive(
     ),
     max_leaves=12,
 )
+
+
+def _containers(value: Any) -> list[Any]:
+    """Every dict and list inside `value`, itself included."""
+    if isinstance(value, dict):
+        return [value, *(c for v in value.values() for c in _containers(v))]
+    if isinstance(value, list):
+        return [value, *(c for v in value for c in _containers(v))]
+    return []
+
+
+json_floats = st.floats(allow_nan=False, allow_infinity=False)
+json_documents = st.recursive(
+    st.none() | st.booleans() | st.integers() | json_floats | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=200)
+@given(st.dictionaries(st.text(max_size=3), json_documents, max_size=5))
+def test_copy_is_equal_and_shares_no_container(obj: dict[str, Any]) -> None:
+    for copy in (copy_json(obj), copy_object(obj)):
+        assert copy == obj
+        assert list(copy) == list(obj)  # key order is kept: it shows in every response
+        ids = {id(c) for c in _containers(obj)}
+        assert not any(id(c) in ids for c in _containers(copy))
+        # changing the copy anywhere leaves the original as it was
+        before = repr(obj)
+        for c in _containers(copy):
+            if isinstance(c, dict):
+                c["\x00new"] = 1
+            else:
+                c.append(1)
+        assert repr(obj) == before
 
 
 # RFC 7386 appendix A.

@@ -378,11 +378,15 @@ class MemoryCluster:
         sub: str,
         require_rv: bool,
         url: tuple[str, str] | None = None,
+        decoded: bool = False,
     ) -> JSON:
+        """Write `new` over the stored object. `decoded`: `new` is already the strategy's
+        decoding (a patch result), which decoding again would not change."""
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
             raise BadRequest(f"a {st.kind.kind} must be a JSON object with metadata")
         check_type(st, new)
-        new = st.strategy.decode(new)
+        if not decoded:
+            new = st.strategy.decode(new)
         old = self._update_target(st, new["metadata"], url)
         name, ns = old["metadata"]["name"], old["metadata"].get("namespace", "")
         self._check_preconditions(st, new["metadata"], old["metadata"], require_rv)
@@ -508,9 +512,8 @@ class MemoryCluster:
             new = self._patched(st, old, patch, patch_type)
             if new["metadata"].get("resourceVersion") == old["metadata"]["resourceVersion"]:
                 new["metadata"].pop("resourceVersion", None)
-            return self._update(
-                st, self._decode_patched(st, name, new), subresource or "", False, (name, ns)
-            )
+            new = self._decode_patched(st, name, new)
+            return self._update(st, new, subresource or "", False, (name, ns), decoded=True)
 
     # --- the scale subresource ------------------------------------------------------------
 
@@ -588,10 +591,20 @@ class MemoryCluster:
             if e.malformed:
                 raise BadRequest(str(e)) from None
             raise Invalid(f'{st.kind.kind} "{name}" is invalid: {e}') from None
-        new = copy_json(result)
-        if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+        if not isinstance(result, dict) or not isinstance(result.get("metadata"), dict):
             raise Invalid(f'{st.kind.kind} "{name}" is invalid: the patch removed metadata')
-        return new
+        return MemoryCluster._own(st, result)
+
+    @staticmethod
+    def _own(st: KindStore, result: JSON) -> JSON:
+        """A patch result made the write's own. The patch functions build new containers
+        only where the patch reaches, sharing the rest with the stored object. A write of
+        a kind with the default strategy changes only the top level and the metadata in
+        place, so only those are copied, the rest shared (stored objects are never
+        changed); other strategies also change nested fields, and get a whole copy."""
+        if type(st.strategy) is Strategy:
+            return {**result, "metadata": copy_object(result["metadata"])}
+        return copy_object(result)
 
     @staticmethod
     def _decode_patched(st: KindStore, name: str, new: JSON) -> JSON:
