@@ -32,14 +32,10 @@ from pykatalyst.agent import (
     sizing,
 )
 from pykatalyst.agent.advisor import RegulatorState
+from pykatalyst.agent.agent_state import AgentState, PlanCacheEntry
 from pykatalyst.agent.cpu_policy import Layout
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, PodCgroup
-from pykatalyst.agent.inputs import (
-    AgentState,
-    EvictionInput,
-    PlanCacheEntry,
-    TickInputs,
-)
+from pykatalyst.agent.inputs import EvictionInput, TickInputs
 from pykatalyst.agent.plan import (
     UNMANAGED,
     AgentPlan,
