@@ -9,13 +9,12 @@ from typing import Any
 
 from pykatalyst.agent import gpu, nic
 from pykatalyst.agent.config_sections import DevicesConfig
-from pykatalyst.agent.decide import nic_hold
 from pykatalyst.agent.dra import holds as dra_holds
 from pykatalyst.agent.host.devices import DeviceSource, DeviceUnavailable
 from pykatalyst.agent.host.kubelet import KubeletDevicesView, KubeletUnavailable
 from pykatalyst.agent.host.nics import NicSource
 from pykatalyst.agent.inputs import GpuReport, NicReport, Zones
-from pykatalyst.agent.pods import PodSpec
+from pykatalyst.agent.pods import PodSpec, nic_hold
 from pykatalyst.api import names
 from pykatalyst.topology.machine import CPUTopology
 
