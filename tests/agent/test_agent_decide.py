@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from pykatalyst.agent.act import KnobWriter
 from pykatalyst.agent.agent import EvictionInput
 from pykatalyst.agent.decide import decide
 from pykatalyst.agent.enforcer import Enforcer, EnforceReport
 from pykatalyst.agent.eviction import EvictionConfig, EvictionPlan, EvictionStage
-from pykatalyst.agent.executor import KnobWriter
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, KnobWrite
 from pykatalyst.agent.plan import StageDecision
 from pykatalyst.agent.reporter import build_status
@@ -130,7 +130,7 @@ def test_the_executor_writes_exactly_the_plan(
     n = Node(cfg)
     recorder = RecordingEnforcer(Enforcer(n.host, None, n.clock))
     n.agent.enforcer = recorder
-    n.agent._writer = KnobWriter(recorder, False)
+    n.agent.performer.writer = KnobWriter(recorder, False)
     quota = CpuQuota(50_000, 100_000)
 
     def throttling(inp: EvictionInput) -> StageDecision:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pykatalyst.agent.act import KnobWriter
 from pykatalyst.agent.enforcer import EnforceReport
-from pykatalyst.agent.executor import KnobWriter
 from pykatalyst.agent.host.base import Knob, KnobValue, KnobWrite
 
 

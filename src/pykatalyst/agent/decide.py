@@ -32,14 +32,10 @@ from pykatalyst.agent import (
     sizing,
 )
 from pykatalyst.agent.advisor import RegulatorState
+from pykatalyst.agent.agent_state import AgentState, PlanCacheEntry
 from pykatalyst.agent.cpu_policy import Layout
 from pykatalyst.agent.host.base import CpuQuota, Knob, KnobValue, PodCgroup
-from pykatalyst.agent.inputs import (
-    AgentState,
-    EvictionInput,
-    PlanCacheEntry,
-    TickInputs,
-)
+from pykatalyst.agent.inputs import EvictionInput, TickInputs
 from pykatalyst.agent.plan import (
     UNMANAGED,
     AgentPlan,
@@ -48,7 +44,7 @@ from pykatalyst.agent.plan import (
     PodPlan,
     StageDecision,
 )
-from pykatalyst.agent.pods import PodSpec
+from pykatalyst.agent.pods import PodSpec, nic_hold
 from pykatalyst.api import names
 from pykatalyst.topology.cpuset import CPUSet
 
@@ -227,12 +223,6 @@ def network(inp: TickInputs, valid: Mapping[str, PodSpec]) -> net_policy.NetPlan
         if cgs or s.addresses:
             pods.append(net_policy.NetPod(s.key, s.level, cgs, s.addresses, *nic_hold(s)))
     return net_policy.decide(cfg, pods, inp.facts.cgroup_version)
-
-
-def nic_hold(s: PodSpec) -> tuple[int, str]:
-    """A pod's net_bandwidth request (Mbps) and the NIC the scheduler chose for it."""
-    selection = s.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION)
-    return s.digest.request(names.RESOURCE_NET_BANDWIDTH), str(selection or "")
 
 
 def with_overrides(

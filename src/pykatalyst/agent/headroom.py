@@ -14,9 +14,10 @@ from pykatalyst.agent.advisor import (
     cpu_headroom,
     memory_headroom,
 )
+from pykatalyst.agent.agent_state import smoother
 from pykatalyst.agent.config import AgentConfig
 from pykatalyst.agent.cpu_policy import DedicatedAssignment
-from pykatalyst.agent.inputs import TickInputs, smoother
+from pykatalyst.agent.inputs import TickInputs
 from pykatalyst.agent.plan import ReclaimedFigure
 from pykatalyst.agent.pods import PodSpec
 from pykatalyst.agent.reporter import apportion, milli_cpu

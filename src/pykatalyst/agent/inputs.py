@@ -1,15 +1,19 @@
-"""What one tick of the node agent decides from, gathered before anything is decided, and
-what it carries from one tick to the next.
+"""What one tick of the node agent decides from, gathered before anything is decided.
+
+These are value types, shared by the reading side (`agent/gather/`, which produces them),
+the pure `decide` and the acting side (`agent/act/`); this module reads nothing. What a
+tick carries to the next is the `AgentState` (`agent/agent_state.py`).
 
 `Agent.reconcile(now)` is three steps: gather a `TickInputs` (the node's pods and dynamic
 config from the node-state holder in `agent/node_watch.py`, the effective `AgentConfig`,
 the pods parsed and matched to their cgroups, one Host sample, the kubelet's pins, the pods'
 indicator targets, the GPU and NIC zones, what each eviction stage read), decide the
 tick's `AgentPlan` and next `AgentState` from it and the current `AgentState`
-(`agent/decide.py`, pure), then execute the plan (the eviction stages' decisions, the
-enforcer, the reporter, Events). An `EvictionStage` decides on an `EvictionInput`: the plan
-as decided, the pods, the metrics and the sample, and the same `NodeView` the agent read;
-its memory from one tick to the next is part of the `AgentState`.
+(`agent/decide.py`, pure), then execute the plan (`agent/act/`: the eviction stages'
+decisions, the enforcer, the reporter, Events). An `EvictionStage` decides on an
+`EvictionInput`: the plan as decided, the pods, the metrics and the sample, and the same
+`NodeView` the agent read; its memory from one tick to the next is part of the
+`AgentState`.
 """
 
 from __future__ import annotations
@@ -18,18 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pykatalyst.agent.advisor import HeadroomSmoother, RegulatorState
-from pykatalyst.agent.config import AgentConfig, ReporterConfig
-from pykatalyst.agent.cpu_placement import CpuState
-from pykatalyst.agent.host.base import HostSample, Knob, KnobValue, PodCgroup
+from pykatalyst.agent.config import AgentConfig
+from pykatalyst.agent.host.base import HostSample, PodCgroup
 from pykatalyst.agent.kubelet_cpu import KubeletCpuPolicy, KubeletPins
 from pykatalyst.agent.metrics import MetricStore
 from pykatalyst.agent.node_watch import NodeView
-from pykatalyst.agent.plan import AgentPlan, PlanEvent, PodPlan, StageDecision
+from pykatalyst.agent.plan import AgentPlan, PlanEvent, StageDecision
 from pykatalyst.agent.pods import ContainerCgroups, PodSpec
-from pykatalyst.agent.rama import PIDState
-from pykatalyst.agent.regions import IsolationState
-from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 
 NO_CGROUPS = ContainerCgroups(None, {})
@@ -124,53 +123,6 @@ class TickInputs:
         return self.now - start < self.config.cpu.ramp_up_period_s
 
 
-# One pod's plan and its cgroups' knobs, with the inputs they were made from.
-PlanCacheEntry = tuple[tuple[Any, ...], PodPlan, tuple[tuple[str, dict[Knob, KnobValue]], ...]]
-
-
-def smoother(
-    rc: ReporterConfig, cpu: bool, held: HeadroomSmoother | None = None
-) -> HeadroomSmoother:
-    """A headroom smoother with the reporter's window, steps and report floors, keeping
-    `held`'s history."""
-    base = held if held is not None else HeadroomSmoother(0, 0, 0, 0, 0, 0)
-    return base.tuned(
-        rc.sliding_window_s,
-        rc.headroom_sync_period_s,
-        rc.min_step_cpu if cpu else float(rc.min_step_memory),
-        rc.max_step_cpu if cpu else float(rc.max_step_memory),
-        rc.reserved_for_report_cpu if cpu else float(rc.reserved_for_report_memory),
-        rc.min_reclaimed_for_report_cpu if cpu else float(rc.min_reclaimed_for_report_memory),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class AgentState:
-    """What one tick hands the next, as a value: the cpu placement, the regulators' and
-    rama's controllers per pool, the provision step that last sized each pool, the
-    isolated pods, the cpus lent to the reclaim pool, the headroom smoothers, the Events
-    already sent, when each reclaimed pod's cache was last dropped, and the pods' plans
-    with the inputs they came from. `decide` returns a new one; nothing changes one."""
-
-    placement: CpuState = field(default_factory=CpuState)
-    regulators: Mapping[str, RegulatorState] = field(default_factory=dict)
-    dedicated_regulators: Mapping[str, RegulatorState] = field(default_factory=dict)
-    rama: Mapping[str, Mapping[str, PIDState]] = field(default_factory=dict)
-    steps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    isolated: frozenset[str] = frozenset()
-    isolation_states: Mapping[tuple[str, str], IsolationState] = field(default_factory=dict)
-    borrowed: Mapping[str, CPUSet] = field(default_factory=dict)
-    cpu_smoother: HeadroomSmoother = field(default_factory=lambda: smoother(ReporterConfig(), True))
-    mem_smoother: HeadroomSmoother = field(
-        default_factory=lambda: smoother(ReporterConfig(), False)
-    )
-    events_sent: frozenset[tuple[str, str, str]] = frozenset()
-    dropped_at: Mapping[str, float] = field(default_factory=dict)
-    plans: Mapping[str, PlanCacheEntry] = field(default_factory=dict)
-    # what each eviction stage's last decision left the next (by the stage's place)
-    stage_memory: tuple[object, ...] = ()
-
-
 @dataclass(frozen=True, slots=True)
 class EvictionInput:
     """What an eviction stage sees: the tick's plan (already advised and allocated, not yet
@@ -196,7 +148,7 @@ class EvictionStage(Protocol):
     """An eviction stage of the agent's loop: `gather` reads (in the agent's gather, with
     the memory its last decision left),
     `decide` is pure (in `decide`, after the plan is made; `memory` is what its last
-    decision returned, None at first), `act` performs the decision (in the executor) and
+    decision returned, None at first), `act` performs the decision (in `agent/act/`) and
     returns what it did, recorded after the decision's actions."""
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pykatalyst.agent.host.base import CpuQuota, IoLatency, IoLimits, Knob, KnobValue
 from pykatalyst.topology.cpuset import CPUSet
@@ -197,7 +197,7 @@ class AgentPlan:
     # memory guard, pressure, cache drops, protection, OOM ladder; disk I/O per pod
     memory: Terms = field(default_factory=dict)
     io: Terms = field(default_factory=dict)
-    # What the executor performs besides the knobs (not in the plan's JSON): the egress
+    # What `agent/act/` performs besides the knobs (not in the plan's JSON): the egress
     # plan (the device's shape, the terms), each eviction stage's decision (evictions,
     # taints, Events), the CNR status and node extended resources to publish with the
     # terms of how they were worked out, and the pods' native demand (Σ request, Σ usage
@@ -244,10 +244,16 @@ class AgentPlan:
         }
 
 
-def _action_json(action: Any) -> Any:
-    to_json = getattr(action, "to_json", None)
-    if callable(to_json):
-        return to_json()
+@runtime_checkable
+class JsonAction(Protocol):
+    """An eviction action that says itself as JSON (the eviction stages' records)."""
+
+    def to_json(self) -> Any: ...
+
+
+def _action_json(action: object) -> Any:
+    if isinstance(action, JsonAction):
+        return action.to_json()
     return repr(action)
 
 

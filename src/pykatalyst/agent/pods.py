@@ -219,6 +219,12 @@ class ContainerCgroups:
     containers: Mapping[str, str]
 
 
+def nic_hold(s: PodSpec) -> tuple[int, str]:
+    """A pod's net_bandwidth request (Mbps) and the NIC the scheduler chose for it."""
+    selection = s.digest.annotations.get(names.NIC_SELECTION_RESULT_ANNOTATION)
+    return s.digest.request(names.RESOURCE_NET_BANDWIDTH), str(selection or "")
+
+
 def match_cgroups(spec: PodSpec, found: PodCgroup | None) -> ContainerCgroups:
     if found is None:
         return ContainerCgroups(None, {})

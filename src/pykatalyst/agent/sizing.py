@@ -18,9 +18,10 @@ from typing import Any
 from pykatalyst.agent import cpu_layout as steps
 from pykatalyst.agent import cpu_policy, regions
 from pykatalyst.agent.advisor import RegulatorState, assemble_pools, estimate_container, regulate
+from pykatalyst.agent.agent_state import AgentState
 from pykatalyst.agent.config import CPU_LOAD_RATIO, CPU_SCHED_WAIT, CPU_USAGE_RATIO
 from pykatalyst.agent.cpu_policy import Layout
-from pykatalyst.agent.inputs import AgentState, TickInputs
+from pykatalyst.agent.inputs import TickInputs
 from pykatalyst.agent.pods import PodSpec
 from pykatalyst.agent.rama import PIDState, rama_requirement, region_targets
 from pykatalyst.api import names

@@ -1,4 +1,4 @@
-"""The executor's side of the agent's tick: the plan's desired knobs to the enforcer.
+"""The knob writer of the agent's acting side: the plan's desired knobs to the enforcer.
 
 `KnobWriter.apply(now, desired, resync_s)` calls the enforcer when the desired knobs changed
 since the last pass, or when a drift resync is due, and turns what the enforcer did (its
