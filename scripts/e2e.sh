@@ -22,7 +22,7 @@ if ! grep -q '^kube-apiserver: running' <<<"$state"; then
     trap 'bash scripts/cluster.sh down' EXIT
     t0=$SECONDS
     bash scripts/cluster.sh up
-    echo "e2e: cluster up in $((SECONDS - t0)) s (the first time, the binaries' build included)"
+    echo "e2e: cluster up in $((SECONDS - t0)) s (a first run's includes building the binaries)"
 fi
 eval "$(bash scripts/cluster.sh env)"
 # Test files or node ids among the arguments run alone; otherwise the whole suite.
