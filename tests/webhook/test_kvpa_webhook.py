@@ -163,6 +163,45 @@ def test_an_illegal_recommendation_is_not_applied() -> None:
     assert new_pod(mc)["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "100m"
 
 
+def test_a_pod_admitted_before_the_cache_syncs_gets_the_newest_recommendation() -> None:
+    """The controller writes the status and evicts at once: the replacement pod can reach
+    admission before the webhook's cache has seen that status."""
+    mc, service = world()
+    mc.create(KVPA, kvpa())
+    with_status(mc, service, TARGET)
+    newer = {
+        "containerResources": [
+            {
+                "containerName": "c",
+                "requests": {"target": {"cpu": "700m"}},
+                "limits": {"target": {"cpu": "900m"}},
+            }
+        ]
+    }
+    obj = mc.get(KVPA, "web", NS)
+    obj["status"] = newer
+    mc.update_status(KVPA, obj)  # no service.sync: the cache still holds TARGET
+    got = new_pod(mc)["spec"]["containers"][0]["resources"]
+    assert got["requests"]["cpu"] == "700m" and got["limits"]["cpu"] == "900m"
+    mc.delete(KVPA, "web", NS)  # deleted, not yet seen by the cache: nothing applied
+    assert new_pod(mc)["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "100m"
+
+
+def test_a_failed_read_at_admission_falls_back_to_the_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mc, service = world()
+    mc.create(KVPA, kvpa())
+    with_status(mc, service, TARGET)
+    assert service.kvpas is not None
+
+    def refuse(*_: Any, **__: Any) -> JSON:
+        raise ApiError("etcd is away", "ServiceUnavailable", 503)
+
+    monkeypatch.setattr(service.kvpas, "cluster", type("Down", (), {"get": staticmethod(refuse)}))
+    assert new_pod(mc)["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "300m"
+
+
 @given(
     st.integers(0, 4000),
     st.integers(0, 4000),

@@ -16,7 +16,10 @@ annotated `vpa.katalyst.kubewharf.io/enable: "true"` and targeted by a KVPA whos
 container-level) as its cpu/memory requests and limits — unless Katalyst's
 `CheckVPAStatusLegal` refuses them (QoS class change, negative value, request > limit) — and,
 for containers whose policy says `resourceResizePolicy: Restart`, a `resizePolicy` of
-`RestartContainer` for the controlled resources (immutable after creation).
+`RestartContainer` for the controlled resources (immutable after creation). The workload and
+the KVPA are found in the caches; the KVPA itself is then read from the API server, because
+the cache may not yet hold the status written just before the eviction that made the
+workload replace a pod.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pykatalyst.api import names, vpa
 from pykatalyst.api.vpa import KVPAError
 from pykatalyst.cluster.admission import AdmissionRequest, AdmissionResponse
 from pykatalyst.cluster.informer import Informer
-from pykatalyst.cluster.protocol import JSON, Cluster
+from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
 from pykatalyst.webhook.pods import workload_candidates
 
 log = logging.getLogger("pykatalyst.webhook")
@@ -52,6 +55,7 @@ class KVPAIndex:
     caches refreshed by the webhook's ticker."""
 
     def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
         self.kvpas = Informer(
             cluster, names.KATALYST_VERTICAL_POD_AUTOSCALER, indexers={BY_TARGET: target_key}
         )
@@ -69,6 +73,20 @@ class KVPAIndex:
     def workload(self, namespace: str, kind: str, name: str) -> JSON | None:
         inf = self.workloads.get(kind)
         return inf.get(name, namespace) if inf is not None else None
+
+    def current(self, cached: JSON) -> JSON | None:
+        """`cached` as the API server holds it now (None once deleted). The cache can lag
+        the status the controller wrote just before it evicted the pod now being replaced;
+        a failed read falls back to the cached copy."""
+        meta = cached.get("metadata") or {}
+        name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+        try:
+            return self.cluster.get(names.KATALYST_VERTICAL_POD_AUTOSCALER, name, namespace)
+        except NotFound:
+            return None
+        except ApiError as exc:
+            log.warning("KVPA %s/%s read from the cache: %s", namespace, name, exc)
+            return cached
 
 
 def validate_kvpa(request: AdmissionRequest, index: KVPAIndex | None) -> AdmissionResponse:
@@ -114,7 +132,7 @@ class KVPARecommender:
                 continue
             found = self.index.by_target(namespace, kind, name)
             if found:
-                return found[0]
+                return self.index.current(found[0])
         return None
 
     def recommend(self, pod: Mapping[str, Any], namespace: str) -> Mapping[str, JSON] | None:
