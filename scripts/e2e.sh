@@ -25,11 +25,42 @@ if ! grep -q '^kube-apiserver: running' <<<"$state"; then
     echo "e2e: cluster up in $((SECONDS - t0)) s (a first run's includes building the binaries)"
 fi
 eval "$(bash scripts/cluster.sh env)"
-# Test files or node ids among the arguments run alone; otherwise the whole suite.
-where=(tests/e2e)
+# Test files or node ids among the arguments run alone, one test at a time; otherwise the
+# whole suite in its lanes (tests/e2e/conftest.py): the "node" and "api" lanes side by side,
+# then the files that stop or pause part of the control plane, with nothing beside them.
+# PYKATALYST_E2E_LANES=0 runs the whole suite one test at a time instead.
+whole=1
 for arg in "$@"; do
-    case $arg in tests/*|*.py|*::*) where=() ;; esac
+    case $arg in tests/*|*.py|*::*) whole=0 ;; esac
 done
+pytest=(.venv/bin/pytest -p no:cacheprovider --durations=15)
 rc=0
-.venv/bin/pytest -m e2e "${where[@]}" -p no:cacheprovider --durations=15 "$@" || rc=$?
+# One lane: "no test selected" (exit 5, e.g. -k matching another lane only) is fine.
+lane() {
+    local r=0
+    "${pytest[@]}" "$@" || r=$?
+    [ "$r" = 5 ] || [ "$r" = 0 ] || return "$r"
+}
+if [ "$whole" = 0 ]; then
+    "${pytest[@]}" -m e2e "$@" || rc=$?
+elif [ "${PYKATALYST_E2E_LANES:-1}" = 0 ]; then
+    "${pytest[@]}" -m e2e tests/e2e "$@" || rc=$?
+else
+    t0=$SECONDS
+    api_log=$(mktemp /tmp/pykatalyst-e2e-api.XXXXXX)
+    echo "e2e: the node lane and the api lane side by side (the api lane's output follows the node lane's)"
+    lane -m "e2e and e2e_api" --basetemp "$api_log.tmp" tests/e2e "$@" >"$api_log" 2>&1 &
+    api=$!
+    lane -m "e2e and not e2e_api and not e2e_alone" tests/e2e "$@" || rc=$?
+    api_rc=0
+    wait "$api" || api_rc=$?
+    echo "== e2e: the api lane"
+    cat "$api_log"
+    rm -rf "$api_log" "$api_log.tmp"
+    [ "$api_rc" = 0 ] || rc=$api_rc
+    t1=$SECONDS
+    echo "== e2e: the files that run alone"
+    lane -m "e2e and e2e_alone" tests/e2e "$@" || rc=$?
+    echo "e2e: the lanes side by side $((t1 - t0)) s, the files alone $((SECONDS - t1)) s"
+fi
 exit "$rc"

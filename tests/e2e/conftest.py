@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -42,12 +42,74 @@ RBAC_DENIED = re.compile(r'forbidden: User "[^"]*" cannot ')
 WORKLOAD_IMAGE = os.environ.get("PYKATALYST_E2E_IMAGE", "pykatalyst.test/busybox:1")
 
 
+# The lanes of `scripts/e2e.sh`. The "node" and "api" lanes run side by side, each one test
+# at a time; the "alone" tests run afterwards with nothing beside them. An entry is a file
+# or a file::test.
+# - alone: the test stops or pauses part of the control plane under everyone's tests, or
+#   takes all of the node's allocatable cpu (others' pods would stay Pending meanwhile);
+# - api: the test uses the cluster's API, its own controllers (each on a lease of its own,
+#   scoped to its objects), schedulers for fake nodes, or small pods it does not pin;
+# - node (everything else): an agent, a device plugin or the kubelet's restart on the one
+#   real node, or a reading of its idle cpu; two agents on one node would fight.
+ALONE_TESTS: Final = frozenset(
+    {
+        "test_e2e_faults.py",  # stops the API server, etcd, containerd, the kubelet
+        "test_e2e_conformance.py",  # pauses kube-scheduler and the controller manager
+        # a dedicated pod and a burner, one cpu each, and the node's idle cpu read
+        "test_e2e_colocation.py::test_reclaimed_capacity_falls_while_a_shared_pod_burns_and_"
+        "recovers",
+        # the kubelet restarted with the static policy: one cpu reserved, the other taken
+        "test_e2e_kubelet_static.py",
+    }
+)
+API_TESTS: Final = frozenset(
+    {
+        "test_e2e_crds.py",
+        "test_e2e_explain.py",
+        "test_e2e_extender.py",
+        "test_e2e_ihpa.py",
+        "test_e2e_kvpa.py",
+        "test_e2e_kvpa_pykatalyst.py",
+        "test_e2e_node_daemons_once.py",  # `--once`: reads the node, changes nothing
+        "test_e2e_node_restriction.py",
+        "test_e2e_rbac.py",
+        "test_e2e_sched_leader.py",
+        "test_e2e_scheduler_vs_kube.py",
+        "test_e2e_skipped_configs.py",
+        "test_e2e_strategies.py",
+        "test_e2e_webhook.py",
+        # the controllers on fake nodes only
+        "test_e2e_controllers.py::test_overcommit_kcc_and_lifecycle_on_a_fake_node",
+        "test_e2e_controllers.py::test_dynamic_config_tiers_canary_and_conflict_on_the_api_server",
+        # Katalyst's RR quick start and the malformed RR and SPD (the file's third test
+        # starts an agent)
+        "test_e2e_spd_rr.py::test_katalysts_rr_quick_start_gets_a_recommendation_from_the_"
+        "real_prometheus",
+        "test_e2e_spd_rr.py::test_a_malformed_rr_and_spd_are_told_naming_the_field",
+    }
+)
+
+
+def lane(item: pytest.Item) -> str:
+    """The lane `item` runs in (see ALONE_TESTS and API_TESTS)."""
+    file = Path(str(item.fspath)).name
+    test = f"{file}::{item.name.split('[')[0]}"
+    if file in ALONE_TESTS or test in ALONE_TESTS:
+        return "alone"
+    return "api" if file in API_TESTS or test in API_TESTS else "node"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if Path(str(item.fspath)).is_relative_to(here):
             item.add_marker(pytest.mark.e2e)
+            where = lane(item)
+            if where == "alone":
+                item.add_marker(pytest.mark.e2e_alone)
+            elif where == "api":
+                item.add_marker(pytest.mark.e2e_api)
 
 
 def _kubeconfig() -> str:

@@ -136,6 +136,7 @@ def _post_review(url: str, context: Any) -> tuple[int, dict[str, Any]]:
         return int(exc.code), json.loads(exc.read())
 
 
+@pytest.mark.usefixtures("kubeconfig")  # the webhook reads its caches from the cluster
 def test_with_a_client_ca_only_callers_with_its_certificate_are_answered(
     components: Callable[..., Component], tmp_path: Path
 ) -> None:
