@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pykatalyst.agent import reporter
 from pykatalyst.agent.config import ReporterConfig
 from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportInput
 from pykatalyst.api import names
+from pykatalyst.api.quantity import Quantity
 from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
 from pykatalyst.topology.cpuset import CPUSet
@@ -206,3 +211,20 @@ def test_capacity_that_grows_reaches_the_node_before_the_cnr_and_shrinks_the_oth
         ("cnr", "2k"),
         ("node", "2k"),
     ], writes
+
+
+@given(
+    values=st.lists(
+        st.one_of(st.integers(0, 2**50), st.floats(0, 2**40, allow_nan=False)), max_size=30
+    )
+)
+def test_remembered_figure_text_is_the_quantity_text(values: list[float]) -> None:
+    """The status's figures (bytes, cores, milli-cores) are remembered by value and type:
+    each text is the one the Quantity would print, whatever was asked before (1 and 1.0
+    are different keys)."""
+    for v in values:
+        n = max(int(v), 0)
+        assert reporter._mem_q(v) == str(Quantity.from_bytes(n))
+        assert reporter._cpu_q(v / 1000) == str(Quantity.from_int(reporter.milli_cpu(v / 1000)))
+        assert reporter._milli_text(n) == str(Quantity.from_milli(n))
+        assert reporter._int_text(n) == str(Quantity.from_int(n))

@@ -17,6 +17,7 @@ every period: a controller that stops seeing it treats the agent as gone.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -127,12 +128,29 @@ def milli_cpu(cores: float) -> int:
     return max(round(cores * 1000), 0)
 
 
+# A status is rebuilt every period from figures that mostly repeat (each NUMA node's
+# memory, the pods' requests): their text is remembered, by exact value and type.
+@functools.lru_cache(maxsize=4096, typed=True)
+def _int_text(n: int) -> str:
+    return str(Quantity.from_int(n))
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _bytes_text(n: int) -> str:
+    return str(Quantity.from_bytes(n))
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _milli_text(n: int) -> str:
+    return str(Quantity.from_milli(n))
+
+
 def _cpu_q(cores: float) -> str:
-    return str(Quantity.from_int(milli_cpu(cores)))
+    return _int_text(milli_cpu(cores))
 
 
 def _mem_q(value: float) -> str:
-    return str(Quantity.from_bytes(max(int(value), 0)))
+    return _bytes_text(max(int(value), 0))
 
 
 def apportion(
@@ -172,15 +190,15 @@ def _numa_reclaimed(inp: ReportInput, numas: Sequence[int]) -> dict[int, dict[st
     mem = apportion(max(int(inp.memory_bytes), 0), inp.memory_per_numa, numas, 1)
     return {
         n: {
-            names.RECLAIMED_MILLICPU: str(Quantity.from_int(milli[n])),
-            names.RECLAIMED_MEMORY: str(Quantity.from_bytes(mem[n])),
+            names.RECLAIMED_MILLICPU: _int_text(milli[n]),
+            names.RECLAIMED_MEMORY: _bytes_text(mem[n]),
         }
         for n in numas
     }
 
 
 def _allocation_json(a: NumaAllocation) -> dict[str, Any]:
-    requests = {names.RESOURCE_CPU: str(Quantity.from_milli(milli_cpu(a.cpus)))}
+    requests = {names.RESOURCE_CPU: _milli_text(milli_cpu(a.cpus))}
     if a.memory is not None:
         requests[names.RESOURCE_MEMORY] = _mem_q(a.memory)
     return {"consumer": a.consumer, "requests": requests}
