@@ -15,6 +15,7 @@ from pykatalyst.api import names
 from pykatalyst.api.quantity import Quantity
 from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
+from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, node_json
@@ -181,6 +182,39 @@ def test_pools_are_published_again_after_an_api_error() -> None:
     assert "error" in rep.report(with_pools(), 110)
     assert rep.report(with_pools(), 111)["pools"] == "written"
     assert pools_of(cluster)["pools"] == {names.POOL_RECLAIM: "8-15", names.POOL_SHARE: "2-7"}
+
+
+def test_pools_and_terms_that_change_together_go_in_one_write() -> None:
+    """A tick that changes both annotations writes the CNR's metadata once; a write the
+    API refuses leaves neither remembered, so both go again on the next tick."""
+    _, cluster, rep = setup()
+    writes: list[list[str]] = []
+    real_patch = cluster.patch
+    refuse = [False]
+
+    def patch(kind, name, body, *args, **kwargs):  # type: ignore[no-untyped-def]
+        ann = (body.get("metadata") or {}).get("annotations")
+        if kind == names.CUSTOM_NODE_RESOURCE and ann:
+            writes.append(sorted(ann))
+            if refuse[0]:
+                raise ApiError("refused")
+        return real_patch(kind, name, body, *args, **kwargs)
+
+    cluster.patch = patch  # type: ignore[method-assign]
+    both = sorted([names.CPU_POOLS_ANNOTATION, names.RECLAIMED_TERMS_ANNOTATION])
+    out = rep.report(with_pools(), 100)
+    assert (out["pools"], out["terms"]) == ("written", "written")
+    assert writes == [both]
+    refuse[0] = True
+    out = rep.report(replace(with_pools("2-9"), cpu_cores=10.0), 101)
+    assert "error" in out and "pools" not in out and "terms" not in out
+    refuse[0] = False
+    out = rep.report(replace(with_pools("2-9"), cpu_cores=10.0), 102)
+    assert (out["pools"], out["terms"]) == ("written", "written")
+    assert writes[1:] == [both, both]
+    assert pools_of(cluster)["pools"][names.POOL_SHARE] == "2-9"  # type: ignore[index]
+    assert rep.report(replace(with_pools("2-9"), cpu_cores=10.0), 103)["pools"] == "unchanged"
+    assert len(writes) == 3
 
 
 def test_capacity_that_grows_reaches_the_node_before_the_cnr_and_shrinks_the_other_way() -> None:
