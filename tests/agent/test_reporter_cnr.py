@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pykatalyst.agent import reporter
 from pykatalyst.agent.config import ReporterConfig
 from pykatalyst.agent.reporter import NumaAllocation, PodCpus, Reporter, ReportInput
 from pykatalyst.api import names
+from pykatalyst.api.quantity import Quantity
 from pykatalyst.apiserver.memory import MemoryCluster
 from pykatalyst.cluster.clock import VirtualClock
+from pykatalyst.cluster.protocol import ApiError
 from pykatalyst.topology.cpuset import CPUSet
 from pykatalyst.topology.machine import CPUTopology
 from tests.agent.inmemory_host import GIB, node_json
@@ -178,6 +184,39 @@ def test_pools_are_published_again_after_an_api_error() -> None:
     assert pools_of(cluster)["pools"] == {names.POOL_RECLAIM: "8-15", names.POOL_SHARE: "2-7"}
 
 
+def test_pools_and_terms_that_change_together_go_in_one_write() -> None:
+    """A tick that changes both annotations writes the CNR's metadata once; a write the
+    API refuses leaves neither remembered, so both go again on the next tick."""
+    _, cluster, rep = setup()
+    writes: list[list[str]] = []
+    real_patch = cluster.patch
+    refuse = [False]
+
+    def patch(kind, name, body, *args, **kwargs):  # type: ignore[no-untyped-def]
+        ann = (body.get("metadata") or {}).get("annotations")
+        if kind == names.CUSTOM_NODE_RESOURCE and ann:
+            writes.append(sorted(ann))
+            if refuse[0]:
+                raise ApiError("refused")
+        return real_patch(kind, name, body, *args, **kwargs)
+
+    cluster.patch = patch  # type: ignore[method-assign]
+    both = sorted([names.CPU_POOLS_ANNOTATION, names.RECLAIMED_TERMS_ANNOTATION])
+    out = rep.report(with_pools(), 100)
+    assert (out["pools"], out["terms"]) == ("written", "written")
+    assert writes == [both]
+    refuse[0] = True
+    out = rep.report(replace(with_pools("2-9"), cpu_cores=10.0), 101)
+    assert "error" in out and "pools" not in out and "terms" not in out
+    refuse[0] = False
+    out = rep.report(replace(with_pools("2-9"), cpu_cores=10.0), 102)
+    assert (out["pools"], out["terms"]) == ("written", "written")
+    assert writes[1:] == [both, both]
+    assert pools_of(cluster)["pools"][names.POOL_SHARE] == "2-9"  # type: ignore[index]
+    assert rep.report(replace(with_pools("2-9"), cpu_cores=10.0), 103)["pools"] == "unchanged"
+    assert len(writes) == 3
+
+
 def test_capacity_that_grows_reaches_the_node_before_the_cnr_and_shrinks_the_other_way() -> None:
     """The kubelet admits reclaimed pods by the Node, a scheduler places them by the CNR: a
     scheduler must never see capacity the Node does not show yet."""
@@ -206,3 +245,20 @@ def test_capacity_that_grows_reaches_the_node_before_the_cnr_and_shrinks_the_oth
         ("cnr", "2k"),
         ("node", "2k"),
     ], writes
+
+
+@given(
+    values=st.lists(
+        st.one_of(st.integers(0, 2**50), st.floats(0, 2**40, allow_nan=False)), max_size=30
+    )
+)
+def test_remembered_figure_text_is_the_quantity_text(values: list[float]) -> None:
+    """The status's figures (bytes, cores, milli-cores) are remembered by value and type:
+    each text is the one the Quantity would print, whatever was asked before (1 and 1.0
+    are different keys)."""
+    for v in values:
+        n = max(int(v), 0)
+        assert reporter._mem_q(v) == str(Quantity.from_bytes(n))
+        assert reporter._cpu_q(v / 1000) == str(Quantity.from_int(reporter.milli_cpu(v / 1000)))
+        assert reporter._milli_text(n) == str(Quantity.from_milli(n))
+        assert reporter._int_text(n) == str(Quantity.from_int(n))

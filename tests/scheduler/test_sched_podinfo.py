@@ -7,6 +7,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pykatalyst.scheduler import podinfo
 from tests.scheduler.sched_helpers import pod
@@ -61,3 +63,31 @@ def test_any_other_difference_is_a_template_of_its_own(derivations: list[str]) -
     renamed["spec"]["volumes"][0]["name"] = "kube-api-access-longer-name"
     podinfo.pod_info(renamed)
     assert derivations == ["p0", "p1", "p2", "p3"]
+
+
+@given(
+    cpu=st.integers(0, 64_000),
+    qos=st.sampled_from([None, "shared_cores", "reclaimed_cores", "dedicated_cores"]),
+    node=st.sampled_from(["", "n1"]),
+    phase=st.sampled_from(["Pending", "Running", "Succeeded"]),
+)
+def test_a_rebound_pod_reads_as_a_fresh_parse_of_the_new_version(
+    cpu: int, qos: str | None, node: str, phase: str
+) -> None:
+    """A pod updated in its binding, status or version only keeps what was read from its
+    spec (a slot-by-slot copy) and takes the new version's binding: every field equals a
+    parse of the new version from scratch, and the earlier view is left as it was."""
+    old_raw = pod("p", {"cpu": f"{cpu}m", "memory": "1Gi"}, qos=qos, uid="uid-p")
+    old = podinfo.pod_info(old_raw)
+    before = {name: getattr(old, name) for name in podinfo._POD_INFO_SLOTS}
+    new_raw = copy.deepcopy(old_raw)
+    new_raw["metadata"]["resourceVersion"] = "7"
+    new_raw["status"] = {"phase": phase}
+    if node:
+        new_raw["spec"]["nodeName"] = node
+    got = old.rebound(new_raw)
+    fresh = podinfo.pod_info(new_raw)
+    assert got is not old
+    for name in podinfo._POD_INFO_SLOTS:
+        assert getattr(got, name) == getattr(fresh, name), name
+    assert {name: getattr(old, name) for name in podinfo._POD_INFO_SLOTS} == before

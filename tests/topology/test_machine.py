@@ -255,3 +255,22 @@ def test_scaled_node_memory_adds_up_and_keeps_the_split(
     for i, kb in enumerate(node_kb):
         share = kb * total_kb * 1024 / counted
         assert abs(topo.memory_of_numa(i) - share) <= len(node_kb) + 1
+
+
+@given(
+    sockets=st.integers(1, 2),
+    cores=st.integers(1, 6),
+    threads=st.integers(1, 2),
+    numa_per_socket=st.integers(1, 2),
+    data=st.data(),
+)
+def test_the_numa_nodes_a_cpuset_touches_read_off_the_masks_as_cpu_by_cpu(
+    sockets: int, cores: int, threads: int, numa_per_socket: int, data: st.DataObject
+) -> None:
+    """`numas_of` (one mask test per NUMA node, what the agent's layout asks each tick)
+    names the same nodes, ascending, as looking up every cpu of the set."""
+    if cores % numa_per_socket:
+        cores *= numa_per_socket
+    topo = CPUTopology.synthetic(sockets, cores, threads, numa_per_socket)
+    cpus = CPUSet.of(data.draw(st.sets(st.sampled_from(sorted(topo.all_cpus)))))
+    assert topo.numas_of(cpus) == sorted({topo.numa_of(c) for c in cpus})

@@ -441,7 +441,7 @@ def layout(
         # Every NUMA node holds dedicated pods: the pools live on their leftovers.
         domain, leftover = leftover, EMPTY
     rfr, snb_rfr = _reclaim_reserve(topo, reclaim_min, snb_numas, bound, domain, leftover)
-    share_numas = tuple(sorted({topo.numa_of(c) for c in domain}))
+    share_numas = tuple(topo.numas_of(domain))  # domain: the machine's cpus only
     return Layout(
         reserve,
         dedicated,

@@ -17,6 +17,7 @@ every period: a controller that stops seeing it treats the agent as gone.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -127,12 +128,29 @@ def milli_cpu(cores: float) -> int:
     return max(round(cores * 1000), 0)
 
 
+# A status is rebuilt every period from figures that mostly repeat (each NUMA node's
+# memory, the pods' requests): their text is remembered, by exact value and type.
+@functools.lru_cache(maxsize=4096, typed=True)
+def _int_text(n: int) -> str:
+    return str(Quantity.from_int(n))
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _bytes_text(n: int) -> str:
+    return str(Quantity.from_bytes(n))
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _milli_text(n: int) -> str:
+    return str(Quantity.from_milli(n))
+
+
 def _cpu_q(cores: float) -> str:
-    return str(Quantity.from_int(milli_cpu(cores)))
+    return _int_text(milli_cpu(cores))
 
 
 def _mem_q(value: float) -> str:
-    return str(Quantity.from_bytes(max(int(value), 0)))
+    return _bytes_text(max(int(value), 0))
 
 
 def apportion(
@@ -172,15 +190,15 @@ def _numa_reclaimed(inp: ReportInput, numas: Sequence[int]) -> dict[int, dict[st
     mem = apportion(max(int(inp.memory_bytes), 0), inp.memory_per_numa, numas, 1)
     return {
         n: {
-            names.RECLAIMED_MILLICPU: str(Quantity.from_int(milli[n])),
-            names.RECLAIMED_MEMORY: str(Quantity.from_bytes(mem[n])),
+            names.RECLAIMED_MILLICPU: _int_text(milli[n]),
+            names.RECLAIMED_MEMORY: _bytes_text(mem[n]),
         }
         for n in numas
     }
 
 
 def _allocation_json(a: NumaAllocation) -> dict[str, Any]:
-    requests = {names.RESOURCE_CPU: str(Quantity.from_milli(milli_cpu(a.cpus)))}
+    requests = {names.RESOURCE_CPU: _milli_text(milli_cpu(a.cpus))}
     if a.memory is not None:
         requests[names.RESOURCE_MEMORY] = _mem_q(a.memory)
     return {"consumer": a.consumer, "requests": requests}
@@ -276,6 +294,8 @@ class Reporter:
             and inp.cpu_cores is not None
             and inp.memory_bytes is not None
         )
+        # The pools and terms annotations go in one write (they change together).
+        pending: dict[str, str] = {}
         try:
             self._ensure_cnr()
             # Reclaimed capacity that grows goes on the Node first, then the CNR: the kubelet
@@ -289,25 +309,25 @@ class Reporter:
                 self._publish_status(status, now)
                 out["cnr"] = "status written" if changed else "heartbeat"
             if inp.pools:
-                out["pools"] = self._publish_pools(inp)
+                out["pools"] = self._pools_pending(inp, pending)
             if inp.resource_properties is not None:
                 out["properties"] = self._publish_properties(inp.resource_properties)
             if inp.manager_annotations:
                 out["managers"] = self._publish_managers(inp.manager_annotations)
-            if inp.cpu_cores is not None and inp.memory_bytes is not None:
-                key = (milli_cpu(inp.cpu_cores), int(inp.memory_bytes))
-                if key != self._last_terms_key:
-                    ann = {names.RECLAIMED_TERMS_ANNOTATION: json.dumps(inp.terms, sort_keys=True)}
-                    self.cluster.patch(
-                        names.CUSTOM_NODE_RESOURCE,
-                        self.node_name,
-                        {"metadata": {"annotations": ann}},
-                    )
-                    self._last_terms_key = key
-                    out["terms"] = "written"
-                if node_due and not grows:
-                    out["node"] = self._publish_node(inp.cpu_cores, inp.memory_bytes, now)
+            figures = inp.cpu_cores is not None and inp.memory_bytes is not None
+            key = (milli_cpu(inp.cpu_cores or 0.0), int(inp.memory_bytes or 0)) if figures else None
+            if key is not None and key != self._last_terms_key:
+                terms = json.dumps(inp.terms, sort_keys=True)
+                pending[names.RECLAIMED_TERMS_ANNOTATION] = terms
+                out["terms"] = "written"
+            self._write_annotations(pending, key)
+            if node_due and not grows:
+                out["node"] = self._publish_node(inp.cpu_cores or 0.0, inp.memory_bytes or 0.0, now)
         except ApiError as exc:
+            if pending:  # not written: say so
+                for what in ("pools", "terms"):
+                    if out.get(what) == "written":
+                        del out[what]
             self._forget()
             out["error"] = str(exc)
         return out
@@ -395,17 +415,31 @@ class Reporter:
         out["annotations"] = wanted
         return out
 
-    def _publish_pools(self, inp: ReportInput) -> str:
+    def _pools_pending(self, inp: ReportInput, pending: dict[str, str]) -> str:
+        """The pools annotation, added to `pending` when it changed."""
         value = pools_annotation(inp.pools, inp.pod_cpus, inp.provision)
         if value == self._last_pools:
             return "unchanged"
+        pending[names.CPU_POOLS_ANNOTATION] = value
+        return "written"
+
+    def _write_annotations(
+        self, pending: dict[str, str], terms_key: tuple[int, int] | None
+    ) -> None:
+        """One write of the changed pools and terms annotations (`terms_key`: the figures
+        the terms are of), remembered once written."""
+        if not pending:
+            return
         self.cluster.patch(
             names.CUSTOM_NODE_RESOURCE,
             self.node_name,
-            {"metadata": {"annotations": {names.CPU_POOLS_ANNOTATION: value}}},
+            {"metadata": {"annotations": dict(pending)}},
         )
-        self._last_pools = value
-        return "written"
+        if names.CPU_POOLS_ANNOTATION in pending:
+            self._last_pools = pending[names.CPU_POOLS_ANNOTATION]
+        if names.RECLAIMED_TERMS_ANNOTATION in pending:
+            self._last_terms_key = terms_key
+        pending.clear()
 
     def _publish_managers(self, annotations: Mapping[str, str]) -> str:
         value = dict(annotations)

@@ -43,6 +43,9 @@ class MemoryWatch:
     lets more than the cluster's history window pile up is cut off with 410 Gone, like a
     slow client of a real API server."""
 
+    # `next_events(copy=False)` hands out the stored objects (`informer.SharingWatch`)
+    shares_objects = True
+
     def __init__(
         self,
         cond: threading.Condition,
@@ -115,6 +118,11 @@ class MemoryWatch:
         each event holds the stored object itself, uncopied: only for an in-process
         reader that reads it at once and never changes or keeps it (the simulator's
         kubelet)."""
+        if timeout <= 0 and not self._pending and self._gone is None:
+            # Nothing queued and no wait asked: the answer without the lock (most reads of
+            # a busy cluster's quiet kinds). A push racing this read is simply seen by the
+            # next one, as it would be had this read come a moment earlier.
+            return []
         cond = self._cond
         with cond:
             if self._gone is None and not self._pending and not self.closed and timeout > 0:

@@ -10,15 +10,19 @@ to, only the intermediate states.
 Objects the informer hands out are its cached copies, shared with its index: treat them
 as read-only (copy before changing them), as with client-go listers. The cache is
 refreshed from the cluster, so a mutation cannot leak into the store, only into this cache.
+An informer made `shared` over a cluster whose watches can hand out the stored objects
+themselves (MemoryCluster's) takes them uncopied: there a mutation would reach the store,
+so only components that never change what they read (the scheduler) are made so.
 """
 
 from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol, cast
 
 from pykatalyst.api.names import Kind
-from pykatalyst.cluster.protocol import JSON, Cluster, EventType, Gone, Watch
+from pykatalyst.cluster.protocol import JSON, Cluster, EventType, Gone, Watch, WatchEvent
 
 Handler = Callable[[EventType, JSON | None, JSON | None], None]
 # An indexer maps an object to the index values it is filed under (none, one or many).
@@ -33,6 +37,19 @@ def index_by_node_name(obj: JSON) -> Iterable[str]:
 
 def index_by_namespace(obj: JSON) -> Iterable[str]:
     return (obj["metadata"].get("namespace", ""),)
+
+
+class SharingWatch(Protocol):
+    """A watch that can deliver the stored objects themselves (`copy=False`), saying so
+    with `shares_objects`."""
+
+    shares_objects: bool
+
+    def next_events(self, timeout: float = 0.0, copy: bool = True) -> list[WatchEvent]: ...
+
+
+def _sharing(watch: Watch) -> SharingWatch | None:
+    return cast(SharingWatch, watch) if getattr(watch, "shares_objects", False) is True else None
 
 
 def _key(obj: JSON) -> Key:
@@ -52,8 +69,14 @@ class Informer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         indexers: Mapping[str, Indexer] | None = None,
+        *,
+        shared: bool = False,
     ) -> None:
+        """`shared`: take the objects of a watch that can share them uncopied (see the
+        module's text); every handler and reader must then leave them unchanged."""
         self.cluster = cluster
+        self.shared = shared
+        self._uncopied: SharingWatch | None = None
         self.kind = kind
         self.namespace = namespace
         self.label_selector = label_selector
@@ -120,7 +143,10 @@ class Informer:
         if self._watch is None:
             return self._relist(initial=True)
         try:
-            events = self._watch.next_events(timeout)
+            if self._uncopied is not None:
+                events = self._uncopied.next_events(timeout, copy=False)
+            else:
+                events = self._watch.next_events(timeout)
         except Gone:
             return self._relist(initial=False)
         applied = 0
@@ -142,6 +168,7 @@ class Informer:
         if self._watch is not None:
             self._watch.close()
             self._watch = None
+            self._uncopied = None
 
     def _open_watch(self) -> Watch:
         return self.cluster.watch(
@@ -157,6 +184,7 @@ class Informer:
         if self._watch is not None:
             self._watch.close()
             self._watch = None
+            self._uncopied = None
         if not initial:
             self.relists += 1
         fresh = self.cluster.list(
@@ -179,6 +207,7 @@ class Informer:
         for key in [k for k in self._cache if k not in seen]:
             applied += self._apply("DELETED", self._cache[key])
         self._watch = self._open_watch()
+        self._uncopied = _sharing(self._watch) if self.shared else None
         return applied
 
     def _apply(self, etype: EventType, obj: JSON) -> int:

@@ -9,7 +9,6 @@ Every plugin reads the result.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -146,10 +145,18 @@ class PodInfo(DigestView):
     def resource_version(self) -> str:
         return self.digest.resource_version
 
+    def _clone(self) -> PodInfo:
+        """A shallow copy, slot by slot (a third of `copy.copy`'s cost: the scheduler takes
+        one for every update of a waiting or bound pod)."""
+        info = object.__new__(PodInfo)
+        for name in _POD_INFO_SLOTS:
+            setattr(info, name, getattr(self, name))
+        return info
+
     def rebound(self, raw: dict[str, Any]) -> PodInfo:
         """This pod at a newer version in which only its binding, status or version
         changed: what the scheduler read from its spec stands."""
-        info = copy.copy(self)
+        info = self._clone()
         info.raw = raw
         info.digest = pod_digest.rebound(self.digest, raw)
         info._bound()
@@ -184,6 +191,12 @@ class PodInfo(DigestView):
 
     def request(self, resource: str) -> int:
         return self.requests.get(resource, 0)
+
+
+# every slot of a PodInfo (its own and its bases'), for `PodInfo._clone`
+_POD_INFO_SLOTS: Final = tuple(
+    name for cls in PodInfo.__mro__ for name in getattr(cls, "__slots__", ())
+)
 
 
 @dataclass(frozen=True, slots=True)

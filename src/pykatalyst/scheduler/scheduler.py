@@ -94,12 +94,15 @@ class Scheduler:
         percentage_of_nodes_to_score: int | None = None,
         bind_workers: int = 0,
         registry: Registry | None = None,
+        share_watched_objects: bool = False,
     ) -> None:
         """`bind_workers` > 0 sends bindings (and their Scheduled Events) from that many
         threads while the next cycles run, as kube-scheduler binds asynchronously; the
         cluster must then be thread-safe (KubeCluster is). 0 binds within the cycle.
         `registry` maps plugin names to their classes (the in-tree registry if None); the
-        configuration should have been resolved against the same one."""
+        configuration should have been resolved against the same one.
+        `share_watched_objects`: read a MemoryCluster's watches without copies (the
+        scheduler never changes what its informers hold; `informer.Informer`'s `shared`)."""
         if bind_workers < 0:
             raise ValueError(f"bind_workers must be >= 0, got {bind_workers}")
         self.cluster = cluster
@@ -130,9 +133,10 @@ class Scheduler:
         self._recorders: dict[str, EventRecorder] = {
             name: EventRecorder(cluster, name) for name in self.frameworks
         }
-        self.nodes = Informer(cluster, names.NODE)
-        self.cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE)
-        self.pods = Informer(cluster, names.POD)
+        shared = share_watched_objects
+        self.nodes = Informer(cluster, names.NODE, shared=shared)
+        self.cnrs = Informer(cluster, names.CUSTOM_NODE_RESOURCE, shared=shared)
+        self.pods = Informer(cluster, names.POD, shared=shared)
         self.nodes.add_handler(self._on_node)
         self.cnrs.add_handler(self._on_cnr)
         self.pods.add_handler(self._on_pod)

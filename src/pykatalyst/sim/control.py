@@ -176,6 +176,8 @@ class SimControlPlane:
             scheduler_config(sim.policy),
             seed=sim.scenario.seed,
             record_scheduled_events=False,
+            # the scheduler only reads what it watches: no copy of each event for it
+            share_watched_objects=True,
         )
         dt = sim.dt
         self.scheduler_host = ComponentHost("scheduler")
