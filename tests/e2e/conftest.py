@@ -45,8 +45,9 @@ WORKLOAD_IMAGE = os.environ.get("PYKATALYST_E2E_IMAGE", "pykatalyst.test/busybox
 # The lanes of `scripts/e2e.sh`. The "node" and "api" lanes run side by side, each one test
 # at a time; the "alone" tests run afterwards with nothing beside them. An entry is a file
 # or a file::test.
-# - alone: the test stops or pauses part of the control plane under everyone's tests, or
-#   takes all of the node's allocatable cpu (others' pods would stay Pending meanwhile);
+# - alone: the test stops or pauses part of the control plane under everyone's tests, takes
+#   all of the node's allocatable cpu (others' pods would stay Pending meanwhile), or needs
+#   the node's idle cpu while its pods hold much of the rest;
 # - api: the test uses the cluster's API, its own controllers (each on a lease of its own,
 #   scoped to its objects), schedulers for fake nodes, or small pods it does not pin;
 # - node (everything else): an agent, a device plugin or the kubelet's restart on the one
@@ -60,6 +61,10 @@ ALONE_TESTS: Final = frozenset(
         "recovers",
         # the kubelet restarted with the static policy: one cpu reserved, the other taken
         "test_e2e_kubelet_static.py",
+        # a dedicated pod's whole cpu beside pods that need reclaimed capacity, which the
+        # other lane's burning pods would take (the README's pods; the Helm release's)
+        "test_e2e_readme.py",
+        "test_e2e_helm.py",
     }
 )
 API_TESTS: Final = frozenset(
