@@ -224,6 +224,7 @@ def test_the_release_namespace_holds_everything_and_the_controllers_lease() -> N
     assert "--lease-namespace=colo" in args
 
 
+@needs_helm
 def test_the_prometheus_value_reaches_the_controller_and_a_bad_one_is_refused() -> None:
     def args(*values: str) -> list[str]:
         objs = _render(*values)
