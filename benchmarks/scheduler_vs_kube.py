@@ -32,6 +32,7 @@ Ctrl-C too.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import secrets
@@ -739,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     if PROFILE_DIR is not None:
         PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # clean up on SIGTERM too
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it is: kill -USR1 <pid>
     api = KubeCluster.from_kubeconfig(args.kubeconfig, qps=0, pool_size=4 * args.workers)
     port = api.host.rsplit(":", 1)[-1]
     apiserver = find_process("kube-apiserver", port)

@@ -228,8 +228,11 @@ def test_two_configs_of_one_priority_on_a_node_are_marked_and_leave_it_alone() -
     _aqc(cluster, "one", {"nodeLabelSelector": "pool=a", "priority": 1, "config": {}})
     _aqc(cluster, "two", {"nodeLabelSelector": "pool in (a)", "priority": 1, "config": {}})
     ctl = KCCController(cluster)
-    ctl.run(1000)
+    plan = ctl.run(1000)[0]
     assert _picked(cluster, "n1") is None
+    # The tied configs' conditions are written before the KCC's summary of them.
+    kinds = [s.kind for s in plan.statuses]
+    assert kinds[-1] == names.KATALYST_CUSTOM_CONFIG and kinds.count(AQC) == 2
     for name, other in (("one", "two"), ("two", "one")):
         conds = {c["type"]: c for c in cluster.get(AQC, name, NS)["status"]["conditions"]}
         assert conds["Conflict"]["status"] == "True" and other in conds["Conflict"]["message"]

@@ -482,8 +482,10 @@ def test_dynamic_config_tiers_canary_and_conflict_on_the_api_server(
         message = wait_until("the KCC's Conflict condition", kcc_conflict, 60, 1)
         assert f"{namespace}/pool-a" in message and f"{namespace}/pool-a-twin" in message
         for name in ("pool-a", "pool-a-twin"):
+            # Written before the KCC's Conflict, so already there.
             conds = _conditions(kubectl, aqc.plural, name, namespace)
-            assert conds[names.KCC_CONDITION_CONFLICT]["reason"] == names.KCC_REASON_SAME_PRIORITY
+            conflict = conds.get(names.KCC_CONDITION_CONFLICT, {})
+            assert conflict.get("reason") == names.KCC_REASON_SAME_PRIORITY, (name, conds)
         assert _picks(kubectl, n) == want
         kubectl.run("delete", aqc.plural, "pool-a-twin", "-n", namespace)
         wait_until("the conflict cleared", lambda: not kcc_conflict(), 60, 1)

@@ -74,6 +74,7 @@ def test_an_interrupted_run_deletes_what_it_created(kubeconfig: str, kubectl: Ku
     assert proc.stdout is not None
     lines: list[str] = []
     deadline = time.monotonic() + 180
+    exited = False
     try:
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
@@ -85,11 +86,25 @@ def test_an_interrupted_run_deletes_what_it_created(kubeconfig: str, kubectl: Ku
         assert any("set up in" in x for x in lines), "".join(lines)
         time.sleep(8)  # the scheduler runs and pods are being created
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
+        try:
+            rest, _ = proc.communicate(timeout=180)
+            exited = True
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # the benchmark prints where each thread is
+            time.sleep(2)
             proc.kill()
-            proc.wait()
+            rest, _ = proc.communicate()
+            raise AssertionError(
+                "the benchmark did not exit within 180s of Ctrl-C:\n"
+                + ("".join(lines) + rest)[-8000:]
+            ) from None
+    finally:
+        if not exited:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            # killed before its own cleanup, it leaves its schedulers (in their own sessions)
+            subprocess.run(["pkill", "-f", "sched-vs-kube-"], check=False)
     out = "".join(lines) + rest
     assert proc.returncode == 130, out[-3000:]
     assert "interrupted: everything created was deleted" in out

@@ -619,17 +619,18 @@ def decide(
         mine = _one_global(targets.get(k.key, ())) if not k.error else []
         kind = None if k.error else k.kind
         res = _resolve_type(k.gvr, mine, cncs, entries) if kind else _TypeResult()
+        if kind is not None:
+            tstr = type_string(k.gvr)
+            assignments[tstr] = res.assignment
+            for t in mine:
+                st = _target_status(t, res, entries, tstr, now)
+                if _status_changed(t.status, st):
+                    statuses.append(StatusUpdate(kind, t.namespace, t.name, st))
+        # The KCC's summary is written after its targets': whoever sees its Conflict
+        # finds the tied configs' own conditions already there.
         new = _kcc_status(k, mine, now, res.ties)
         if _status_changed(k.status, new):
             statuses.append(StatusUpdate(names.KATALYST_CUSTOM_CONFIG, k.namespace, k.name, new))
-        if kind is None:
-            continue
-        tstr = type_string(k.gvr)
-        assignments[tstr] = res.assignment
-        for t in mine:
-            st = _target_status(t, res, entries, tstr, now)
-            if _status_changed(t.status, st):
-                statuses.append(StatusUpdate(kind, t.namespace, t.name, st))
     cnc_updates: dict[str, tuple[Mapping[str, Any], ...]] = {}
     for c in cncs:
         new_list = tuple(entries[c.name][t] for t in sorted(entries[c.name]))

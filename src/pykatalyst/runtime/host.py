@@ -291,6 +291,14 @@ class ComponentHost:
             raise ValueError(f"no ticker {name!r}")
         return ticker.extra(now)
 
+    def run_again(self, name: str) -> None:
+        """From inside the ticker `name`'s own run: run it once more at the next step (after
+        the loop has served its servers and signals), leaving its grid where it is."""
+        ticker = next((t for t in self.tickers if t.name == name), None)
+        if ticker is None:
+            raise ValueError(f"no ticker {name!r}")
+        ticker.again = True
+
     def serve(self, endpoint: Endpoint) -> None:
         if not 0 <= endpoint.port <= 65535:
             raise ValueError(f"{endpoint.name}: port {endpoint.port} is outside 0-65535")
@@ -337,6 +345,7 @@ class ComponentHost:
     ) -> None:
         on_grid = t.on_grid(now)
         t.extra_at = None
+        t.again = False
         scheduled = t.deadline if t.deadline is not None else now
         started = self.clock.now()
         self._tick_started = started
@@ -361,6 +370,9 @@ class ComponentHost:
         self._metrics.duration.labels(t.name).set(max(0.0, finished - started))
         self._metrics.histogram.labels(t.name).observe(max(0.0, finished - started))
         missed = t.advance(scheduled, finished) if on_grid else 0
+        if t.again:
+            t.again = False
+            t.extra_at = now
         if missed:
             self._metrics.skipped.labels(t.name).inc(missed)
             log.warning(

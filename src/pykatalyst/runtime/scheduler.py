@@ -50,9 +50,15 @@ def scheduler_host(
     security: ServeSecurity = ServeSecurity(),
     elector: LeaderElector | None = None,
     delay_cache: bool = False,
+    pass_budget_s: float | None = None,
 ) -> ComponentHost:
     """`delay_cache` (delayCacheUntilActive): with an elector, a follower keeps no caches;
-    they are filled by the first scheduling pass once it leads."""
+    they are filled by the first scheduling pass once it leads.
+
+    `pass_budget_s`: a scheduling pass that has run this long ends after its current pod
+    and the next starts at the following step, so that over a long backlog the host still
+    answers its servers and a SIGTERM between two pods. None: a pass runs until the queue
+    has nothing ready."""
     # Ticks run on the loop thread: the extender's handlers use the same scheduler cache
     # on that thread, so the two never interleave.
     host = ComponentHost("scheduler", clock=clock, elector=elector)
@@ -63,6 +69,7 @@ def scheduler_host(
         if not schedule:
             sched.sync(now)
             return
+        until = None if pass_budget_s is None else time.perf_counter() + pass_budget_s
         while True:
             # Each attempt's wall time, for kube-scheduler's latency histogram: measured
             # here, around the pure cycle, on the process's monotonic clock; with the bind
@@ -77,6 +84,9 @@ def scheduler_host(
                 metrics.attempted(outcome, time.perf_counter() - started)
                 report(outcome)
             finished(sched.finish_bindings(now))
+            if until is not None and time.perf_counter() >= until:
+                host.run_again(SCHEDULE)  # the rest at the next step
+                break
         finished(sched.finish_bindings(now))
         metrics.queued(sched.queue.pending())
 
@@ -104,6 +114,9 @@ def scheduler_host(
         host.serve(Endpoint(name, listen[0], listen[1], app, ssl_context=security.ssl_context))
     return host
 
+
+# A running scheduler's pass over its queue yields to the event loop after this long.
+PASS_BUDGET_S = 0.5
 
 # `--once` found another replica leading: the controller's code for the same case
 ONCE_NOT_LEADING = 3
@@ -140,6 +153,7 @@ def run_scheduler(
         security=security,
         elector=elector,
         delay_cache=delay_cache,
+        pass_budget_s=None if once else PASS_BUDGET_S,
     )
 
     def ready() -> None:

@@ -51,6 +51,7 @@ class Ticker:
     skipped: int = 0
     kicked: int = 0
     extra_at: float | None = None
+    again: bool = False  # asked during its own run: run once more at the next step
     last_ok: bool | None = None
     last_error: str | None = field(default=None, repr=False)
 
