@@ -35,16 +35,26 @@ def pod(name: str, node: str, level: str, **spec: object) -> JSON:
 
 
 class Cluster:
-    def __init__(self, nodes: tuple[str, ...] = ("node-1",), **cfg: object) -> None:
+    def __init__(
+        self,
+        nodes: tuple[str, ...] = ("node-1",),
+        labels: dict[str, dict[str, str]] | None = None,
+        node_selector: str | None = None,
+        **cfg: object,
+    ) -> None:
         self.clock = VirtualClock(100_000)
         self.cluster = MemoryCluster(clock=self.clock)
         self.reporters = {}
         for n in nodes:
-            self.cluster.create(names.NODE, {"metadata": {"name": n}})
+            meta = {"name": n, "labels": (labels or {}).get(n, {})}
+            self.cluster.create(names.NODE, {"metadata": meta})
             self.reporters[n] = Reporter(n, self.cluster, ReporterConfig())
         self.registry = CollectorRegistry()
         self.controller = BackstopController(
-            self.cluster, BackstopConfig.model_validate(cfg), registry=self.registry
+            self.cluster,
+            BackstopConfig.model_validate(cfg),
+            registry=self.registry,
+            node_selector=node_selector,
         )
         self.alive = set(nodes)
 
@@ -121,6 +131,21 @@ def test_silent_agent_taints_then_evicts_reclaimed_pods_only() -> None:
         )
         == 2.0
     )
+
+
+def test_a_node_selector_leaves_the_other_nodes_alone() -> None:
+    c = Cluster(
+        ("a-1", "b-1"), labels={"a-1": {"pool": "a"}, "b-1": {"pool": "b"}}, node_selector="pool=a"
+    )
+    for n in ("a-1", "b-1"):
+        c.cluster.create(names.POD, pod(f"batch-{n}", n, names.QOS_RECLAIMED_CORES))
+    c.step(10)
+    c.alive.clear()  # both agents die
+    done = c.step(1300)  # past taint-after and evict-after
+    assert done == ["taint a-1", "evict default/batch-a-1"]
+    assert c.cnr_taints("a-1") == [BACKSTOP_TAINT.to_json()] and c.cnr_taints("b-1") == []
+    assert c.terminating() == {"batch-a-1"}
+    assert c.registry.get_sample_value("agent_deployed_node_total") == 1.0
 
 
 def test_evictions_are_rate_limited() -> None:

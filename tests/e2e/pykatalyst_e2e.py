@@ -173,15 +173,27 @@ def start_components(
     components: Callable[..., Component], tmp_path: Path, node: str
 ) -> tuple[Component, Component, Component]:
     """`katalyst agent`, `katalyst scheduler` and `katalyst controller` against the cluster,
-    each with its own ServiceAccount."""
+    each with its own ServiceAccount. The controller runs the node controllers for this node
+    only: the tests beside it keep their fake Nodes, workloads and autoscalers to themselves."""
     from tests.e2e.conftest import component_kubeconfig
 
     agent = start_agent(components, tmp_path, node)
     scheduler = start_scheduler(components)
     controller = components(
-        "controller", "controller", "--kubeconfig", component_kubeconfig("controller")
+        "controller",
+        "controller",
+        "--kubeconfig",
+        component_kubeconfig("controller"),
+        *node_controllers(node),
     )
     return agent, scheduler, controller
+
+
+def node_controllers(
+    node: str, controllers: str = "lifecycle,overcommit,kcc,backstop"
+) -> list[str]:
+    """`katalyst controller` options for `controllers` over the one Node `node`."""
+    return [f"--controllers={controllers}", "--node-selector", f"kubernetes.io/hostname={node}"]
 
 
 def running_pods(kubectl: Kubectl, namespace: str, names: list[str]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from tests.e2e.conftest import Component, Kubectl, LocalNode, component_kubeconf
 from tests.e2e.pykatalyst_e2e import (
     example,
     fit_to_node,
+    node_controllers,
     running_pods,
     start_agent,
     start_scheduler,
@@ -80,6 +81,7 @@ def test_silent_agent_taints_then_evicts_within_the_pdb_and_clears_when_back(
         "controller",
         "--kubeconfig",
         component_kubeconfig("controller"),
+        *node_controllers(node, "lifecycle,backstop"),
         "--taint-after",
         "8s",
         "--evict-after",

@@ -245,7 +245,8 @@ def controller(
             "--node-selector",
             metavar="SELECTOR",
             help="Only the Nodes this label selector matches (and their CNCs) are "
-            "overcommitted, given CNRs/CNCs and dynamic config (default: all Nodes).",
+            "overcommitted, given CNRs/CNCs and dynamic config, and watched by the "
+            "backstop (default: all Nodes).",
         ),
     ] = None,
     orphan_grace: Annotated[

@@ -240,6 +240,10 @@ def _has_backstop_taint(cnr: JSON) -> bool:
     )
 
 
+def _name(obj: JSON) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
 def decide(
     cnrs: Sequence[JSON],
     pods_by_node: Mapping[str, Sequence[ReclaimedPod]],
@@ -373,7 +377,10 @@ class BackstopController:
         registry: CollectorRegistry | None = None,
         records_path: str | Path | None = None,
         informers: InformerFactory | None = None,
+        node_selector: str | None = None,
     ) -> None:
+        """`node_selector`: only the CNRs of the Nodes this label selector matches are
+        watched (and only their reclaimed pods evicted); None: every CNR."""
         self.cluster = cluster
         self.config = config if config is not None else BackstopConfig()
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -412,6 +419,9 @@ class BackstopController:
         shared = informers if informers is not None else InformerFactory(cluster)
         self._cnrs = shared.informer(names.CUSTOM_NODE_RESOURCE)
         self._pods = shared.informer(names.POD)
+        self._nodes = (
+            shared.informer(names.NODE, label_selector=node_selector) if node_selector else None
+        )
         self._digests = PodDigests()
         self.events = EventRecorder(cluster, names.CONTROLLER_COMPONENT)
         self._taint_bucket = TokenBucket(self.config.taint_qps, self.config.burst)
@@ -420,6 +430,11 @@ class BackstopController:
     def reconcile(self, now: float) -> BackstopPlan:
         self._cnrs.sync()
         self._pods.sync()
+        cnrs = self._cnrs.list()
+        if self._nodes is not None:
+            self._nodes.sync()
+            mine = {_name(n) for n in self._nodes.list()}
+            cnrs = [c for c in cnrs if _name(c) in mine]
         by_node: dict[str, list[ReclaimedPod]] = {}
         for obj in self._pods.list():
             pod, skipped = read_reclaimed_pod(obj, self._digests)
@@ -428,7 +443,7 @@ class BackstopController:
             if pod is not None and pod.node:
                 by_node.setdefault(pod.node, []).append(pod)
         plan = decide(
-            self._cnrs.list(),
+            cnrs,
             by_node,
             now,
             self.config,

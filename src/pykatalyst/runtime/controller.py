@@ -329,6 +329,7 @@ class ControllerRunner:
                 registry=self.registry,
                 records_path=self.records_path,
                 informers=self.informers,
+                node_selector=self.node_selector,
             )
         try:
             plan, result = self.backstop.run(now)
