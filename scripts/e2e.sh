@@ -25,8 +25,8 @@ if ! grep -q '^kube-apiserver: running' <<<"$state"; then
     echo "e2e: cluster up in $((SECONDS - t0)) s (a first run's includes building the binaries)"
 fi
 eval "$(bash scripts/cluster.sh env)"
-# The whole suite runs in its lanes (tests/e2e/conftest.py, docs/e2e.md): the "node" and
-# "api" lanes side by side, then the tests that must run alone. Test files or node ids among
+# The whole suite runs in its lanes (tests/e2e/conftest.py, docs/e2e.md): the "node", "api"
+# and "wait" lanes side by side, then the tests that must run alone. Test files or node ids among
 # the arguments, or PYKATALYST_E2E_LANES=0, run one test at a time.
 whole=1
 for arg in "$@"; do
@@ -46,17 +46,23 @@ elif [ "${PYKATALYST_E2E_LANES:-1}" = 0 ]; then
     "${pytest[@]}" -m e2e tests/e2e "$@" || rc=$?
 else
     t0=$SECONDS
-    api_log=$(mktemp /tmp/pykatalyst-e2e-api.XXXXXX)
-    echo "e2e: the node lane and the api lane side by side (the api lane's output follows the node lane's)"
-    lane -m "e2e and e2e_api" --basetemp "$api_log.tmp" tests/e2e "$@" >"$api_log" 2>&1 &
-    api=$!
-    lane -m "e2e and not e2e_api and not e2e_alone" tests/e2e "$@" || rc=$?
-    api_rc=0
-    wait "$api" || api_rc=$?
-    echo "== e2e: the api lane"
-    cat "$api_log"
-    rm -rf "$api_log" "$api_log.tmp"
-    [ "$api_rc" = 0 ] || rc=$api_rc
+    echo "e2e: the node, api and wait lanes side by side (the other two lanes' output follows the node lane's)"
+    declare -A logs pids
+    for name in api wait; do
+        logs[$name]=$(mktemp "/tmp/pykatalyst-e2e-$name.XXXXXX")
+        lane -m "e2e and e2e_$name" --basetemp "${logs[$name]}.tmp" tests/e2e "$@" \
+            >"${logs[$name]}" 2>&1 &
+        pids[$name]=$!
+    done
+    lane -m "e2e and not e2e_api and not e2e_wait and not e2e_alone" tests/e2e "$@" || rc=$?
+    for name in api wait; do
+        r=0
+        wait "${pids[$name]}" || r=$?
+        echo "== e2e: the $name lane"
+        cat "${logs[$name]}"
+        rm -rf "${logs[$name]}" "${logs[$name]}.tmp"
+        [ "$r" = 0 ] || rc=$r
+    done
     t1=$SECONDS
     echo "== e2e: the files that run alone"
     lane -m "e2e and e2e_alone" tests/e2e "$@" || rc=$?

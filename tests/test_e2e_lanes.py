@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.e2e.conftest import ALONE_TESTS, API_TESTS
+from tests.e2e.conftest import ALONE_TESTS, API_TESTS, WAIT_TESTS
 
 E2E = Path(__file__).parent / "e2e"
 
@@ -21,7 +21,7 @@ def _tests_of(file: Path) -> set[str]:
 
 
 def test_every_lane_entry_names_an_existing_file_and_test() -> None:
-    for entry in sorted(ALONE_TESTS | API_TESTS):
+    for entry in sorted(ALONE_TESTS | API_TESTS | WAIT_TESTS):
         file, _, test = entry.partition("::")
         path = E2E / file
         assert path.is_file(), f"{entry}: no such e2e file"
@@ -29,9 +29,17 @@ def test_every_lane_entry_names_an_existing_file_and_test() -> None:
             assert test in _tests_of(path), f"{entry}: no such test in {file}"
 
 
-def test_no_test_is_both_alone_and_in_the_api_lane() -> None:
+def test_no_test_is_in_two_lanes() -> None:
     def covers(a: str, b: str) -> bool:
         return a == b or b.startswith(a + "::") or a.startswith(b + "::")
 
-    clash = [(a, b) for a in ALONE_TESTS for b in API_TESTS if covers(a, b)]
+    tables = (ALONE_TESTS, API_TESTS, WAIT_TESTS)
+    clash = [
+        (a, b)
+        for i, one in enumerate(tables)
+        for other in tables[i + 1 :]
+        for a in one
+        for b in other
+        if covers(a, b)
+    ]
     assert not clash

@@ -73,8 +73,6 @@ API_TESTS: Final = frozenset(
         "test_e2e_explain.py",
         "test_e2e_extender.py",
         "test_e2e_ihpa.py",
-        "test_e2e_kvpa.py",
-        "test_e2e_kvpa_pykatalyst.py",
         "test_e2e_node_daemons_once.py",  # `--once`: reads the node, changes nothing
         "test_e2e_node_restriction.py",
         "test_e2e_rbac.py",
@@ -86,6 +84,15 @@ API_TESTS: Final = frozenset(
         # the controllers on fake nodes only
         "test_e2e_controllers.py::test_overcommit_kcc_and_lifecycle_on_a_fake_node",
         "test_e2e_controllers.py::test_dynamic_config_tiers_canary_and_conflict_on_the_api_server",
+    }
+)
+# Tests that leave the node alone and spend most of their time waiting for Prometheus to
+# gather usage: a lane of their own beside the other two. The KVPA files are both here
+# because their vertical controllers act on every KVPA: never two at once.
+WAIT_TESTS: Final = frozenset(
+    {
+        "test_e2e_kvpa.py",
+        "test_e2e_kvpa_pykatalyst.py",
         # Katalyst's RR quick start, whose controller runs the RR controller only (the
         # file's other tests run SPD controllers, which write every workload's SPD: one
         # lane for those)
@@ -96,12 +103,13 @@ API_TESTS: Final = frozenset(
 
 
 def lane(item: pytest.Item) -> str:
-    """The lane `item` runs in (see ALONE_TESTS and API_TESTS)."""
+    """The lane `item` runs in (see ALONE_TESTS, API_TESTS and WAIT_TESTS)."""
     file = Path(str(item.fspath)).name
     test = f"{file}::{item.name.split('[')[0]}"
-    if file in ALONE_TESTS or test in ALONE_TESTS:
-        return "alone"
-    return "api" if file in API_TESTS or test in API_TESTS else "node"
+    for name, table in (("alone", ALONE_TESTS), ("api", API_TESTS), ("wait", WAIT_TESTS)):
+        if file in table or test in table:
+            return name
+    return "node"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -115,6 +123,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.e2e_alone)
             elif where == "api":
                 item.add_marker(pytest.mark.e2e_api)
+            elif where == "wait":
+                item.add_marker(pytest.mark.e2e_wait)
 
 
 def _kubeconfig() -> str:
