@@ -264,8 +264,13 @@ def parallel(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> No
     try:
         for _ in pool.map(fn, items):
             pass
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # Ctrl-C: create nothing more
+    except BaseException:
+        # Ctrl-C: create nothing more, and do not wait here for the requests in flight
+        # (each up to its timeout on a loaded API server): the schedulers are stopped and
+        # the cleanup runs first; the process waits for those requests as it exits.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def make_nodes(api: KubeCluster, case: Case, workers: int) -> None:
