@@ -128,10 +128,14 @@ def test_reclaimed_capacity_falls_while_a_shared_pod_burns_and_recovers(
         interval=1,
     )
     kubectl.run("delete", "pod", "burner", "-n", namespace, "--grace-period=1")
-    (back,) = wait_until(
-        "reclaimed capacity to recover",
-        lambda: (v := reclaimed_millicpu(kubectl, node)) >= baseline - 200 and (v,),
-        90,
-        interval=1,
-    )
+    seen: list[int] = []
+
+    def recovered() -> tuple[int] | None:
+        seen.append(reclaimed_millicpu(kubectl, node))
+        return (seen[-1],) if seen[-1] >= baseline - 200 else None
+
+    try:
+        (back,) = wait_until("reclaimed capacity to recover", recovered, 90, interval=1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: baseline {baseline}m, low {low}m, then {seen}") from None
     assert low < back
