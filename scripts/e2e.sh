@@ -25,10 +25,9 @@ if ! grep -q '^kube-apiserver: running' <<<"$state"; then
     echo "e2e: cluster up in $((SECONDS - t0)) s (a first run's includes building the binaries)"
 fi
 eval "$(bash scripts/cluster.sh env)"
-# Test files or node ids among the arguments run one test at a time, and so does the whole
-# suite by default. PYKATALYST_E2E_LANES=1 runs the whole suite in its lanes
-# (tests/e2e/conftest.py, docs/e2e.md): the "node", "api" and "wait" lanes side by side, then
-# the tests that must run alone.
+# The whole suite runs in its lanes (tests/e2e/conftest.py, docs/e2e.md): the "node", "api"
+# and "wait" lanes side by side, then the tests that must run alone. Test files or node ids
+# among the arguments, or PYKATALYST_E2E_LANES=0, run one test at a time instead.
 whole=1
 for arg in "$@"; do
     case $arg in tests/*|*.py|*::*) whole=0 ;; esac
@@ -43,7 +42,7 @@ lane() {
 }
 if [ "$whole" = 0 ]; then
     "${pytest[@]}" -m e2e "$@" || rc=$?
-elif [ "${PYKATALYST_E2E_LANES:-0}" != 1 ]; then
+elif [ "${PYKATALYST_E2E_LANES:-1}" != 1 ]; then
     "${pytest[@]}" -m e2e tests/e2e "$@" || rc=$?
 else
     t0=$SECONDS

@@ -8,6 +8,8 @@ calls the component makes when it runs (recorded through the Cluster protocol)."
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 import shutil
@@ -31,6 +33,8 @@ from pykatalyst.cluster.protocol import JSON, ObjectList, Watch
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 WORKLOAD_KINDS = ("Deployment", "DaemonSet")
+# libyaml where PyYAML has it: the manifests and CRDs are parsed for nearly every test
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 NAMESPACED_KINDS = {"ServiceAccount", "ConfigMap", "Service", "Role", "RoleBinding"} | set(
     WORKLOAD_KINDS
 )
@@ -56,8 +60,14 @@ KNOWN_KINDS = {
 }
 
 
+@functools.cache
+def _parsed_docs(path: Path) -> tuple[JSON, ...]:
+    return tuple(d for d in yaml.load_all(path.read_text(), Loader=_LOADER) if d is not None)
+
+
 def _docs(path: Path) -> list[JSON]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    """The file's documents: parsed once per run, a fresh copy for each caller."""
+    return copy.deepcopy(list(_parsed_docs(path)))
 
 
 def _yaml_files() -> list[Path]:
