@@ -745,6 +745,9 @@ def main(argv: list[str] | None = None) -> int:
     if PROFILE_DIR is not None:
         PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # clean up on SIGTERM too
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # started in the background by a shell: Ctrl-C never comes, SIGTERM still cleans up
+        print("SIGINT is ignored in this process (started in the background): stop it with SIGTERM")
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it is: kill -USR1 <pid>
     api = KubeCluster.from_kubeconfig(args.kubeconfig, qps=0, pool_size=4 * args.workers)
     port = api.host.rsplit(":", 1)[-1]

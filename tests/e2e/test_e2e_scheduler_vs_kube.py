@@ -63,6 +63,13 @@ def test_every_case_reports_its_figures_and_cleans_up(kubeconfig: str, kubectl: 
     assert _left_over(kubectl, namespaces) == []
 
 
+def _as_from_a_terminal() -> None:
+    # A process started in the background by a shell (as the e2e lanes are, and as a CI
+    # runner may start the whole suite) inherits SIGINT ignored, and so would the benchmark:
+    # Ctrl-C reaches a foreground process, whose SIGINT is the default one.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_an_interrupted_run_deletes_what_it_created(kubeconfig: str, kubectl: Kubectl) -> None:
     proc = subprocess.Popen(
         _command(kubeconfig, "--nodes", "12", "--running", "4", "--pods", "2000", "--cases", "b"),
@@ -70,6 +77,7 @@ def test_an_interrupted_run_deletes_what_it_created(kubeconfig: str, kubectl: Ku
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_as_from_a_terminal,
     )
     assert proc.stdout is not None
     lines: list[str] = []
