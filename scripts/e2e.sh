@@ -64,11 +64,13 @@ else
         [ "$r" = 0 ] || rc=$r
     done
     t_lanes=$SECONDS
-    # The files that run alone need a quiet node: let the lanes' namespaces (and their
-    # pods, still terminating) go first.
+    # The files that run alone need a quiet node and control plane: let the lanes'
+    # namespaces go first, and any other namespace still being deleted (an interrupted
+    # benchmark's thousands of pods, which the controller manager removes in the background).
     kubectl="$PYKATALYST_K8S_BIN/kubectl"
     for _ in $(seq 180); do
-        left=$("$kubectl" get namespaces -o name 2>/dev/null | grep -c '^namespace/e2e-' || true)
+        left=$("$kubectl" get namespaces --no-headers 2>/dev/null \
+            | awk '$1 ~ /^e2e-/ || $2 == "Terminating"' | wc -l || true)
         [ "$left" = 0 ] && break
         sleep 1
     done
