@@ -7,6 +7,12 @@ times each policy separately, since only `katalyst` runs the agents:
     python benchmarks/sim_speed.py --nodes 100 --hours 24
     python benchmarks/sim_speed.py --scenario examples/scenarios/cluster-100.yaml --hours 24
     python benchmarks/sim_speed.py --nodes 1000 --hours 24 --policies katalyst
+    python benchmarks/sim_speed.py --nodes 100 --hours 24 --workers 1   # one after another
+
+The policies run side by side in processes as `katalyst sim` runs them (`--workers`, by
+default one per cpu for runs of 100 node-hours or more). Each policy's line gives the wall
+and CPU seconds of its own run; `together` gives the wall seconds of the whole simulation
+(start-up of the processes included) and the CPU seconds of all its runs.
 
 The last lines are `100-node day: <seconds> s (...)` and `1000-node day: <seconds> s (...)`
 when 100 or 1,000 nodes x 24 h were run (naming the policies timed). CPU seconds and the
@@ -21,10 +27,9 @@ import resource
 import time
 from pathlib import Path
 
-from pykatalyst.cli.sim import demo_scenario_path
-from pykatalyst.sim.runner import PolicySim
+from pykatalyst.cli.sim import demo_scenario_path, policy_workers
 from pykatalyst.sim.scenario import Scenario, load_scenario
-from pykatalyst.sim.workload import build_workload
+from pykatalyst.sim.simulate import simulate
 
 
 def scaled(base: Scenario, nodes: int, hours: float) -> Scenario:
@@ -55,33 +60,38 @@ def scaled(base: Scenario, nodes: int, hours: float) -> Scenario:
     )
 
 
-def time_policies(sc: Scenario, nodes: int, hours: float, only: list[str] | None) -> float:
-    """Run each (chosen) policy of `sc` once, print a line each, and return the wall
-    seconds they took together."""
-    wl = build_workload(sc)
-    total = cpu_total = 0.0
-    for policy in sc.policies:
-        if only and policy.name not in only:
-            continue
-        sim = PolicySim(sc, policy, wl)
-        t0, c0 = time.perf_counter(), time.process_time()
-        run = sim.run()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        total += wall
-        cpu_total += cpu
+def time_policies(
+    sc: Scenario, nodes: int, hours: float, only: list[str] | None, workers: int | None
+) -> tuple[float, int]:
+    """Simulate (the chosen policies of) `sc`, print a line per policy and one for the
+    whole, and return the whole's wall seconds and the processes it ran in."""
+    if only:
+        sc = sc.model_copy(update={"policies": [p for p in sc.policies if p.name in only]})
+    procs = policy_workers(sc, workers)
+    t0 = time.perf_counter()
+    result = simulate(sc, workers=procs)
+    total = time.perf_counter() - t0
+    for run in result.runs:
         pods = max(run.series.batch_running) + sum(s.replicas for s in sc.services)
         print(
-            f"{nodes:>5} {policy.name:<18} {pods:>6} {wall:>8.1f} {cpu:>7.1f} "
-            f"{nodes * hours / wall:>9.1f} {run.tally.agent_reconciles:>10}"
+            f"{nodes:>5} {run.policy.name:<18} {pods:>6} {run.wall_s:>8.1f} {run.cpu_s:>7.1f} "
+            f"{nodes * hours / run.wall_s:>9.1f} {run.tally.agent_reconciles:>10}"
         )
+    cpu_total = sum(run.cpu_s for run in result.runs)
     rate = nodes * hours / total if total else 0.0
-    print(f"{nodes:>5} {'together':<18} {'':>6} {total:>8.1f} {cpu_total:>7.1f} {rate:>9.1f}")
-    return total
+    print(
+        f"{nodes:>5} {'together':<18} {'':>6} {total:>8.1f} {cpu_total:>7.1f} {rate:>9.1f} "
+        f"{'':>10} ({procs} process{'es' if procs > 1 else ''})"
+    )
+    return total, procs
 
 
 def peak_rss_gib() -> float:
-    """The process's peak resident memory so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    """The peak resident memory so far of this process and of the largest process it ran
+    the policies in (Linux reports KiB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 2**20
 
 
 def main() -> None:
@@ -91,6 +101,11 @@ def main() -> None:
     ap.add_argument("--scenario", type=Path, help="time this scenario as it is (no scaling)")
     ap.add_argument(
         "--policies", nargs="*", help="time only these policies (default: all of the scenario's)"
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        help="processes running the policies side by side (default: as `katalyst sim`)",
     )
     args = ap.parse_args()
     base = load_scenario(args.scenario or demo_scenario_path())
@@ -109,9 +124,10 @@ def main() -> None:
             if args.scenario is not None
             else scaled(base, n, args.hours)
         )
-        total = time_policies(sc, n, args.hours, args.policies)
+        total, procs = time_policies(sc, n, args.hours, args.policies, args.workers)
         if n in (100, 1000) and args.hours >= 24:
-            days.append(f"{n}-node day: {total:.1f} s ({which})")
+            side = f", {procs} processes side by side" if procs > 1 else ""
+            days.append(f"{n}-node day: {total:.1f} s ({which}{side})")
     print(f"peak resident memory: {peak_rss_gib():.2f} GiB")
     for line in days:
         print(line)

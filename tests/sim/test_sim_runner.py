@@ -312,3 +312,38 @@ def test_each_agent_reconciles_on_its_staggered_period_and_after_a_pod_starts_th
             assert s in steps or s + 1 in steps
         assert steps - grid <= started | {s + 1 for s in started}
     assert sim.tally.agent_reconciles == sum(len(r) for r in runs.values())
+
+
+def test_policies_side_by_side_in_processes_give_the_same_report(tmp_path: Path) -> None:
+    sc = parse_scenario(
+        tiny(
+            duration="40m",
+            policies=[
+                {"name": "vanilla"},
+                {"name": "static-overcommit", "cpu_overcommit_ratio": 1.5},
+                KATALYST,
+            ],
+        )
+    )
+    seen: dict[str, list[int]] = {}
+
+    def progress(policy: str, done: int, total: int) -> None:
+        seen.setdefault(policy, []).append(done)
+        assert total == sc.steps
+
+    write_report(simulate(sc), tmp_path / "alone")
+    side = simulate(sc, progress, workers=2)
+    write_report(side, tmp_path / "side")
+    assert [r.policy.name for r in side.runs] == ["vanilla", "static-overcommit", "katalyst"]
+    for name in ("report.json", "report.md", "events.csv"):
+        assert (tmp_path / "alone" / name).read_bytes() == (tmp_path / "side" / name).read_bytes()
+    # every policy's progress reached the caller from its process, in order, to the end
+    assert {p: steps == sorted(steps) and steps[-1] for p, steps in seen.items()} == {
+        p: sc.steps for p in ("vanilla", "static-overcommit", "katalyst")
+    }
+
+
+def test_workers_below_one_are_refused_before_running() -> None:
+    sc = parse_scenario(tiny(duration="40m"))
+    with pytest.raises(ValueError, match="workers: 0 is not accepted"):
+        simulate(sc, workers=0)

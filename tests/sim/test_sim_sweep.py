@@ -221,3 +221,33 @@ def test_without_ray_the_runs_go_one_after_another_with_a_note(
     res = runner.invoke(app, [*args, "--ray-address", "ray://head:10001"])
     assert res.exit_code == 2
     assert "--ray-address needs Ray" in res.output
+
+
+def test_workers_run_a_scenario_side_by_side_and_ray_address_needs_a_sweep(
+    tmp_path: Path,
+) -> None:
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(tiny(duration="20m")))
+    runner = CliRunner()
+    args = ["sim", str(scenario), "-q"]
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "side"), "--workers", "2"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "alone"), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    side = (tmp_path / "side" / "report.json").read_bytes()
+    assert side == (tmp_path / "alone" / "report.json").read_bytes()
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "x"), "--ray-address", "ray://h:1"])
+    assert res.exit_code == 2
+    assert "--ray-address applies to a --sweep" in res.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_policies_go_side_by_side_only_where_the_run_is_long() -> None:
+    from pykatalyst.cli.sim import policy_workers
+
+    short = parse_scenario(tiny(duration="2h"))  # 2 nodes x 2 h
+    long = parse_scenario(tiny(duration="60h"))  # 2 nodes x 60 h
+    cpus = len(__import__("os").sched_getaffinity(0))
+    assert policy_workers(short, None) == 1
+    assert policy_workers(long, None) == min(cpus, len(long.policies))
+    assert policy_workers(short, 3) == 3

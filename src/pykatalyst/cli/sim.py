@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
@@ -27,13 +28,30 @@ from pykatalyst.sim.simulate import SimulationResult, simulate
 
 DEMO_SCENARIO = "demo.yaml"
 
+# below this many node-hours a run takes seconds, and starting processes would cost more
+# than running its policies side by side saves
+SIDE_BY_SIDE_NODE_HOURS = 100.0
+
+
+def policy_workers(scenario: Scenario, workers: int | None) -> int:
+    """How many processes run the scenario's policies: `workers` when given, else one per
+    cpu this process may use (at most one per policy) for runs of 100 node-hours or more."""
+    if workers is not None:
+        return workers
+    node_hours = sum(g.count for g in scenario.nodes) * scenario.duration / 3600
+    if node_hours < SIDE_BY_SIDE_NODE_HOURS:
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), len(scenario.policies)))
+
 
 def demo_scenario_path() -> Path:
     """The bundled demo scenario inside the installed package."""
     return Path(str(resources.files("pykatalyst").joinpath("data", "scenarios", DEMO_SCENARIO)))
 
 
-def _run(scenario: Scenario, out: Path, seed: int | None, quiet: bool) -> SimulationResult:
+def _run(
+    scenario: Scenario, out: Path, seed: int | None, quiet: bool, workers: int | None = None
+) -> SimulationResult:
     try:  # before hours of simulation, not after
         require("matplotlib", "sim", "the simulator's charts")
     except MissingExtra as exc:
@@ -67,7 +85,7 @@ def _run(scenario: Scenario, out: Path, seed: int | None, quiet: bool) -> Simula
                 hours = done * scenario.step / 3600
                 bar.update(tasks[policy], completed=done, clock=f"{hours:.1f} h simulated")
 
-        result = simulate(scenario, progress, seed=seed)
+        result = simulate(scenario, progress, seed=seed, workers=policy_workers(scenario, workers))
     data = write_report(result, out)
     _summary(data, out, quiet)
     return result
@@ -108,7 +126,12 @@ def sim(
         "simulation, and write a report comparing them; see docs/simulator.md.",
     ),
     workers: int | None = typer.Option(
-        None, "--workers", min=1, help="Sweep: cpus of the local Ray (default: this machine's)."
+        None,
+        "--workers",
+        min=1,
+        help="Processes running the policies side by side (default: one per cpu, for runs "
+        "of 100 node-hours or more); with --sweep, the cpus of the local Ray (default: this "
+        "machine's).",
     ),
     ray_address: str | None = typer.Option(
         None,
@@ -135,10 +158,10 @@ def sim(
             sc = sc.model_copy(update={"seed": seed})
         _sweep(sc, sweep, folder, workers, ray_address, quiet)
         return
-    if workers is not None or ray_address is not None:
-        print_message("error: --workers and --ray-address apply to a --sweep", stderr=True)
+    if ray_address is not None:
+        print_message("error: --ray-address applies to a --sweep", stderr=True)
         raise typer.Exit(code=2)
-    _run(sc, folder, seed, quiet)
+    _run(sc, folder, seed, quiet, workers)
 
 
 def _check_ray(runs: int, address: str | None) -> None:
@@ -217,6 +240,12 @@ def demo(
     old_out: Annotated[Path | None, old_option("demo", "-o")] = None,
     seed: int | None = typer.Option(None, "--seed", help="Override the demo's seed."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        min=1,
+        help="Processes running the policies side by side (default: one per cpu).",
+    ),
 ) -> None:
     """Simulate a small colocated cluster over one day under vanilla Kubernetes, static
     overcommit and Katalyst's QoS system, and write the report."""
@@ -231,7 +260,7 @@ def demo(
             f"Simulating '{sc.name}': {sum(g.count for g in sc.nodes)} nodes, "
             f"{sc.duration / 3600:g} h, policies {', '.join(p.name for p in sc.policies)}"
         )
-    _run(sc, old_out or out, seed, quiet)
+    _run(sc, old_out or out, seed, quiet, workers)
 
 
 def register(app: typer.Typer) -> None:

@@ -71,6 +71,7 @@ class PolicyRun:
     latency: dict[str, list[float]]  # per service: p99 per step (mean over replicas)
     sample_node: str
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # the CPU time of the process running it, while it ran
 
 
 class Recorder:

@@ -1,10 +1,18 @@
-"""Run a scenario: every policy on its own simulated cluster, over the identical workload."""
+"""Run a scenario: every policy on its own simulated cluster, over the identical workload.
+
+The policies' runs share nothing but the workload, so with `workers` above 1 they run in
+that many processes side by side; each run is the same as it would be alone.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
+import queue
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from pykatalyst.sim.checks import scenario_warnings
 from pykatalyst.sim.recording import PolicyRun
@@ -32,23 +40,93 @@ class SimulationResult:
 
 
 def simulate(
-    scenario: Scenario, progress: StepProgress | None = None, seed: int | None = None
+    scenario: Scenario,
+    progress: StepProgress | None = None,
+    seed: int | None = None,
+    workers: int = 1,
 ) -> SimulationResult:
-    """Simulate `scenario` (with `seed` instead of its own, when given)."""
+    """Simulate `scenario` (with `seed` instead of its own, when given), its policies in up
+    to `workers` processes at once."""
+    if workers < 1:
+        raise ValueError(f"workers: {workers} is not accepted (accepted: 1 or more)")
     if seed is not None:
         scenario = scenario.model_copy(update={"seed": seed})
     workload = build_workload(scenario)
-    runs = []
-    for policy in scenario.policies:
-        sim = PolicySim(scenario, policy, workload)
-        cb = None
-        if progress is not None:
-
-            def cb(done: int, total: int, _name: str = policy.name) -> None:
-                progress(_name, done, total)
-
-        started = time.perf_counter()
-        run = sim.run(cb)
-        run.wall_s = time.perf_counter() - started
-        runs.append(run)
+    if workers > 1 and len(scenario.policies) > 1:
+        runs = _run_side_by_side(scenario, workload, progress, workers)
+    else:
+        runs = [_run_policy(scenario, i, workload, progress) for i in range(len(scenario.policies))]
     return SimulationResult(scenario, workload, tuple(runs), scenario_warnings(scenario))
+
+
+def _run_policy(
+    scenario: Scenario, index: int, workload: Workload, progress: StepProgress | None
+) -> PolicyRun:
+    policy = scenario.policies[index]
+    sim = PolicySim(scenario, policy, workload)
+    cb = None
+    if progress is not None:
+
+        def cb(done: int, total: int, _name: str = policy.name) -> None:
+            progress(_name, done, total)
+
+    started, cpu = time.perf_counter(), time.process_time()
+    run = sim.run(cb)
+    run.wall_s = time.perf_counter() - started
+    run.cpu_s = time.process_time() - cpu
+    return run
+
+
+# a worker process's queue for its runs' progress, set when the process starts
+_progress_queue: Any = None
+
+
+def _worker_started(progress_queue: Any) -> None:
+    global _progress_queue
+    _progress_queue = progress_queue
+
+
+def _worker_progress(policy: str, done: int, total: int) -> None:
+    _progress_queue.put((policy, done, total))
+
+
+def _run_in_worker(scenario: Scenario, index: int, workload: Workload, report: bool) -> PolicyRun:
+    return _run_policy(scenario, index, workload, _worker_progress if report else None)
+
+
+def _run_side_by_side(
+    scenario: Scenario, workload: Workload, progress: StepProgress | None, workers: int
+) -> list[PolicyRun]:
+    """Each policy in a process of its own (at most `workers` at once), those that run the
+    agent first: they take longest. Processes are spawned, not forked: the caller may hold
+    threads (a progress bar's, for one)."""
+    ctx = multiprocessing.get_context("spawn")
+    progress_queue = ctx.Queue()
+    n = len(scenario.policies)
+    order = sorted(range(n), key=lambda i: scenario.policies[i].name != "katalyst")
+    with ProcessPoolExecutor(
+        max_workers=min(workers, n),
+        mp_context=ctx,
+        initializer=_worker_started,
+        initargs=(progress_queue,),
+    ) as pool:
+        futures: dict[int, Future[PolicyRun]] = {
+            i: pool.submit(_run_in_worker, scenario, i, workload, progress is not None)
+            for i in order
+        }
+        pending = set(futures.values())
+        while pending:
+            try:
+                policy, done, total = progress_queue.get(timeout=0.1)
+            except queue.Empty:
+                pending = {f for f in pending if not f.done()}
+                continue
+            if progress is not None:
+                progress(policy, done, total)
+        runs = [futures[i].result() for i in range(n)]
+    while progress is not None:  # what was put just before a run ended
+        try:
+            progress(*progress_queue.get_nowait())
+        except queue.Empty:
+            break
+    return runs
