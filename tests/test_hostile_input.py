@@ -31,8 +31,8 @@ from pykatalyst.controllers.backstop import read_reclaimed_pod
 from pykatalyst.scheduler.config import SchedulerConfigError, load_config_text
 from pykatalyst.scheduler.config import load_config as load_scheduler_config
 from pykatalyst.scheduler.podinfo import pod_info as scheduler_pod_info
+from pykatalyst.sim.csvfile import read_csv_column
 from pykatalyst.sim.scenario import ScenarioError, load_scenario, parse_scenario
-from pykatalyst.sim.workload import _read_csv_column
 from tests import text_fuzz
 from tests.pod_fuzz import (
     CLUSTER,
@@ -365,14 +365,14 @@ def test_a_demand_csv_refuses_values_that_are_not_finite_and_non_negative(
 ) -> None:
     path = tmp_path / "load.csv"
     path.write_text(f"requests\n1\n{value}\n")
-    _read_csv_column.cache_clear()
+    read_csv_column.cache_clear()
     with pytest.raises(ValueError, match=rf"load\.csv:3: column 'requests' holds '{value}'"):
-        _read_csv_column(str(path), "requests")
+        read_csv_column(str(path), "requests")
 
 
 def test_a_demand_csv_that_is_not_text_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "load.csv"
     path.write_bytes(b"requests\n1\n\xff\xfe\n")
-    _read_csv_column.cache_clear()
+    read_csv_column.cache_clear()
     with pytest.raises(ValueError, match=r"load\.csv: not UTF-8 text"):
-        _read_csv_column(str(path), "requests")
+        read_csv_column(str(path), "requests")

@@ -17,8 +17,8 @@ from pykatalyst.agent.config import parse_config as parse_agent_config
 from pykatalyst.api.manifests import ManifestError, load_documents
 from pykatalyst.api.yamlio import YAMLInputError, load_yaml_all
 from pykatalyst.scheduler.config import SchedulerConfigError, load_config_text
+from pykatalyst.sim.csvfile import read_csv_column
 from pykatalyst.sim.scenario import ScenarioError, parse_scenario
-from pykatalyst.sim.workload import _read_csv_column
 
 YAML_TOKENS: tuple[str, ...] = (
     "!!int", "!!float", "!!bool", "!!null", "!!str", "!!map", "!!seq", "!!merge", "!!binary",
@@ -71,9 +71,9 @@ def read_yaml_file(path: Path) -> None:
 
 def read_csv_file(path: Path) -> None:
     """The simulator's demand curves (`kind: csv` services)."""
-    _read_csv_column.cache_clear()
+    read_csv_column.cache_clear()
     with contextlib.suppress(ValueError):
-        _read_csv_column(str(path), "requests")
+        read_csv_column(str(path), "requests")
 
 
 TEXT_READERS: dict[str, Callable[[str], None]] = {

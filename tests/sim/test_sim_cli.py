@@ -25,6 +25,21 @@ def test_sim_refuses_an_invalid_scenario_naming_the_field(tmp_path: Path) -> Non
     assert not (tmp_path / "out").exists()
 
 
+def test_sim_refuses_a_scenario_whose_files_cannot_be_read_before_running(
+    tmp_path: Path,
+) -> None:
+    data = tiny(policies=[{"name": "vanilla", "scheduler": {"config": "gone.yaml"}}])
+    data["services"][0]["demand"] = {"kind": "csv", "path": "gone.csv", "column": "c", "mean": 1}
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(data))
+    result = runner.invoke(app, ["sim", str(f), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "services[0].demand.path: cannot read" in result.output
+    assert "policies[0].scheduler.config:" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_sim_writes_the_report_with_the_seed_given(tmp_path: Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump(tiny(duration="30m", policies=[{"name": "vanilla"}])))

@@ -347,3 +347,20 @@ def test_workers_below_one_are_refused_before_running() -> None:
     sc = parse_scenario(tiny(duration="40m"))
     with pytest.raises(ValueError, match="workers: 0 is not accepted"):
         simulate(sc, workers=0)
+
+
+def test_a_run_that_fails_in_its_process_names_its_policy_and_error(tmp_path: Path) -> None:
+    from pykatalyst.scheduler.config import SchedulerConfigError
+    from pykatalyst.sim.scenario import SchedulerSettings
+    from pykatalyst.sim.simulate import PolicyRunError
+
+    sc = parse_scenario(tiny(duration="20m", policies=[{"name": "vanilla"}, KATALYST]))
+    # a configuration file removed after the scenario was read
+    gone = SchedulerSettings(config=tmp_path / "gone.yaml")
+    sc = sc.model_copy(
+        update={"policies": [sc.policies[0].model_copy(update={"scheduler": gone}), sc.policies[1]]}
+    )
+    with pytest.raises(SchedulerConfigError, match=r"gone\.yaml"):
+        simulate(sc)
+    with pytest.raises(PolicyRunError, match=r"policy vanilla: SchedulerConfigError: .*gone\.yaml"):
+        simulate(sc, lambda *_: None, workers=2)

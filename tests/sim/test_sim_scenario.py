@@ -104,3 +104,49 @@ def test_bundled_demo_and_examples_are_valid() -> None:
     assert files
     for f in files:
         load_scenario(f)
+
+
+def _csv_scenario(tmp_path: Path, path: str, column: str = "load") -> Path:
+    data = tiny()
+    data["services"][0]["demand"] = {"kind": "csv", "path": path, "column": column, "mean": 0.2}
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(data))
+    return f
+
+
+@pytest.mark.parametrize(
+    ("path", "column", "field", "message"),
+    [
+        ("missing.csv", "load", "services[0].demand.path", "No such file or directory"),
+        (".", "load", "services[0].demand.path", "is not a regular file"),
+        ("curve.csv", "other", "services[0].demand", "no column 'other' (columns: load)"),
+        ("bad.csv", "load", "services[0].demand", "column 'load' holds 'x', not a number"),
+    ],
+)
+def test_a_demand_csv_that_cannot_be_read_is_refused_by_its_field(
+    tmp_path: Path, path: str, column: str, field: str, message: str
+) -> None:
+    (tmp_path / "curve.csv").write_text("load\n1\n2\n")
+    (tmp_path / "bad.csv").write_text("load\n1\nx\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(_csv_scenario(tmp_path, path, column))
+    [(where, text, _)] = info.value.problems
+    assert where == field
+    assert message in text
+
+
+def test_a_scheduler_configuration_that_cannot_be_loaded_is_refused_by_its_field(
+    tmp_path: Path,
+) -> None:
+    data = tiny(policies=[{"name": "vanilla", "scheduler": {"config": "sched.yaml"}}])
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(data))
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(f)
+    [(where, text, _)] = info.value.problems
+    assert where == "policies[0].scheduler.config"
+    assert "cannot read" in text and "sched.yaml" in text
+    (tmp_path / "sched.yaml").write_text("profiles: 7\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(f)
+    assert [p for p, _, _ in info.value.problems] == ["policies[0].scheduler.config"]

@@ -101,22 +101,19 @@ def test_runs_are_the_same_one_after_another_and_on_ray_with_two_workers() -> No
 
 def test_a_run_that_fails_is_reported_and_the_others_finish(tmp_path: Path) -> None:
     runs = _plan({"seed": [1, 2]}, policies=["vanilla"])
-    # a scenario whose CSV demand vanished after the plan: the run fails when it reads it
-    gone = tmp_path / "gone.csv"
-    gone.write_text("t,demand\n0,0.1\n3600,0.2\n")
-    data = tiny(duration="40m")
-    data["services"][0]["demand"] = {
-        "kind": "csv",
-        "path": str(gone),
-        "column": "demand",
-        "mean": 0.2,
-    }
+    # a scenario whose scheduler configuration vanished after the plan: the run fails
+    # when its scheduler starts
+    gone = tmp_path / "gone.yaml"
+    gone.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+    )
+    data = tiny(duration="40m", policies=[{"name": "vanilla", "scheduler": {"config": str(gone)}}])
     broken = parse_scenario(data)
     gone.unlink()
     runs[1] = SweepRun(1, runs[1].settings, broken, runs[1].policies)
     outcomes, _ = run_sweep(runs, use_ray=False)
     assert outcomes[0].error is None and outcomes[0].figures["vanilla"]["cpu_util_mean"] > 0
-    assert outcomes[1].error is not None and "gone.csv" in outcomes[1].error
+    assert outcomes[1].error is not None and "gone.yaml" in outcomes[1].error
     spec = parse_sweep({"axes": {"seed": [1, 2]}, "policies": ["vanilla"]})
     report = summarize_sweep(spec, outcomes, "test", _short())
     assert report["failed"] == 1

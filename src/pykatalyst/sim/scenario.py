@@ -8,6 +8,7 @@ runs.
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,6 +27,7 @@ from pykatalyst.api import names, units
 from pykatalyst.api.problems import NO_VALUE, field_problems
 from pykatalyst.api.units import to_bytes, to_cores, to_seconds
 from pykatalyst.api.yamlio import load_yaml
+from pykatalyst.sim.csvfile import read_csv_column
 
 _DAYS = re.compile(r"^(\d+(?:\.\d+)?)d$")
 
@@ -364,7 +366,40 @@ def parse_scenario(data: Any, source: str = "<scenario>", base_dir: Path | None 
         raise ScenarioError(source, _problems(exc)) from None
     if base_dir is not None:
         scenario = _resolve_paths(scenario, base_dir)
+    problems = _file_problems(scenario)
+    if problems:
+        raise ScenarioError(source, problems)
     return scenario
+
+
+def _file_problems(scenario: Scenario) -> list[tuple[str, str, Any]]:
+    """The files the scenario names (demand CSVs, scheduler configurations), read now so
+    that a missing or broken one is reported by its field before anything runs."""
+    from pykatalyst.scheduler.config import SchedulerConfigError, load_config
+
+    out: list[tuple[str, str, Any]] = []
+    for i, svc in enumerate(scenario.services):
+        d = svc.demand
+        if not isinstance(d, CsvDemand):
+            continue
+        where = f"services[{i}].demand"
+        try:
+            if not stat.S_ISREG(d.path.stat().st_mode):  # a FIFO or device could never end
+                out.append((f"{where}.path", f"{d.path} is not a regular file", _NO_VALUE))
+                continue
+            read_csv_column(str(d.path), d.column)
+        except OSError as exc:
+            out.append((f"{where}.path", f"cannot read {d.path}: {exc.strerror}", _NO_VALUE))
+        except ValueError as exc:
+            out.append((where, str(exc), _NO_VALUE))
+    for i, pol in enumerate(scenario.policies):
+        if pol.scheduler.config is None:
+            continue
+        try:
+            load_config(pol.scheduler.config)
+        except SchedulerConfigError as exc:
+            out.append((f"policies[{i}].scheduler.config", str(exc), _NO_VALUE))
+    return out
 
 
 def _resolve_paths(scenario: Scenario, base_dir: Path) -> Scenario:

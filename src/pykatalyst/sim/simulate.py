@@ -7,6 +7,7 @@ that many processes side by side; each run is the same as it would be alone.
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import queue
 import time
 from collections.abc import Callable
@@ -90,8 +91,23 @@ def _worker_progress(policy: str, done: int, total: int) -> None:
     _progress_queue.put((policy, done, total))
 
 
+class PolicyRunError(RuntimeError):
+    """A policy's run failed in a worker process with an error that could not be sent
+    back as it was; the message names the policy and the error."""
+
+
 def _run_in_worker(scenario: Scenario, index: int, workload: Workload, report: bool) -> PolicyRun:
-    return _run_policy(scenario, index, workload, _worker_progress if report else None)
+    try:
+        return _run_policy(scenario, index, workload, _worker_progress if report else None)
+    except Exception as exc:
+        try:  # the error goes back pickled: send it as it is when it survives that
+            intact = str(pickle.loads(pickle.dumps(exc))) == str(exc)
+        except Exception:
+            intact = False
+        if intact:
+            raise
+        name = scenario.policies[index].name
+        raise PolicyRunError(f"policy {name}: {type(exc).__name__}: {exc}") from None
 
 
 def _run_side_by_side(
@@ -115,18 +131,22 @@ def _run_side_by_side(
             for i in order
         }
         pending = set(futures.values())
-        while pending:
+        # the policies whose last step's report has not come (it may trail the result)
+        unfinished = {p.name for p in scenario.policies} if progress is not None else set()
+        while pending or unfinished:
             try:
-                policy, done, total = progress_queue.get(timeout=0.1)
+                policy, done, total = progress_queue.get(timeout=0.1 if pending else 5.0)
             except queue.Empty:
+                if not pending:
+                    break
                 pending = {f for f in pending if not f.done()}
+                for i, f in futures.items():
+                    if f.done() and f.exception() is not None:  # it reports no more
+                        unfinished.discard(scenario.policies[i].name)
                 continue
             if progress is not None:
                 progress(policy, done, total)
+                if done == total:
+                    unfinished.discard(policy)
         runs = [futures[i].result() for i in range(n)]
-    while progress is not None:  # what was put just before a run ended
-        try:
-            progress(*progress_queue.get_nowait())
-        except queue.Empty:
-            break
     return runs

@@ -7,16 +7,15 @@ from the policies alone. Shapes come from the bundled Alibaba 2018 cluster usage
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
-from functools import cache
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from pykatalyst.sim.csvfile import read_csv_column
 from pykatalyst.sim.scenario import (
     Batch,
     ConstantDemand,
@@ -38,43 +37,8 @@ def trace_path() -> Path:
     return Path(str(resources.files("pykatalyst").joinpath("data", "traces", TRACE_FILE)))
 
 
-@cache
-def _read_csv_column(path: str, column: str) -> tuple[float, ...]:
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            return _csv_column(csv.DictReader(fh), path, column)
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except csv.Error as exc:
-        raise ValueError(f"{path}: not a CSV file: {exc}") from None
-
-
-def _csv_column(reader: csv.DictReader[str], path: str, column: str) -> tuple[float, ...]:
-    if reader.fieldnames is None or column not in reader.fieldnames:
-        have = ", ".join(reader.fieldnames or [])
-        raise ValueError(f"{path}: no column {column!r} (columns: {have})")
-    values = []
-    for row in reader:
-        lineno = reader.line_num
-        try:
-            value = float(row[column])
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"{path}:{lineno}: column {column!r} holds {row[column]!r}, not a number"
-            ) from None
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(
-                f"{path}:{lineno}: column {column!r} holds {row[column]!r}; "
-                "a finite number >= 0 is accepted"
-            )
-        values.append(value)
-    if not values:
-        raise ValueError(f"{path}: column {column!r} has no rows")
-    return tuple(values)
-
-
 def trace_series(column: str = "cpu_util_percent") -> F64:
-    return np.asarray(_read_csv_column(str(trace_path()), column), dtype=np.float64)
+    return np.asarray(read_csv_column(str(trace_path()), column), dtype=np.float64)
 
 
 def curve(values: F64, interval: float, times: F64, offset: float = 0.0) -> F64:
@@ -106,7 +70,7 @@ def demand_level(service: Service, times: F64, start_hour: float) -> F64:
         series = trace_series(d.column)
         return d.mean * curve(series, TRACE_INTERVAL_S, times, d.offset + start_hour * 3600)
     if isinstance(d, CsvDemand):
-        series = np.asarray(_read_csv_column(str(d.path), d.column), dtype=np.float64)
+        series = np.asarray(read_csv_column(str(d.path), d.column), dtype=np.float64)
         return d.mean * curve(series, d.interval, times, d.offset)
     raise TypeError(f"unknown demand {d!r}")  # pragma: no cover - the union is closed
 
