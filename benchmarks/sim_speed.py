@@ -23,7 +23,6 @@ wall time moves with its load.
 from __future__ import annotations
 
 import argparse
-import resource
 import time
 from pathlib import Path
 
@@ -83,15 +82,13 @@ def time_policies(
         f"{nodes:>5} {'together':<18} {'':>6} {total:>8.1f} {cpu_total:>7.1f} {rate:>9.1f} "
         f"{'':>10} ({procs} process{'es' if procs > 1 else ''})"
     )
+    peak = max(run.peak_rss_gib for run in result.runs)
+    if procs > 1:
+        summed = sum(run.peak_rss_gib for run in result.runs)
+        print(f"peak resident memory: {peak:.2f} GiB the largest process, {summed:.2f} GiB summed")
+    else:
+        print(f"peak resident memory: {peak:.2f} GiB")
     return total, procs
-
-
-def peak_rss_gib() -> float:
-    """The peak resident memory so far of this process and of the largest process it ran
-    the policies in (Linux reports KiB)."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(own, children) / 2**20
 
 
 def main() -> None:
@@ -128,7 +125,6 @@ def main() -> None:
         if n in (100, 1000) and args.hours >= 24:
             side = f", {procs} processes side by side" if procs > 1 else ""
             days.append(f"{n}-node day: {total:.1f} s ({which}{side})")
-    print(f"peak resident memory: {peak_rss_gib():.2f} GiB")
     for line in days:
         print(line)
 

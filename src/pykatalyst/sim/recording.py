@@ -72,6 +72,7 @@ class PolicyRun:
     sample_node: str
     wall_s: float = 0.0
     cpu_s: float = 0.0  # the CPU time of the process running it, while it ran
+    peak_rss_gib: float = 0.0  # the peak resident memory of that process, when it ended
 
 
 class Recorder:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import queue
+import resource
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -75,6 +76,7 @@ def _run_policy(
     run = sim.run(cb)
     run.wall_s = time.perf_counter() - started
     run.cpu_s = time.process_time() - cpu
+    run.peak_rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB
     return run
 
 
