@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -82,3 +85,55 @@ def test_a_katalyst_policy_with_reclaim_on_gets_no_warning(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     assert "warning:" not in result.output
     assert json.loads((out / "report.json").read_text())["warnings"] == []
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_policies_processes_end_when_the_sim_is_killed(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(tiny(duration="240h")))
+    katalyst = str(Path(sys.executable).parent / "katalyst")
+    cmd = [katalyst, "sim", str(f), "--out", str(tmp_path / "o")]
+    proc = subprocess.Popen([*cmd, "-q", "--workers", "2"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[int] = []
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            # the pool's two workers (a resource tracker may run beside them)
+            workers = [c for c in _children(proc.pid) if b"spawn_main" in _cmdline(c)]
+        assert len(workers) == 2, "the policies did not start in two processes"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(w) for w in workers), "a policy's process outlived the sim"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

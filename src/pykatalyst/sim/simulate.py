@@ -7,9 +7,11 @@ that many processes side by side; each run is the same as it would be alone.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import queue
 import resource
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -80,13 +82,22 @@ def _run_policy(
     return run
 
 
-# a worker process's queue for its runs' progress, set when the process starts
+# a worker process's queue for its runs' progress
 _progress_queue: Any = None
 
 
-def _worker_started(progress_queue: Any) -> None:
+def _worker_started(progress_queue: Any, parent: int) -> None:
     global _progress_queue
     _progress_queue = progress_queue
+    threading.Thread(target=_end_with_parent, args=(parent,), daemon=True).start()
+
+
+def _end_with_parent(parent: int) -> None:
+    """A worker whose caller is gone (killed) ends too: nobody would read its run, and
+    an idle one would wait for work forever."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def _worker_progress(policy: str, done: int, total: int) -> None:
@@ -126,7 +137,7 @@ def _run_side_by_side(
         max_workers=min(workers, n),
         mp_context=ctx,
         initializer=_worker_started,
-        initargs=(progress_queue,),
+        initargs=(progress_queue, os.getpid()),
     ) as pool:
         futures: dict[int, Future[PolicyRun]] = {
             i: pool.submit(_run_in_worker, scenario, i, workload, progress is not None)
