@@ -202,7 +202,7 @@ def test_katalysts_rr_quick_start_gets_a_recommendation_from_the_real_prometheus
     assert after["status"]["lastRecommendationTime"] == status["lastRecommendationTime"]
 
 
-def test_a_malformed_rr_and_spd_are_told_naming_the_field(
+def test_a_malformed_rr_is_told_naming_the_field(
     kubectl: Kubectl, namespace: str, components: Callable[..., Component]
 ) -> None:
     docs = example(RR_EXAMPLE)
@@ -214,6 +214,22 @@ def test_a_malformed_rr_and_spd_are_told_naming_the_field(
         "resourceName"
     ] = "nvidia.com/gpu"
     kubectl.apply(rec)
+    ctl = controller(components, "--controllers=resourcerecommender")
+    name = rec["metadata"]["name"]
+
+    def refused() -> dict[str, Any]:
+        c = conditions(kubectl, namespace, name).get("Validated") or {}
+        return c if c.get("status") == "False" else {}
+
+    cond = wait_until("Validated=False", refused, 60, 2)
+    assert cond["reason"] == "ResourceNameUnsupported"
+    assert "controlledResourcesPolicies[0].resourceName: 'nvidia.com/gpu'" in cond["message"]
+    assert ctl.alive()
+
+
+def test_a_malformed_spd_is_told_naming_the_field(
+    kubectl: Kubectl, namespace: str, components: Callable[..., Component]
+) -> None:
     spd = {
         "apiVersion": names.SERVICE_PROFILE_DESCRIPTOR.api_version,
         "kind": names.SERVICE_PROFILE_DESCRIPTOR.kind,
@@ -226,16 +242,7 @@ def test_a_malformed_rr_and_spd_are_told_naming_the_field(
         },
     }
     kubectl.apply(spd)
-    ctl = controller(components, "--controllers=resourcerecommender,spd")
-    name = rec["metadata"]["name"]
-
-    def refused() -> dict[str, Any]:
-        c = conditions(kubectl, namespace, name).get("Validated") or {}
-        return c if c.get("status") == "False" else {}
-
-    cond = wait_until("Validated=False", refused, 60, 2)
-    assert cond["reason"] == "ResourceNameUnsupported"
-    assert "controlledResourcesPolicies[0].resourceName: 'nvidia.com/gpu'" in cond["message"]
+    ctl = controller(components, "--controllers=spd")
 
     def event() -> list[dict[str, Any]]:
         items = kubectl.json("get", "events", "-n", namespace)["items"]
