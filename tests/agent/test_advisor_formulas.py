@@ -198,3 +198,39 @@ def test_headroom_keeps_fractions_of_a_core_when_asked() -> None:
     assert whole == 1.0
     assert abs(frac - 1.4) < 1e-9 and abs(per_numa[0] - 1.4) < 1e-9
     assert terms["per_numa_cores"] == 1.4
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=6),
+    st.lists(st.floats(min_value=0.3, max_value=1.5), min_size=20, max_size=60),
+)
+def test_once_full_the_window_publishes_on_every_tick_of_an_uneven_ticker(
+    need: int, gaps: list[float]
+) -> None:
+    """Ticks early or late against the sample period (here by up to half of it) never leave
+    the window short: once it has filled, each tick has a figure to publish, rather than the
+    last one staying on the CNR, unchanged, while the node's load moves."""
+    period = 2.0
+    sm = HeadroomSmoother(need * period, period, 0.0, 0.0, 0.0, 0.0)
+    now, full = 0.0, False
+    for i, gap in enumerate(gaps):
+        out, terms, sm = sm.update(now, float(i))
+        if out is not None:
+            full = True
+        elif full:
+            raise AssertionError(f"no figure at {now:.2f} s once full: {terms}")
+        now += gap * period
+
+
+def test_a_ticker_a_hair_short_of_the_period_still_samples_every_tick() -> None:
+    # The agent's ticks 1.999 s apart against a 2 s sample period: each one samples, and the
+    # published figure follows the load within the window (3 samples of 6 s).
+    sm = HeadroomSmoother(6.0, 2.0, 0.0, 0.0, 0.0, 0.0)
+    outs = []
+    for i, v in enumerate([2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0]):
+        out, _, sm = sm.update(i * 1.999, v)
+        outs.append(out)
+    assert outs[:2] == [None, None]
+    assert outs[2] == pytest.approx(2.0)
+    assert outs[-1] == pytest.approx(1.0)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pykatalyst.api import names
 from pykatalyst.topology.cpuset import CPUSet
 from tests.e2e.conftest import Component, Kubectl, LocalNode, wait_until
 from tests.e2e.pykatalyst_e2e import (
@@ -89,7 +90,7 @@ def test_reclaimed_capacity_falls_while_a_shared_pod_burns_and_recovers(
     """A dedicated pod takes one of the node's two cpus; the other is the share pool, which
     reclaimed pods may use while shared pods leave it idle. A shared pod that burns that cpu
     takes it back: the CNR's reclaimed cpu falls, and comes back when the pod goes."""
-    start_components(components, tmp_path, local_node.name)
+    agent, _, _ = start_components(components, tmp_path, local_node.name)
     node = local_node.name
     dedicated = fit_to_node(example("dedicated-normal-pod.yaml")[0], namespace)
     kubectl.apply(dedicated)
@@ -97,10 +98,11 @@ def test_reclaimed_capacity_falls_while_a_shared_pod_burns_and_recovers(
     wait_until("the dedicated pod Running", lambda: running_pods(kubectl, namespace, [name]), 120)
 
     def settled() -> tuple[int] | None:
-        # Three samples a sliding window apart that agree, once the agent has published a
-        # figure from a full window (it starts from 0).
+        # Four samples over more than the agent's sliding window (6 s) that agree, once it has
+        # published a figure from a full window: a window that still holds the figures from
+        # before the dedicated pod had its cpu (the whole node reclaimable) is not the baseline.
         samples = []
-        for _ in range(3):
+        for _ in range(4):
             samples.append(reclaimed_millicpu(kubectl, node))
             time.sleep(2)
         steady = max(samples) - min(samples) <= 250
@@ -137,5 +139,12 @@ def test_reclaimed_capacity_falls_while_a_shared_pod_burns_and_recovers(
     try:
         (back,) = wait_until("reclaimed capacity to recover", recovered, 90, interval=1)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}: baseline {baseline}m, low {low}m, then {seen}") from None
+        cnr = kubectl.json("get", "kcnr", node)
+        terms = cnr["metadata"].get("annotations", {}).get(names.RECLAIMED_TERMS_ANNOTATION)
+        raise AssertionError(
+            f"{exc}: baseline {baseline}m, low {low}m, then {seen}; the agent "
+            f"{'runs' if agent.alive() else 'has exited'}; the CNR's conditions "
+            f"{cnr.get('status', {}).get('conditions')}; its terms {terms}; the agent's log "
+            f"ends:\n{agent.log()[-4000:]}"
+        ) from None
     assert low < back

@@ -342,10 +342,19 @@ def memory_headroom(
 # --- reporting smoothing ----------------------------------------------------------------
 
 
+# A tick samples once this share of the sample period has passed (see HeadroomSmoother).
+SAMPLE_JITTER = 0.9
+
+
 @dataclass(frozen=True, slots=True)
 class HeadroomSmoother:
     """Katalyst's headroom reporter for one resource: sliding-window average, then a step
     clamp (ignore small moves, limit big ones), minus the report reserve, floored.
+
+    The window is Katalyst's: the average of the last window/period samples among those
+    younger than twice the window (its TTL). A tick samples when a period has passed, less
+    a tenth for the tick's own jitter: ticks a hair short of the period must not skip a
+    sample each, or the window would thin out and publish nothing for long stretches.
 
     A value: `update` returns the figure to publish (None until the window is full:
     nothing is published before then), its terms, and the smoother with this sample.
@@ -368,16 +377,19 @@ class HeadroomSmoother:
         return max(1, round(self.window_s / self.sample_period_s))
 
     def update(self, now: float, value: float) -> tuple[float | None, Terms, HeadroomSmoother]:
-        due = self.last_sample_time is None or now - self.last_sample_time >= self.sample_period_s
+        due = (
+            self.last_sample_time is None
+            or now - self.last_sample_time >= SAMPLE_JITTER * self.sample_period_s
+        )
         samples, sampled_at = self.samples, self.last_sample_time
         if due:
             samples, sampled_at = (*samples, (now, value)), now
         ttl = 2 * self.window_s
         old = 0
-        while old < len(samples) and now - samples[old][0] > ttl:
+        while old < len(samples) and now - samples[old][0] > ttl + 1e-9:
             old += 1
         samples = samples[old:]
-        window = [v for t, v in samples if now - t <= self.window_s + 1e-9]
+        window = [v for _, v in samples]
         need = self.needed_samples
         terms: Terms = {
             "window_s": self.window_s,
