@@ -280,14 +280,25 @@ def test_an_infeasible_resize_falls_back_to_an_eviction_and_a_resized_pod(
     new = wait_until("the evicted pod's replacement", replaced, 120)
     res = new["spec"]["containers"][0]["resources"]
     assert res["requests"]["cpu"] == "8" and res["limits"]["cpu"] == "8"
-    (ev,) = [
-        e
-        for e in events(kubectl, ns, "ResizeFallbackEviction")
-        if e["involvedObject"]["kind"] == "Pod"
-    ]
+
+    # The controller's Event and status are written after the eviction, and the ReplicaSet's
+    # replacement can come first: wait for them rather than read them once.
+    def fallback_events() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in events(kubectl, ns, "ResizeFallbackEviction")
+            if e["involvedObject"]["kind"] == "Pod"
+        ]
+
+    (ev,) = wait_until("the ResizeFallbackEviction Event on the pod", fallback_events, 30)
     assert "Infeasible" in ev["message"] and ev["involvedObject"]["name"] == old["metadata"]["name"]
-    msg = condition(kubectl, ns, "RecommendationApplied").get("message", "")
-    assert "failed to update" in msg
+    wait_until(
+        "RecommendationApplied to say the update failed",
+        lambda: (
+            "failed to update" in condition(kubectl, ns, "RecommendationApplied").get("message", "")
+        ),
+        30,
+    )
     assert vpa_controller.alive(), vpa_controller.log()
 
 
