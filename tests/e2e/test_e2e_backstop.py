@@ -99,10 +99,15 @@ def test_silent_agent_taints_then_evicts_within_the_pdb_and_clears_when_back(
 
     wait_until("an eviction refused by the PDB", refused, 60)
     assert set(_pods(kubectl, namespace)) == set(batch), "the PDB did not hold the evictions"
-    events = kubectl.json("get", "events", "-n", namespace)["items"]
-    assert any(
-        e["involvedObject"].get("name") in batch for e in events if e.get("type") == "Warning"
-    )
+
+    def warned() -> bool:
+        events = kubectl.json("get", "events", "-n", namespace)["items"]
+        return any(
+            e["involvedObject"].get("name") in batch for e in events if e.get("type") == "Warning"
+        )
+
+    # The controller's Event is written after the refusal it logs: wait for it.
+    wait_until("a Warning Event on a pod the PDB kept", warned, 30)
 
     kubectl.run("delete", "pdb", "batch", "-n", namespace)
     wait_until("the reclaimed pods evicted", lambda: not _pods(kubectl, namespace), 90)

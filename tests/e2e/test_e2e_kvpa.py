@@ -257,7 +257,11 @@ def test_inplace_resizes_a_running_pod_without_a_restart(
         lambda: condition(kubectl, ns, "RecommendationApplied").get("status") == "True",
         30,
     )
-    assert events(kubectl, ns, "ResizeRequested") and events(kubectl, ns, "Resized")
+    wait_until(
+        "the ResizeRequested and Resized Events",
+        lambda: events(kubectl, ns, "ResizeRequested") and events(kubectl, ns, "Resized"),
+        30,
+    )
     dep = kubectl.json("get", "deployment", "web", "-n", ns)
     assert dep["metadata"]["annotations"][names.VPA_NAME_ANNOTATION] == "web"
     assert vpa_controller.alive(), vpa_controller.log()
@@ -448,7 +452,7 @@ def test_a_malformed_kvpa_is_reported_naming_the_field_and_nothing_stops(
         60,
     )
     assert "containerPolicies[0].minAllowed.cpu" in cond["message"]
-    assert events(kubectl, ns, "InvalidKVPA")
+    wait_until("the InvalidKVPA Event", lambda: events(kubectl, ns, "InvalidKVPA"), 30)
     (now,) = pods_of(kubectl, ns)
     assert now["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "200m"
     assert now["metadata"]["uid"] == pod["metadata"]["uid"]
