@@ -9,8 +9,9 @@
 #   sudo scripts/vm-cgroup2.sh 'cat /sys/fs/cgroup/cgroup.controllers'
 #
 # Needs root; uses KVM only when PYKATALYST_VM_ACCEL says so (see below); the command gets
-# PYKATALYST_VM_COMMAND_TIMEOUT seconds in the guest (300). Installs qemu-system-x86,
-# busybox-static and kmod (apt) and fetches the kernel package once into
+# PYKATALYST_VM_COMMAND_TIMEOUT seconds in the guest (300), and the guest as a whole
+# PYKATALYST_VM_BOOT_TIMEOUT seconds more (120) before it is started again, once. Installs
+# qemu-system-x86, busybox-static and kmod (apt) and fetches the kernel package once into
 # ~/.cache/pykatalyst/vm. The command runs from the repository root; its output is printed
 # and its exit status is the script's.
 set -euo pipefail
