@@ -145,10 +145,14 @@ def test_short_history_is_not_ready_with_katalysts_message_and_retries_backing_o
     c.create(RR, rr(), "default")
     source = FakeSource({"stress": series(3)})
     ctl = ResourceRecommendController(c, source=source)
-    ctl.run(NOW)
+    plan, _ = ctl.run(NOW)
     provided = conditions(c)["RecommendationProvided"]
     assert (provided["status"], provided["reason"]) == ("False", "RecommendationNotReady")
     assert provided["message"] == "The data sample is insufficient to obtain the predicted value"
+    # the log line says which RR and why, in figures
+    line = plan.summary()
+    assert "default/rec: stress: The data sample is insufficient" in line
+    assert "of the 86400 s needed" in line
     assert "recommendResources" not in c.get(RR, "rec", "default")["status"]
     # retried after 1 min, then 2 min: not before
     assert ctl.run(NOW + 30)[0].updates == ()

@@ -136,8 +136,14 @@ def test_katalysts_rr_quick_start_gets_a_recommendation_from_the_real_prometheus
             t: (c.get("status"), c.get("reason"), c.get("message"))
             for t, c in conditions(kubectl, namespace, name).items()
         }
+        raw = prom_query(
+            url,
+            f'container_cpu_usage_seconds_total{{namespace="{namespace}",container="stress"}}[10m]',
+        )
+        scraped = [[round(float(t), 1) for t, _ in r.get("values", [])] for r in raw]
         raise AssertionError(
             f"{exc}\nthe RR's conditions: {seen}\nthe query's points now: {points()}"
+            f"\nthe counter's samples (the last 10 min): {scraped}"
             f"\nthe controller's log ends:\n{first.log()[-3000:]}"
         ) from None
     obj = kubectl.json("get", "rec", name, "-n", namespace)

@@ -373,3 +373,46 @@ def test_a_hyphenated_name_is_written_as_katalyst_writes_it() -> None:
         "^shared-normal-deployment-[a-z0-9]+-[a-z0-9]{5}$"
     )
     assert deployment_pod_pattern("web.v2") == "^web[.]v2-[a-z0-9]+-[a-z0-9]{5}$"
+
+
+def _prometheus_grid(data_from: float) -> Any:
+    """A fetch that answers a range query as Prometheus does: start and end taken to whole
+    milliseconds, points at start + k·step up to end, each point present from `data_from`
+    on (one pod, one container)."""
+
+    def fetch(url: str, timeout: float) -> bytes:
+        q = {k: v[0] for k, v in urllib.parse.parse_qs(urllib.parse.urlparse(url).query).items()}
+        start, end = round(float(q["start"]) * 1000), round(float(q["end"]) * 1000)
+        step = round(float(q["step"]) * 1000)
+        times = [t / 1000 for t in range(start, end + 1, step) if t / 1000 >= data_from]
+        value = "0.5" if q["query"].startswith("rate(") else str(300 * MIB)
+        result = [
+            {
+                "metric": {"pod": "web-5d8f7c9b6-abcde", "container": "app", "namespace": "shop"},
+                "values": [[t, value] for t in times],
+            }
+        ]
+        body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+        return json.dumps(body).encode()
+
+    return fetch
+
+
+@given(st.floats(0, 86_400, allow_nan=False))
+def test_the_point_at_a_runs_own_time_is_inside_that_run(offset: float) -> None:
+    """A ResourceRecommend's first run reads from 25 h before its task start to the start
+    itself, at a 1-minute step: the grid's last point falls at the start, and it counts
+    (with data for just the last two points, a 60 s readiness span is met) whatever the
+    start's fraction of a millisecond."""
+    from pykatalyst.recommend.katalyst import KatalystRecommender, KatalystSettings
+
+    start = T0 + offset
+    fetch = _prometheus_grid(start - 61.0)
+    client = PrometheusClient("http://prom:9090", 1.0, fetch)
+    usage = read_workload_usage(client, "shop", "web", start - 25 * 3600, start)
+    series = usage["app"]
+    assert len(series) == 2
+    assert float(series.timestamps[-1]) <= start
+    settings = KatalystSettings(task_start_s=start, min_span_s=60.0)
+    got = KatalystRecommender().recommend(series, start, settings)
+    assert got.cpu_request == pytest.approx(0.5 * 1.3, abs=0.02)

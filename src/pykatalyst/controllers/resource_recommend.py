@@ -63,6 +63,7 @@ from pykatalyst.recommend.prometheus import PrometheusError, check_base_filter
 RR = names.RESOURCE_RECOMMEND
 HOUR = 3600.0
 BACKFILL_S = 25 * HOUR
+SUMMARY_RRS = 3  # the not-ready RRs a log line names
 SOURCE_UNAVAILABLE = "DataSourceUnavailable"
 
 
@@ -194,9 +195,11 @@ class RRPlan:
 
     def summary(self) -> str:
         ok = sum(1 for u in self.updates if u.ok)
+        why = [f"{u.namespace}/{u.name}: {u.summary}" for u in self.updates if not u.ok]
+        more = f"; and {len(why) - SUMMARY_RRS} more" if len(why) > SUMMARY_RRS else ""
         return (
             f"resourcerecommender: {self.seen} ResourceRecommends; {ok} recommended, "
-            f"{len(self.updates) - ok} not"
+            f"{len(self.updates) - ok} not" + "".join(f"; {w}" for w in why[:SUMMARY_RRS]) + more
         )
 
 
@@ -268,7 +271,8 @@ def recommend(
         except RecommendationNotReady as exc:
             cond = rs.condition(rs.PROVIDED, False, rs.NOT_READY, exc.message)
             status = build_status(rr, [*ok_conditions, cond], now, targets or None)
-            return status, False, f"{c.name}: {exc.message}", _terms_text(terms, now), []
+            why = f"{c.name}: {exc.message}" + (f" ({exc.detail})" if exc.detail else "")
+            return status, False, why, _terms_text(terms, now), []
         targets.append(_target(c.name, r, current))
         terms[c.name] = {"recommender": r.recommender, **r.to_json()["terms"]}
     cond = rs.condition(rs.PROVIDED, True)

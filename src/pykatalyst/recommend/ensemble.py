@@ -403,7 +403,7 @@ class PykatalystRecommender:
     ) -> Recommendation:
         """Requests (and limits, given ``current``); raises RecommendationNotReady."""
         settings = settings or PykatalystSettings()
-        series = series.between(now - settings.history_s, now + 1e-9)
+        series = series.until(now).between(now - settings.history_s, math.inf)
         if len(series) == 0:
             raise RecommendationNotReady("no samples in the history window")
         if series.span_s < settings.min_history_s:

@@ -143,7 +143,11 @@ def _percentile(
     if now - fed.last_s > MAX_SAMPLE_AGE_S:
         raise RecommendationNotReady(MSG_SAMPLES_EXPIRED, resource)
     if fed.last_s - fed.first_s < min_span_s:
-        raise RecommendationNotReady(MSG_INSUFFICIENT, resource)
+        detail = (
+            f"{resource}: {fed.values.size} sample(s) spanning {fed.last_s - fed.first_s:.0f} s "
+            f"of the {min_span_s:.0f} s needed"
+        )
+        raise RecommendationNotReady(MSG_INSUFFICIENT, resource, detail)
     layout = CPU_LAYOUT if resource == CPU else MEMORY_LAYOUT
     histogram = build_histogram(layout, fed.values, fed.weights, fed.times, half_life_s)
     return histogram.percentile(PERCENTILE)
@@ -213,7 +217,7 @@ class KatalystRecommender:
         ``current`` is accepted for a uniform interface and ignored, as Katalyst ignores it.
         """
         settings = settings or KatalystSettings()
-        series = series.before(now + 1e-9)
+        series = series.until(now)
         half_life = settings.half_life_hours * 3600.0
         start = settings.task_start_s
         if start is None:

@@ -21,10 +21,12 @@ class RecommendationNotReady(Exception):
 
     reason = "RecommendationNotReady"
 
-    def __init__(self, message: str, resource: str | None = None) -> None:
+    def __init__(self, message: str, resource: str | None = None, detail: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.resource = resource
+        # what the samples were, in our words, for logs (the message stays Katalyst's)
+        self.detail = detail
 
 
 def _array(values: Any, name: str) -> FloatArray:
@@ -71,6 +73,11 @@ class UsageSeries:
     def before(self, t: float) -> UsageSeries:
         """The samples taken strictly before ``t``."""
         n = int(np.searchsorted(self.timestamps, t, side="left"))
+        return UsageSeries(self.timestamps[:n], self.cpu[:n], self.memory[:n])
+
+    def until(self, t: float) -> UsageSeries:
+        """The samples taken at or before ``t``."""
+        n = int(np.searchsorted(self.timestamps, t, side="right"))
         return UsageSeries(self.timestamps[:n], self.cpu[:n], self.memory[:n])
 
     def between(self, start: float, end: float) -> UsageSeries:

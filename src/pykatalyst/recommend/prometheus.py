@@ -157,8 +157,13 @@ class PrometheusClient:
     def _range(
         self, query: str, start: float, end: float, step: float
     ) -> list[tuple[dict[str, str], np.ndarray]]:
+        # Prometheus keeps whole milliseconds and answers at start + k·step up to end: start
+        # rounded down and end up, so the grid's last point is never after `end` (a point
+        # at a run's own time stays inside that run's window) and none is lost at either end.
+        first = math.floor(start * 1000) / 1000
+        last = math.ceil(end * 1000) / 1000
         params = urllib.parse.urlencode(
-            {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+            {"query": query, "start": f"{first:.3f}", "end": f"{last:.3f}", "step": f"{step:g}"}
         )
         body = self.fetch(f"{self.url.rstrip('/')}/api/v1/query_range?{params}", self.timeout_s)
         return _parse_matrix(body)
