@@ -228,6 +228,29 @@ def events(kubectl: Kubectl, ns: str, reason: str) -> list[dict[str, Any]]:
     return [e for e in items if e.get("reason") == reason]
 
 
+def _resize_state(kubectl: Kubectl, ns: str, controller: Component) -> str:
+    """What a stalled in-place resize looked like: the pod's resources as asked and as the
+    kubelet reports them, its conditions (PodResizePending / PodResizeInProgress), the
+    namespace's Events and the end of the controller's log."""
+    lines = []
+    for pod in pods_of(kubectl, ns):
+        status = pod.get("status") or {}
+        reported = [c.get("resources") for c in status.get("containerStatuses") or []]
+        conds = [
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+            for c in status.get("conditions") or []
+        ]
+        lines += [
+            f"pod {pod['metadata']['name']}: asked {pod['spec']['containers'][0].get('resources')}",
+            f"  reported {reported}",
+            f"  conditions {conds}",
+        ]
+    items = kubectl.json("get", "events", "-n", ns)["items"]
+    lines.append(f"Events: {[(e.get('reason'), e.get('message')) for e in items]}")
+    lines.append(f"the controller's log ends:\n{controller.log()[-2000:]}")
+    return "\n".join(lines)
+
+
 def test_inplace_resizes_a_running_pod_without_a_restart(
     kubectl: Kubectl, namespace: str, local_node: LocalNode, vpa_controller: Component
 ) -> None:
@@ -245,7 +268,10 @@ def test_inplace_resizes_a_running_pod_without_a_restart(
         done = got.get("limits", {}).get("cpu") == "600m" and got["requests"]["cpu"] == "300m"
         return pod if done else None
 
-    pod = wait_until("the kubelet to report 300m/600m", resized, 90)
+    try:
+        pod = wait_until("the kubelet to report 300m/600m", resized, 90)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_resize_state(kubectl, ns, vpa_controller)}") from None
     assert pod["metadata"]["uid"] == before["metadata"]["uid"]
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
     assert container_cgroup(local_node, pod, "cpu.cfs_quota_us") == "60000"
