@@ -41,7 +41,7 @@ from tests.e2e.pykatalyst_e2e import (
 
 RR_EXAMPLE = "resource-recommend-quickstart.yaml"
 # Prometheus needs a few minutes of samples before the first recommendation.
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(660)
 
 
 def prometheus_url() -> str:
@@ -101,10 +101,11 @@ def test_katalysts_rr_quick_start_gets_a_recommendation_from_the_real_prometheus
     rec["metadata"]["namespace"] = namespace
     kubectl.apply(deployment_of(dep, namespace, BURN))
     name = rec["metadata"]["name"]
-    # Katalyst's query is a rate over 30 s of cAdvisor's counter at a 1-minute step. The
-    # kubelet's cAdvisor refreshes a container's figures every 10-15 s (Prometheus keeps its
-    # timestamps), so a 30 s window holds one or two samples: wait until the query, as the
-    # controller will ask it, has three points (two minutes end to end).
+    # Katalyst's query is a rate over 30 s of the counter Prometheus scrapes every 10 s, at
+    # a 1-minute step from 25 h before the controller's first run to that run: the samples
+    # it reads end there, and it needs two a minute apart (the readiness span below). A
+    # scrape the loaded machine misses can leave a step without a rate, so wait for four
+    # points of the query (three minutes): the controller then reads four, and two may fail.
     rate = (
         f'rate(container_cpu_usage_seconds_total{{namespace="{namespace}",container="stress"}}'
         "[30s])"
@@ -114,7 +115,7 @@ def test_katalysts_rr_quick_start_gets_a_recommendation_from_the_real_prometheus
         got = prom_query(url, f"count_over_time({rate}[5m:1m])")
         return max((float(r["value"][1]) for r in got), default=0.0)
 
-    wait_until("three points of Katalyst's cpu query in Prometheus", lambda: points() >= 3, 300, 5)
+    wait_until("four points of Katalyst's cpu query in Prometheus", lambda: points() >= 4, 360, 5)
     kubectl.apply(rec)
     first = controller(
         components,
