@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -115,6 +117,61 @@ def test_cpu_headroom_is_idle_reclaim_cpus_plus_reclaimed_usage() -> None:
     assert per_numa == {0: 2.0, 1: 2.0}
     assert supply == 4.0
     assert terms["reclaim_pool_busy_cpus"] == pytest.approx(2.0)
+
+
+def _busy_cpu_by_cpu(
+    pool: CPUSet, ratio: list[float] | None, numa_of: dict[int, int]
+) -> tuple[dict[int, int], dict[int, float]]:
+    """The pool's cpus and busy share per NUMA node, added up cpu by cpu (the plain rule
+    that `cpu_headroom`'s grouped sums must reproduce to the last bit)."""
+    cpus: dict[int, int] = {}
+    busy: dict[int, float] = {}
+    for cpu in pool:
+        n = numa_of.get(cpu, 0)
+        cpus[n] = cpus.get(n, 0) + 1
+        if ratio and cpu < len(ratio):
+            busy[n] = busy.get(n, 0.0) + min(max(ratio[cpu], 0.0), 1.0)
+    return cpus, busy
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    mask=st.integers(min_value=0, max_value=(1 << 40) - 1),
+    ratio=st.one_of(
+        st.none(),
+        st.lists(
+            st.floats(min_value=-0.5, max_value=1.5, allow_nan=False), min_size=0, max_size=44
+        ),
+    ),
+    numas=st.integers(min_value=1, max_value=4),
+    used=st.one_of(st.none(), st.floats(min_value=0, max_value=16)),
+    whole=st.booleans(),
+)
+def test_cpu_headroom_equals_the_cpu_by_cpu_sums(
+    mask: int, ratio: list[float] | None, numas: int, used: float | None, whole: bool
+) -> None:
+    # cpus 36-39 are on no NUMA node of the map (counted on node 0); the ratio may be
+    # shorter than the pool (cpus past it have no figure)
+    numa_of = {c: (c * 7) % numas for c in range(36)}
+    pool = CPUSet.from_mask(mask)
+    cpus, busy = _busy_cpu_by_cpu(pool, ratio, numa_of)
+    size, use = len(pool), max(used or 0.0, 0.0)
+    taken = sum(busy.values()) if ratio else min(use, float(size))
+    expected = max(size - taken, 0.0) + use
+    if size:
+        share = expected / len(cpus)
+        expected = (math.floor(share + 1e-9) if whole else share) * len(cpus)
+    for _ in range(2):  # the second call is answered from the remembered groups
+        supply, per_numa, terms = cpu_headroom(pool, ratio, used, None, numa_of, whole)
+        assert supply == expected
+        assert list(per_numa) == (sorted(cpus) if size else [])
+        assert terms["reclaim_pool_busy_cpus"] == round(taken, 3)
+    # an equal map that is another object is grouped on its own, and alike
+    assert cpu_headroom(pool, ratio, used, None, dict(numa_of), whole) == (
+        supply,
+        per_numa,
+        terms,
+    )
 
 
 def test_cpu_headroom_is_capped_by_a_reclaimed_quota() -> None:

@@ -210,6 +210,35 @@ def reserved_for_reclaim_per_numa(total: int, numas: Sequence[int]) -> dict[int,
 # --- 4. headroom ------------------------------------------------------------------------
 
 
+# (pool mask, id of the cpu -> NUMA map) -> (that map, its NUMA groups); the map is held so
+# that its id is not reused while the entry lives
+_NUMA_GROUPS: dict[
+    tuple[int, int], tuple[Mapping[int, int], tuple[tuple[int, tuple[int, ...]], ...]]
+] = {}
+_NUMA_GROUPS_MAX = 1024
+
+
+def numa_groups(
+    cpus: CPUSet, numa_of: Mapping[int, int]
+) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """`cpus` by NUMA node (`numa_of`; a cpu it lacks is on node 0): each node with its
+    cpus in ascending order, the nodes in the order of their first cpu. Remembered per
+    set and map (a pool changes far less often than the agent ticks); the map must not
+    change in place (the agent's is part of its fixed `NodeFacts`)."""
+    key = (cpus.mask, id(numa_of))
+    hit = _NUMA_GROUPS.get(key)
+    if hit is not None and hit[0] is numa_of:
+        return hit[1]
+    groups: dict[int, list[int]] = {}
+    for cpu in cpus:
+        groups.setdefault(numa_of.get(cpu, 0), []).append(cpu)
+    out = tuple((n, tuple(members)) for n, members in groups.items())
+    if len(_NUMA_GROUPS) >= _NUMA_GROUPS_MAX:
+        _NUMA_GROUPS.clear()
+    _NUMA_GROUPS[key] = (numa_of, out)
+    return out
+
+
 def cpu_headroom(
     reclaim_pool: CPUSet,
     cpu_usage_ratio: Sequence[float] | None,
@@ -229,15 +258,17 @@ def cpu_headroom(
     it is theirs to keep. A quota on reclaimed pods caps the total. Without per-cpu usage the
     pool counts as idle apart from the reclaimed usage (never zero by accident).
     """
-    per_numa_cpus: dict[int, int] = {}
+    groups = numa_groups(reclaim_pool, numa_of)
+    per_numa_cpus = {n: len(cpus) for n, cpus in groups}
     per_numa_busy: dict[int, float] = {}
     have_ratio = bool(cpu_usage_ratio)
-    for cpu in reclaim_pool:
-        n = numa_of.get(cpu, 0)
-        per_numa_cpus[n] = per_numa_cpus.get(n, 0) + 1
-        if have_ratio and cpu_usage_ratio is not None and cpu < len(cpu_usage_ratio):
-            r = cpu_usage_ratio[cpu]
-            per_numa_busy[n] = per_numa_busy.get(n, 0.0) + min(max(r, 0.0), 1.0)
+    if have_ratio and cpu_usage_ratio is not None:
+        ratio, known = cpu_usage_ratio, len(cpu_usage_ratio)
+        for n, cpus in groups:
+            # each NUMA node's sum in cpu order, as the figures were always added up
+            shares = [min(max(ratio[c], 0.0), 1.0) for c in cpus if c < known]
+            if shares:
+                per_numa_busy[n] = sum(shares, 0.0)
     size = len(reclaim_pool)
     busy = sum(per_numa_busy.values())
     used = max(reclaimed_usage or 0.0, 0.0)

@@ -9,6 +9,7 @@ server, because silently ignoring it would return objects the caller did not ask
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,9 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 OPERATORS = ("=", "==", "!=", "in", "notin", "exists", "!")
 
 
+# Every write validates its object's label and annotation keys (and label values); the same
+# few recur, so their answers are remembered.
+@functools.lru_cache(maxsize=4096)
 def valid_label_key(key: str) -> bool:
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
@@ -30,6 +34,7 @@ def valid_label_key(key: str) -> bool:
     return 0 < len(name) <= 63 and bool(_LABEL_KEY_NAME.match(name))
 
 
+@functools.lru_cache(maxsize=4096)
 def valid_label_value(value: str) -> bool:
     return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
 
