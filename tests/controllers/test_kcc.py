@@ -282,3 +282,37 @@ def test_a_per_node_config_applies_until_its_last_duration_runs_out() -> None:
     ctl.run(1100)
     cond = cluster.get(AQC, "bad", NS)["status"]["conditions"][0]
     assert cond["status"] == "False" and "lastDuration" in cond["message"]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.sampled_from("ab"), min_size=1, max_size=6), st.integers(0, 6))
+def test_controllers_split_by_node_selector_agree_with_one_controller(
+    shards: list[str], canary: int
+) -> None:
+    def fleet() -> MemoryCluster:
+        cluster = _cluster()
+        _kcc(cluster)
+        for i, shard in enumerate(shards):
+            _cnc(cluster, f"n{i}", {"shard": shard})
+        spec = {"config": {}, "updateStrategy": {"rollingUpdate": {"canary": canary}}}
+        _aqc(cluster, "global", spec)
+        return cluster
+
+    one = fleet()
+    KCCController(one).run(1000)
+    KCCController(one).run(1001)
+    split = fleet()
+    pools = [KCCController(split, node_selector=f"shard={s}") for s in "ab"]
+    for t in range(1000, 1004):
+        pools[t % 2].run(t)
+    nodes = [f"n{i}" for i in range(len(shards))]
+    assert [_picked(split, n) for n in nodes] == [_picked(one, n) for n in nodes]
+    status = split.get(AQC, "global", NS)["status"]
+    want = one.get(AQC, "global", NS)["status"]
+    for key in ("targetNodes", "canaryNodes", "updatedTargetNodes", "updatedNodes"):
+        assert status[key] == want[key], key
+    version = split.get(AQC, "global", NS)["metadata"]["resourceVersion"]
+    for t in range(1004, 1008):
+        plan, _ = pools[t % 2].run(t)
+        assert plan.cnc_updates == {} and plan.statuses == ()
+    assert split.get(AQC, "global", NS)["metadata"]["resourceVersion"] == version

@@ -147,6 +147,44 @@ def test_each_node_gets_the_newest_config_of_its_pool_and_a_second_pass_changes_
     assert decide(patched, configs, 0.0).patches == ()
 
 
+@settings(max_examples=100, deadline=None)
+@given(nodes_st, configs_st, st.data())
+def test_controllers_split_by_node_selector_write_the_lists_one_controller_would(
+    nodes: list[NodeFacts], configs: list[OvercommitConfigFacts], data: st.DataObject
+) -> None:
+    mine = frozenset(data.draw(st.sets(st.sampled_from([n.name for n in nodes]))) if nodes else ())
+    theirs = frozenset(n.name for n in nodes) - mine
+    whole = decide(nodes, configs, 0.0)
+    for owned in (mine, theirs):
+        part = decide(nodes, configs, 0.0, owned=owned)
+        # Both see every node a config selects, so neither rewrites the other's list ...
+        assert part.statuses == whole.statuses
+        # ... and each annotates only its own nodes, as the one controller would.
+        assert part.patches == tuple(p for p in whole.patches if p.node in owned)
+
+
+def test_two_pools_controllers_leave_each_others_nodes_in_the_list() -> None:
+    cluster = MemoryCluster(clock=VirtualClock(1000))
+    for name, shard in (("n1", "a"), ("n2", "b")):
+        labels = {POOL: "pool", "shard": shard}
+        cluster.create(names.NODE, {"metadata": {"name": name, "labels": labels}})
+    cluster.create(names.NODE_OVERCOMMIT_CONFIG, _noc("pool", "pool", "1.5"))
+    a = OvercommitController(cluster, node_selector="shard=a")
+    b = OvercommitController(cluster, node_selector="shard=b")
+    a.run(1000)
+    assert CPU in cluster.get(names.NODE, "n1")["metadata"]["annotations"]
+    assert CPU not in (cluster.get(names.NODE, "n2")["metadata"].get("annotations") or {})
+    b.run(1001)
+    assert CPU in cluster.get(names.NODE, "n2")["metadata"]["annotations"]
+    version = cluster.get(names.NODE_OVERCOMMIT_CONFIG, "pool")["metadata"]["resourceVersion"]
+    for t in range(1002, 1006):
+        plan, _ = (a if t % 2 else b).run(t)
+        assert plan.statuses == {} and plan.patches == ()
+    after = cluster.get(names.NODE_OVERCOMMIT_CONFIG, "pool")
+    assert after["status"]["matchedNodeList"] == ["n1", "n2"]
+    assert after["metadata"]["resourceVersion"] == version  # nobody rewrote it
+
+
 def test_the_controller_annotates_the_node_and_deleting_the_config_restores_it() -> None:
     cluster = MemoryCluster(clock=VirtualClock(1000))
     cluster.create(names.NODE, {"metadata": {"name": "n1", "labels": {POOL: "pool-a"}}})

@@ -246,7 +246,8 @@ def controller(
             metavar="SELECTOR",
             help="Only the Nodes this label selector matches (and their CNCs) are "
             "overcommitted, given CNRs/CNCs and dynamic config, and watched by the "
-            "backstop (default: all Nodes).",
+            "backstop (default: all Nodes); the configs' node lists and counts stay the "
+            "whole fleet's.",
         ),
     ] = None,
     orphan_grace: Annotated[

@@ -16,7 +16,9 @@ hash}; the hash is Katalyst's (the first 12 hex digits of the sha256 of the JSON
 rounded down) limits the update to the first nodes of its targets in name order; `paused`
 freezes it. Each target's status carries targetNodes, canaryNodes, updatedTargetNodes,
 updatedNodes, currentHash and a `Valid` condition; each KCC's carries its `Valid` condition
-and the invalid targets.
+and the invalid targets. A controller given a node selector writes only the selected CNCs,
+but counts and cuts canaries over every CNC, so that controllers for two node pools write
+the same statuses.
 """
 
 from __future__ import annotations
@@ -606,9 +608,12 @@ def decide(
     targets: Mapping[Key, Sequence[TargetFacts]],
     cncs: Sequence[CNCFacts],
     now: float,
+    owned: frozenset[str] | None = None,
 ) -> KCCPlan:
     """Pure: per KCC type, the target for every CNC; the CNC lists and statuses to write.
-    `targets` holds each KCC's target configs (read with `read_target`), by KCC key."""
+    `targets` holds each KCC's target configs (read with `read_target`), by KCC key;
+    `owned`, the CNCs whose lists this controller writes (None: all). Node counts, canary
+    cut-offs and statuses are over every CNC given, owned or not."""
     cncs = sorted(cncs, key=lambda c: c.name)
     entries: dict[str, dict[str, Mapping[str, Any]]] = {
         c.name: {type_string(e.get("configType") or {}): e for e in c.entries} for c in cncs
@@ -633,6 +638,8 @@ def decide(
             statuses.append(StatusUpdate(names.KATALYST_CUSTOM_CONFIG, k.namespace, k.name, new))
     cnc_updates: dict[str, tuple[Mapping[str, Any], ...]] = {}
     for c in cncs:
+        if owned is not None and c.name not in owned:
+            continue
         new_list = tuple(entries[c.name][t] for t in sorted(entries[c.name]))
         if [dict(e) for e in new_list] != [dict(e) for e in c.entries]:
             cnc_updates[c.name] = new_list
@@ -724,8 +731,11 @@ class KCCController:
         shared = informers if informers is not None else InformerFactory(cluster)
         self._shared = shared
         self._kccs = shared.informer(names.KATALYST_CUSTOM_CONFIG)
-        # CNC labels mirror the Node's, so the node selector selects their CNCs.
-        self._cncs = shared.informer(names.CUSTOM_NODE_CONFIG, label_selector=node_selector)
+        # CNC labels mirror the Node's, so the node selector selects the CNCs this
+        # controller writes; every CNC is read, so that the targets' node counts and
+        # canary cut-offs are the fleet's whichever pool a controller serves.
+        self._selector = parse_label_selector(node_selector) if node_selector else None
+        self._cncs = shared.informer(names.CUSTOM_NODE_CONFIG)
         self._targets: dict[str, Informer] = {}
 
     def _informer(self, kind: Kind) -> Informer:
@@ -748,7 +758,12 @@ class KCCController:
             read[k.key] = [(o, read_target(o, k, now)) for o in informer.list()]
         targets = {key: [t for _, t in pairs] for key, pairs in read.items()}
         cnc_objs = self._cncs.list()
-        plan = decide(kccs, targets, [cnc_facts(o) for o in cnc_objs], now)
+        cncs = [cnc_facts(o) for o in cnc_objs]
+        owned: frozenset[str] | None = None
+        if self._selector is not None:
+            owned = frozenset(c.name for c in cncs if self._selector.matches(c.labels))
+            cnc_objs = [o for o, c in zip(cnc_objs, cncs, strict=True) if c.name in owned]
+        plan = decide(kccs, targets, cncs, now, owned)
         return replace(plan, skipped=skips_of(kcc_objs, kccs, read, cnc_objs))
 
     def apply(self, plan: KCCPlan) -> ApplyResult:

@@ -17,6 +17,10 @@ node the controller writes, like Katalyst:
 A node no config selects loses all these annotations, so deleting a config restores its
 nodes. Each config's status lists the nodes it selects (`matchedNodeList`).
 
+A controller given a node selector writes annotations only on the nodes it selects, but
+lists every node a config selects in `matchedNodeList`: controllers for two node pools then
+write the same list, instead of each one's pool in turn.
+
 A config whose ratio is not a number >= 1 is refused: it selects nothing, a Warning Event
 (`InvalidOvercommitConfig`) on it says why, once per generation, and it changes nothing:
 a node whose only configs are refused ones keeps the annotations it has.
@@ -38,6 +42,7 @@ from pykatalyst.api.timefmt import parse_rfc3339
 from pykatalyst.cluster.events import EventRecorder, ObjectRef
 from pykatalyst.cluster.informer import InformerFactory
 from pykatalyst.cluster.protocol import JSON, ApiError, Cluster, NotFound
+from pykatalyst.cluster.selectors import parse_label_selector
 from pykatalyst.cluster.skips import Skip, SkippedObjects
 
 DEFAULT_RATIO = "1"
@@ -254,9 +259,12 @@ def decide(
     configs: Sequence[OvercommitConfigFacts],
     now: float,
     reported: frozenset[tuple[str, str, int]] = frozenset(),
+    owned: frozenset[str] | None = None,
 ) -> OvercommitPlan:
     """Pure: the annotation changes per node and the configs whose node list changed.
-    `reported` holds the (name, uid, generation) of refused configs already told about."""
+    `reported` holds the (name, uid, generation) of refused configs already told about;
+    `owned`, the nodes whose annotations are this controller's to write (None: all). The
+    node lists count every node given, owned or not."""
     selection: dict[str, str] = {}
     patches: list[NodeAnnotationPatch] = []
     matched: dict[str, list[str]] = {c.name: [] for c in configs}
@@ -266,7 +274,9 @@ def decide(
         selection[node.name] = config.name if config else ""
         if config is not None:
             matched[config.name].append(node.name)
-        elif any(c.error for c in _candidates(node, configs)):
+        if owned is not None and node.name not in owned:
+            continue
+        if config is None and any(c.error for c in _candidates(node, configs)):
             held.append(node.name)  # a refused config changes nothing on its nodes
             continue
         want = desired_annotations(node, config)
@@ -336,7 +346,10 @@ class OvercommitController:
     ) -> None:
         self.cluster = cluster
         shared = informers if informers is not None else InformerFactory(cluster)
-        self._nodes = shared.informer(names.NODE, label_selector=node_selector)
+        # Every node is read, for the configs' node lists; the selector picks the nodes
+        # whose annotations this controller writes.
+        self._selector = parse_label_selector(node_selector) if node_selector else None
+        self._nodes = shared.informer(names.NODE)
         self._cnrs = shared.informer(names.CUSTOM_NODE_RESOURCE)
         self._configs = shared.informer(names.NODE_OVERCOMMIT_CONFIG)
         self._reported: set[tuple[str, str, int]] = set()
@@ -351,6 +364,8 @@ class OvercommitController:
         for obj in self._nodes.list():
             name = str((obj.get("metadata") or {}).get("name", ""))
             nodes.append(node_facts(obj, self._cnrs.get(name)))
+        selector = self._selector
+        owned = None if selector is None else {n.name for n in nodes if selector.matches(n.labels)}
         configs = [read_config(o) for o in self._configs.list()]
         # every refused config is counted on every reconcile; its Event is written once
         # per generation (the plan's `refused`)
@@ -364,7 +379,8 @@ class OvercommitController:
             now,
             event=False,
         )
-        return decide(nodes, configs, now, frozenset(self._reported))
+        mine = None if owned is None else frozenset(owned)
+        return decide(nodes, configs, now, frozenset(self._reported), mine)
 
     def apply(self, plan: OvercommitPlan) -> ApplyResult:
         done: list[str] = []
