@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pykatalyst.api import names
+from pykatalyst.sim import runner
 from pykatalyst.sim.control import SimControlPlane
 from pykatalyst.sim.report import POLICY_KEYS, write_report
 from pykatalyst.sim.runner import GC_YOUNG_THRESHOLD, PolicySim
@@ -267,7 +268,9 @@ def test_physics_arrays_follow_each_pods_knobs_as_the_agent_rewrites_them() -> N
     assert checked > 0 and sim.tally.agent_reconciles > 0
 
 
-def test_a_run_leaves_the_garbage_collectors_settings_as_it_found_them() -> None:
+def test_a_run_leaves_the_garbage_collectors_settings_as_it_found_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     before = gc.get_threshold()
     frozen = gc.get_freeze_count()
     sc = parse_scenario(tiny(duration="10m"))
@@ -276,6 +279,14 @@ def test_a_run_leaves_the_garbage_collectors_settings_as_it_found_them() -> None
     sim.run(lambda done, total: seen.append(gc.get_threshold()))
     assert seen and seen[0][0] >= GC_YOUNG_THRESHOLD  # collections were fewer meanwhile
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+    # ... and fewer still on a larger cluster: the threshold grows with its nodes.
+    monkeypatch.setattr(runner, "GC_YOUNG_PER_NODE", GC_YOUNG_THRESHOLD)
+    seen.clear()
+    PolicySim(sc, sc.policies[0], build_workload(sc)).run(
+        lambda done, total: seen.append(gc.get_threshold())
+    )
+    assert len(sim.nodes) > 1 and seen[0][0] == GC_YOUNG_THRESHOLD * len(sim.nodes)
+    assert gc.get_threshold() == before
 
 
 def test_each_agent_reconciles_on_its_staggered_period_and_after_a_pod_starts_there() -> None:
