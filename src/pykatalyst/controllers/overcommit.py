@@ -364,8 +364,8 @@ class OvercommitController:
         for obj in self._nodes.list():
             name = str((obj.get("metadata") or {}).get("name", ""))
             nodes.append(node_facts(obj, self._cnrs.get(name)))
-        selector = self._selector
-        owned = None if selector is None else {n.name for n in nodes if selector.matches(n.labels)}
+        sel = self._selector
+        owned = None if sel is None else frozenset(n.name for n in nodes if sel.matches(n.labels))
         configs = [read_config(o) for o in self._configs.list()]
         # every refused config is counted on every reconcile; its Event is written once
         # per generation (the plan's `refused`)
@@ -379,8 +379,7 @@ class OvercommitController:
             now,
             event=False,
         )
-        mine = None if owned is None else frozenset(owned)
-        return decide(nodes, configs, now, frozenset(self._reported), mine)
+        return decide(nodes, configs, now, frozenset(self._reported), owned)
 
     def apply(self, plan: OvercommitPlan) -> ApplyResult:
         done: list[str] = []
