@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pykatalyst.agent import cpu_policy
 from pykatalyst.agent.config import CpuPolicyConfig
 from pykatalyst.agent.cpu_policy import (
     DedicatedAssignment,
@@ -149,6 +150,70 @@ def test_pool_cpusets_are_disjoint_sized_and_move_little(
             assert kept == min(len(first.get(name, CPUSet())), size)
     # deterministic
     assert assign_pools(TOPO, domain, after, first) == second
+
+
+def _shrink_by_rescan(topo: CPUTopology, cpus: CPUSet, n: int) -> CPUSet:
+    """The pool-edge rule written plainly (every pick recounts and re-sorts the pool): the
+    reference the incremental `_shrink` must match cpu for cpu."""
+    if n <= 0:
+        return CPUSet()
+    members = set(cpus)
+    while len(members) > n:
+        per_numa: dict[int, int] = {}
+        for c in members:
+            per_numa[topo.numa_of(c)] = per_numa.get(topo.numa_of(c), 0) + 1
+        biggest = max(per_numa.values())
+        candidates = [c for c in members if per_numa[topo.numa_of(c)] == biggest]
+
+        def lone(c: int) -> bool:
+            return all(s == c or s not in members for s in topo.siblings(c))
+
+        candidates.sort(key=lambda c: (not lone(c), -c))
+        members.discard(candidates[0])
+    return CPUSet.of(members)
+
+
+def _grow_by_rescan(topo: CPUTopology, cpus: CPUSet, free: CPUSet, need: int) -> CPUSet:
+    """The growth rule written plainly, the reference for the incremental `_grow`."""
+    members, avail, added = set(cpus), set(free), set()
+    while len(added) < need and avail:
+        pick = next((s for c in sorted(members) for s in topo.siblings(c) if s in avail), None)
+        if pick is None:
+            per_numa = {numa: 0 for numa in topo.numa_nodes}
+            for c in members:
+                per_numa[topo.numa_of(c)] += 1
+            numa = min(sorted({topo.numa_of(c) for c in avail}), key=lambda x: (per_numa[x], x))
+            local = sorted(c for c in avail if topo.numa_of(c) == numa)
+            whole = [c for c in local if all(s in avail for s in topo.siblings(c))]
+            pick = (whole or local)[0]
+        members.add(pick)
+        added.add(pick)
+        avail.discard(pick)
+    return CPUSet.of(added)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    topo=st.sampled_from([TOPO, QUAD]),
+    data=st.data(),
+)
+def test_pool_edges_move_cpu_for_cpu_as_the_plain_rule_says(
+    topo: CPUTopology, data: st.DataObject
+) -> None:
+    cpus = sorted(topo.all_cpus)
+
+    # pools and free cpus of whole cores and of lone threads, so both rules' cases come up
+    def cpusets(label: str) -> CPUSet:
+        cores = data.draw(st.sets(st.sampled_from(cpus)), f"{label} cores")
+        lone = data.draw(st.sets(st.sampled_from(cpus)), f"{label} threads")
+        return CPUSet.of(lone).union(*(topo.siblings(c) for c in cores))
+
+    pool = cpusets("pool")
+    free = cpusets("free") - pool
+    n = data.draw(st.integers(min_value=-1, max_value=len(cpus)), "n")
+    assert cpu_policy._shrink(topo, pool, n) == _shrink_by_rescan(topo, pool, n)
+    need = data.draw(st.integers(min_value=0, max_value=len(cpus)), "need")
+    assert cpu_policy._grow(topo, pool, free, need) == _grow_by_rescan(topo, pool, free, need)
 
 
 def test_pools_grow_by_siblings_and_stay_numa_balanced() -> None:

@@ -18,6 +18,7 @@ The machine is cut in this order, each step a pure function of the previous ones
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -551,55 +552,77 @@ def assign_pools(
     return result
 
 
+def _known(topo: CPUTopology, cpus: Iterable[int]) -> None:
+    """Raise TopologyError for a cpu the machine does not have."""
+    numa_of = topo.numa_by_cpu
+    for c in cpus:
+        if c not in numa_of:
+            topo.numa_of(c)  # raises, naming the cpu
+
+
 def _shrink(topo: CPUTopology, cpus: CPUSet, n: int) -> CPUSet:
     """Give back cpus at the pool's edge: lone hyperthreads first, from the NUMA where the
     pool is largest, highest ids first."""
     if n <= 0:
         return EMPTY
+    if len(cpus) <= n:
+        return cpus
+    _known(topo, cpus)
+    numa_of, sibs = topo.numa_by_cpu, topo.sibling_ids
     members = set(cpus)
+    per_numa: dict[int, int] = {}
+    for c in members:
+        per_numa[numa_of[c]] = per_numa.get(numa_of[c], 0) + 1
+    highest_first = sorted(members, reverse=True)
     while len(members) > n:
-        per_numa: dict[int, int] = {}
-        for c in members:
-            numa = topo.numa_of(c)
-            per_numa[numa] = per_numa.get(numa, 0) + 1
+        # the highest lone cpu of a largest NUMA share, else its highest cpu
         biggest = max(per_numa.values())
-        candidates = [c for c in members if per_numa[topo.numa_of(c)] == biggest]
-
-        def lone(c: int) -> bool:
-            return all(s == c or s not in members for s in topo.siblings(c))
-
-        candidates.sort(key=lambda c: (not lone(c), -c))
-        members.discard(candidates[0])
+        pick: int | None = None
+        first: int | None = None
+        for c in highest_first:
+            if c not in members or per_numa[numa_of[c]] != biggest:
+                continue
+            if first is None:
+                first = c
+            if all(s == c or s not in members for s in sibs[c]):
+                pick = c
+                break
+        gone = first if pick is None else pick
+        assert gone is not None
+        members.discard(gone)
+        per_numa[numa_of[gone]] -= 1
     return CPUSet.of(members)
 
 
 def _grow(topo: CPUTopology, cpus: CPUSet, free: CPUSet, need: int) -> CPUSet:
     """Take `need` cpus from `free` next to the pool: free siblings of its cpus first, then
     whole free cores on the NUMA node where the pool is smallest."""
-    members = set(cpus)
+    _known(topo, cpus)
+    _known(topo, free)
+    numa_of, sibs = topo.numa_by_cpu, topo.sibling_ids
+    members = sorted(cpus)
     avail = set(free)
     added: set[int] = set()
+    per_numa = dict.fromkeys(topo.numa_nodes, 0)
+    for c in members:
+        per_numa[numa_of[c]] += 1
     while len(added) < need and avail:
         pick: int | None = None
-        for c in sorted(members):
-            for s in topo.siblings(c):
+        for c in members:  # ascending
+            for s in sibs[c]:
                 if s in avail:
                     pick = s
                     break
             if pick is not None:
                 break
         if pick is None:
-            per_numa: dict[int, int] = {}
-            for numa in topo.numa_nodes:
-                per_numa[numa] = 0
-            for c in members:
-                per_numa[topo.numa_of(c)] += 1
-            numas_with_free = sorted({topo.numa_of(c) for c in avail})
+            numas_with_free = {numa_of[c] for c in avail}
             numa = min(numas_with_free, key=lambda x: (per_numa.get(x, 0), x))
-            local = sorted(c for c in avail if topo.numa_of(c) == numa)
-            whole = [c for c in local if all(s in avail for s in topo.siblings(c))]
+            local = sorted(c for c in avail if numa_of[c] == numa)
+            whole = [c for c in local if all(s in avail for s in sibs[c])]
             pick = (whole or local)[0]
-        members.add(pick)
+        bisect.insort(members, pick)
+        per_numa[numa_of[pick]] = per_numa.get(numa_of[pick], 0) + 1
         added.add(pick)
         avail.discard(pick)
     return CPUSet.of(added)

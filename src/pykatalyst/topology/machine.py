@@ -58,6 +58,10 @@ class CPUTopology:
     _core: Mapping[int, CPUSet] = field(init=False, repr=False, compare=False, hash=False)
     _all: CPUSet = field(init=False, repr=False, compare=False, hash=False)
     _threads: int = field(init=False, repr=False, compare=False, hash=False)
+    _numa_by_cpu: Mapping[int, int] = field(init=False, repr=False, compare=False, hash=False)
+    _sibling_ids: Mapping[int, tuple[int, ...]] = field(
+        init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         infos = tuple(sorted(self.cpu_infos, key=lambda i: i.cpu))
@@ -91,6 +95,11 @@ class CPUTopology:
         object.__setattr__(self, "_core", MappingProxyType(cores))
         object.__setattr__(self, "_all", CPUSet.of(by_cpu))
         object.__setattr__(self, "_threads", max(len(c) for c in cores.values()))
+        numa_by_cpu = {c: i.numa for c, i in by_cpu.items()}
+        object.__setattr__(self, "_numa_by_cpu", MappingProxyType(numa_by_cpu))
+        threads = {core: tuple(cpus) for core, cpus in cores.items()}
+        sibling_ids = {c: threads[i.core] for c, i in by_cpu.items()}
+        object.__setattr__(self, "_sibling_ids", MappingProxyType(sibling_ids))
 
     # -- shape ------------------------------------------------------------------------
 
@@ -117,6 +126,16 @@ class CPUTopology:
     @property
     def numa_nodes(self) -> list[int]:
         return list(self._numa)
+
+    @property
+    def numa_by_cpu(self) -> Mapping[int, int]:
+        """Each cpu's NUMA node (`numa_of` for every cpu at once, for loops over cpus)."""
+        return self._numa_by_cpu
+
+    @property
+    def sibling_ids(self) -> Mapping[int, tuple[int, ...]]:
+        """Each cpu's core threads, ascending, itself included (`siblings` as tuples)."""
+        return self._sibling_ids
 
     @property
     def sockets(self) -> list[int]:
