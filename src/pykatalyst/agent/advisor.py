@@ -427,10 +427,9 @@ class HeadroomSmoother:
             "window_samples": len(window),
             "window_needed": need,
         }
-        kept = replace(self, samples=samples, last_sample_time=sampled_at)
         if len(window) < need or not window:
             terms["state"] = "window filling"
-            return None, terms, kept
+            return None, terms, replace(self, samples=samples, last_sample_time=sampled_at)
         avg = sum(window[-need:]) / need
         terms["window_avg"] = round(avg, 3)
         last = self.last
@@ -442,7 +441,7 @@ class HeadroomSmoother:
         if r < self.min_for_report:
             terms["floored_to"] = self.min_for_report
         r = max(r, self.min_for_report)
-        return r, terms, replace(kept, last=last)
+        return r, terms, replace(self, samples=samples, last_sample_time=sampled_at, last=last)
 
     def _stepped(self, avg: float, terms: Terms) -> float:
         if self.last is None:
@@ -463,7 +462,16 @@ class HeadroomSmoother:
         reserved_for_report: float,
         min_for_report: float,
     ) -> HeadroomSmoother:
-        """The same history under other settings."""
+        """The same history under other settings (itself when they are its own)."""
+        if (
+            window_s == self.window_s
+            and sample_period_s == self.sample_period_s
+            and min_step == self.min_step
+            and max_step == self.max_step
+            and reserved_for_report == self.reserved_for_report
+            and min_for_report == self.min_for_report
+        ):
+            return self
         return replace(
             self,
             window_s=window_s,
