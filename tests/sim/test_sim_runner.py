@@ -12,6 +12,7 @@ import pytest
 from pykatalyst.api import names
 from pykatalyst.sim import runner
 from pykatalyst.sim.control import SimControlPlane
+from pykatalyst.sim.host import run_queue_wait_us
 from pykatalyst.sim.report import POLICY_KEYS, write_report
 from pykatalyst.sim.runner import GC_YOUNG_THRESHOLD, PolicySim
 from pykatalyst.sim.scenario import Scenario, parse_scenario
@@ -266,6 +267,25 @@ def test_physics_arrays_follow_each_pods_knobs_as_the_agent_rewrites_them() -> N
             assert rows.mem_limit[i] == mem and rows.mem_used[i] == pod.memory_used
             checked += 1
     assert checked > 0 and sim.tally.agent_reconciles > 0
+
+
+def test_each_host_reports_its_own_nodes_busy_cpus_and_run_queue_waits() -> None:
+    # What a node's agent samples is its own machine's row of the last step: the busy
+    # share of each of its cpus and that cpu's run-queue wait, whichever node asks first.
+    sc = parse_scenario({**tiny(duration="30m"), "policies": [KATALYST]})
+    sim = PolicySim(sc, sc.policies[0], build_workload(sc))
+    busy_seen = 0
+    for step in range(sc.steps):
+        sim.step(step)
+        per_cpu = sim.machines.per_cpu_all
+        for n in reversed(range(len(sim.nodes))):
+            u = sim.nodes[n].host.node_usage()
+            valid = sim.machines.static.valid[n]
+            own = [min(max(float(b), 0.0), 1.0) for b in per_cpu[n][valid]]
+            assert list(u.cpu_ratio) == own
+            assert list(u.sched_wait_us) == [run_queue_wait_us(b) for b in own]
+            busy_seen += sum(b > 0 for b in own)
+    assert busy_seen > 0 and len(sim.nodes) > 1
 
 
 def test_a_run_leaves_the_garbage_collectors_settings_as_it_found_them(

@@ -60,6 +60,9 @@ class Machines:
         self.per_cpu_all: F64 = np.zeros((0, 0))
         self.node_mem_used: F64 = np.zeros(len(nodes))
         self.node_load = np.zeros((len(nodes), 3))
+        # every node's busy shares and run-queue waits, worked out for all nodes at once
+        # on the first `node_usage` after a step (None: not yet)
+        self._busy: tuple[F64, F64] | None = None
         self.load_decay = np.exp(-self.dt / np.array([60.0, 300.0, 900.0]))
         for idx, node_sim in enumerate(nodes):
             node_sim.host.pod_usage = self.pod_usage
@@ -252,6 +255,7 @@ class Machines:
         runnable_node = np.bincount(self.rows.node, self.runnable, len(self.nodes))
         decay = self.load_decay
         self.node_load = self.node_load * decay + runnable_node[:, None] * (1 - decay)
+        self._busy = None
 
     # --- what the machines report (read lazily by SimHost.sample) ------------------------
 
@@ -270,13 +274,22 @@ class Machines:
         )
 
     def node_usage(self, nidx: int) -> NodeUsage:
-        valid = self.static.valid[nidx]
-        per_cpu = self.per_cpu_all[nidx][valid] if len(self.per_cpu_all) else ()
+        if not len(self.per_cpu_all):
+            ratio: list[float] = []
+            waits: list[float] = []
+        else:
+            if self._busy is None:
+                # elementwise, so each node's figures are those of its own row alone; one
+                # pass over the cluster costs what a few nodes' passes did
+                busy = np.clip(self.per_cpu_all, 0.0, 1.0)
+                self._busy = (busy, run_queue_waits_us(busy))
+            valid = self.static.valid[nidx]
+            ratio = self._busy[0][nidx][valid].tolist()
+            waits = self._busy[1][nidx][valid].tolist()
         load = self.node_load[nidx]
-        ratio = np.clip(np.asarray(per_cpu, dtype=np.float64), 0.0, 1.0)
         return NodeUsage(
-            cpu_ratio=tuple(ratio.tolist()),
-            sched_wait_us=tuple(run_queue_waits_us(ratio).tolist()),
+            cpu_ratio=tuple(ratio),
+            sched_wait_us=tuple(waits),
             load=(float(load[0]), float(load[1]), float(load[2])),
             memory_used=int(self.node_mem_used[nidx]),
         )
