@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -245,14 +246,20 @@ def test_latency_constants_can_be_overridden_and_are_reported(tmp_path: Path) ->
     assert "`alpha_ht` = 0 (set by the scenario)" in (tmp_path / "report.md").read_text()
 
 
+def _katalyst_steps(duration: str) -> Iterator[PolicySim]:
+    """The tiny cluster under `katalyst`, stepped: the simulation after each step."""
+    sc = parse_scenario({**tiny(duration=duration), "policies": [KATALYST]})
+    sim = PolicySim(sc, sc.policies[0], build_workload(sc))
+    for step in range(sc.steps):
+        sim.step(step)
+        yield sim
+
+
 def test_physics_arrays_follow_each_pods_knobs_as_the_agent_rewrites_them() -> None:
     # Each pod's row is kept until its knobs change: after every step, the cpus, quota,
     # weight, SCHED_IDLE and memory limit the physics used are the kernel's for that pod.
-    sc = parse_scenario({**tiny(duration="1h"), "policies": [KATALYST]})
-    sim = PolicySim(sc, sc.policies[0], build_workload(sc))
     checked = 0
-    for step in range(sc.steps):
-        sim.step(step)
+    for sim in _katalyst_steps("1h"):
         rows = sim.machines.rows
         for i, pod in enumerate(rows.running):
             host = sim.nodes[pod.node].host
@@ -272,11 +279,8 @@ def test_physics_arrays_follow_each_pods_knobs_as_the_agent_rewrites_them() -> N
 def test_each_host_reports_its_own_nodes_busy_cpus_and_run_queue_waits() -> None:
     # What a node's agent samples is its own machine's row of the last step: the busy
     # share of each of its cpus and that cpu's run-queue wait, whichever node asks first.
-    sc = parse_scenario({**tiny(duration="30m"), "policies": [KATALYST]})
-    sim = PolicySim(sc, sc.policies[0], build_workload(sc))
     busy_seen = 0
-    for step in range(sc.steps):
-        sim.step(step)
+    for sim in _katalyst_steps("30m"):
         per_cpu = sim.machines.per_cpu_all
         for n in reversed(range(len(sim.nodes))):
             u = sim.nodes[n].host.node_usage()
