@@ -18,8 +18,8 @@ PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # the kubelet's, whatever 
 
 
 def _allocatable(kubectl: Kubectl, node: str) -> dict[str, str]:
-    """The node's allocatable but the reclaimed figures, which the agents of the node lane's
-    tests move with the node's load (and leave as they last wrote them)."""
+    """The node's allocatable but the reclaimed figures, which the node lane's agents
+    publish (the last test's may still be stopping when this one starts)."""
     allocatable = kubectl.json("get", "node", node)["status"]["allocatable"]
     moving = (names.RECLAIMED_MILLICPU, names.RECLAIMED_MEMORY)
     return {k: v for k, v in allocatable.items() if k not in moving}
