@@ -552,12 +552,11 @@ def assign_pools(
     return result
 
 
-def _known(topo: CPUTopology, cpus: Iterable[int]) -> None:
+def _known(topo: CPUTopology, cpus: CPUSet) -> None:
     """Raise TopologyError for a cpu the machine does not have."""
-    numa_of = topo.numa_by_cpu
-    for c in cpus:
-        if c not in numa_of:
-            topo.numa_of(c)  # raises, naming the cpu
+    unknown = cpus - topo.all_cpus
+    if unknown:
+        topo.numa_of(unknown.min())  # raises, naming the cpu
 
 
 def _shrink(topo: CPUTopology, cpus: CPUSet, n: int) -> CPUSet:
@@ -597,8 +596,7 @@ def _shrink(topo: CPUTopology, cpus: CPUSet, n: int) -> CPUSet:
 def _grow(topo: CPUTopology, cpus: CPUSet, free: CPUSet, need: int) -> CPUSet:
     """Take `need` cpus from `free` next to the pool: free siblings of its cpus first, then
     whole free cores on the NUMA node where the pool is smallest."""
-    _known(topo, cpus)
-    _known(topo, free)
+    _known(topo, cpus | free)
     numa_of, sibs = topo.numa_by_cpu, topo.sibling_ids
     members = sorted(cpus)
     avail = set(free)
@@ -617,12 +615,12 @@ def _grow(topo: CPUTopology, cpus: CPUSet, free: CPUSet, need: int) -> CPUSet:
                 break
         if pick is None:
             numas_with_free = {numa_of[c] for c in avail}
-            numa = min(numas_with_free, key=lambda x: (per_numa.get(x, 0), x))
+            numa = min(numas_with_free, key=lambda x: (per_numa[x], x))
             local = sorted(c for c in avail if numa_of[c] == numa)
             whole = [c for c in local if all(s in avail for s in sibs[c])]
             pick = (whole or local)[0]
         bisect.insort(members, pick)
-        per_numa[numa_of[pick]] = per_numa.get(numa_of[pick], 0) + 1
+        per_numa[numa_of[pick]] += 1
         added.add(pick)
         avail.discard(pick)
     return CPUSet.of(added)
