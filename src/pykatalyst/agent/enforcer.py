@@ -29,6 +29,7 @@ is then put back within one period instead of on the next pass.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections import deque
@@ -141,6 +142,10 @@ class _Step:
     key: tuple[Any, ...]
     write: KnobWrite
     previous: KnobValue
+
+
+# What `_plan` reads for a knob the machine did not report.
+_ABSENT: Final = object()
 
 
 def _depth(cgroup: str) -> int:
@@ -264,21 +269,26 @@ class Enforcer:
         for cg in sorted(desired):
             knobs = desired[cg]
             actual = self._actual(cg, now)
-            depth = _depth(cg)
-            # A SCHED_IDLE group has no weight: the kernel refuses shares while cpu.idle is 1.
-            idle = knobs.get(Knob.CPU_IDLE, actual.get(Knob.CPU_IDLE)) == 1
             for knob, value in knobs.items():
+                got = actual.get(knob, _ABSENT)
+                if got is value or got == value:
+                    continue  # as desired already (equal values are always the same)
+                # A SCHED_IDLE group has no weight: the kernel refuses shares while cpu.idle
+                # is 1.
                 if (
                     knob in self._unsupported
                     or (cg, knob) in self._missing_at
-                    or (idle and knob is Knob.CPU_SHARES)
+                    or (
+                        knob is Knob.CPU_SHARES
+                        and knobs.get(Knob.CPU_IDLE, actual.get(Knob.CPU_IDLE)) == 1
+                    )
                 ):
                     continue
                 has = knob in actual
                 old = actual.get(knob)
                 if has and same(knob, value, old):
                     continue
-                steps.extend(self._steps_for(cg, depth, knob, value, old if has else None, has))
+                steps.extend(self._steps_for(cg, _depth(cg), knob, value, old, has))
                 if (
                     knob is Knob.MEMORY_LIMIT
                     and isinstance(value, int)
@@ -368,7 +378,7 @@ class Enforcer:
         for cg in [cg for cg in self._known if cg not in state]:
             self._unknow(cg)
         planned = tuple(s.write for s in steps)
-        unsupported = tuple(k for k in Knob if k in self._unsupported)
+        unsupported = self._unsupported_knobs()
         if dry_run:
             for s in steps:
                 self._record(now, s, "dry-run")
@@ -403,8 +413,14 @@ class Enforcer:
             new_failures=tuple(new),
             vanished=tuple(vanished),
             notes=tuple(notes),
-            unsupported=tuple(k for k in Knob if k in self._unsupported),
+            unsupported=self._unsupported_knobs(),
         )
+
+    def _unsupported_knobs(self) -> tuple[Knob, ...]:
+        """The knobs this machine lacks, in `Knob`'s order."""
+        if not self._unsupported:
+            return ()
+        return tuple(k for k in Knob if k in self._unsupported)
 
     def _took(
         self, now: float, applied: Sequence[KnobWrite], by_write: Mapping[KnobWrite, _Step]
@@ -506,6 +522,17 @@ class Enforcer:
 # -- desired state validation and encoding -------------------------------------------------
 
 
+@functools.lru_cache(maxsize=65536)
+def _clean_path(raw: str) -> str | None:
+    """`raw` without its outer slashes, or None when it is not a relative cgroup path
+    (empty, or with an empty, `.` or `..` part). Remembered: every pass checks the same
+    few hundred paths."""
+    cg = raw.strip("/")
+    if not cg or any(p in ("", ".", "..") for p in cg.split("/")):
+        return None
+    return cg
+
+
 def _normalize(
     desired: DesiredState, knob_problem: Callable[[Knob, KnobValue], str | None]
 ) -> dict[str, dict[Knob, KnobValue]]:
@@ -515,9 +542,8 @@ def _normalize(
     for raw_cg, knobs in desired.items():
         if not isinstance(raw_cg, str):
             raise DesiredStateError(str(raw_cg), None, raw_cg, "the cgroup must be a path string")
-        cg = raw_cg.strip("/")
-        parts = cg.split("/")
-        if not cg or any(p in ("", ".", "..") for p in parts):
+        cg = _clean_path(raw_cg)
+        if cg is None:
             raise DesiredStateError(
                 raw_cg, None, raw_cg, "a cgroup path relative to the hierarchy root is required"
             )

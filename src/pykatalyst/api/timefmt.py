@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 import time
 
@@ -27,6 +28,19 @@ def format_microtime(t: float) -> str:
 def parse_rfc3339(text: str) -> float:
     """Seconds since the epoch of an RFC 3339 time: fractional seconds kept, `Z` or a
     numeric offset. Raises ValueError naming the text and the accepted form otherwise."""
+    if not isinstance(text, str):
+        return _parse_rfc3339(text)
+    return _parse_rfc3339_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_rfc3339_text(text: str) -> float:
+    """`parse_rfc3339` of a string, remembered: the same few times (a pod's creation and
+    start, an object's heartbeat) are read again on every pass."""
+    return _parse_rfc3339(text)
+
+
+def _parse_rfc3339(text: object) -> float:
     m = _RFC3339.match(text.strip()) if isinstance(text, str) else None
     if m is None:
         raise ValueError(

@@ -318,7 +318,8 @@ class Host(Protocol):
 
     def same_value(self, knob: Knob, desired: KnobValue, actual: KnobValue) -> bool:
         """Whether writing `desired` over `actual` would change nothing the kernel keeps
-        (v2 weights are coarser than shares; memory limits are kept in whole pages)."""
+        (v2 weights are coarser than shares; memory limits are kept in whole pages).
+        Equal values are always the same: the enforcer skips them without asking."""
         ...
 
     def knob_problem(self, knob: Knob, value: KnobValue) -> str | None:
