@@ -8,6 +8,10 @@ Both modes must give identical figures (checked).
 
     python benchmarks/sim_sweep.py
     python benchmarks/sim_sweep.py --scenario examples/scenarios/small.yaml --runs 16 --workers 2
+    python benchmarks/sim_sweep.py --hours 24     # the same cluster over a day: longer runs
+
+Ray's start and stop cost a few seconds whatever the runs, so the ratio depends on how
+long each run is: `--hours` sets the scenario's duration to see it with longer runs.
 
 The last line is `ray_over_sequential: <ratio>` (the median over rounds).
 """
@@ -32,11 +36,18 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--hours", type=float, default=None, help="the scenario's duration")
     args = ap.parse_args()
     scenario = load_scenario(args.scenario)
+    if args.hours is not None:
+        scenario = scenario.model_copy(update={"duration": args.hours * 3600.0})
     spec = parse_sweep({"axes": {"seed": list(range(1, args.runs + 1))}, "policies": [args.policy]})
     runs = plan_sweep(scenario, spec)
-    print(f"{len(runs)} runs of {scenario.name} ({args.policy}); Ray with {args.workers} cpus")
+    hours = scenario.duration / 3600
+    print(
+        f"{len(runs)} runs of {scenario.name} ({args.policy}, {hours:g} h); "
+        f"Ray with {args.workers} cpus"
+    )
     ratios = []
     for r in range(args.rounds):
         t0 = time.perf_counter()
