@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pykatalyst.agent import reporter
@@ -173,6 +173,33 @@ def test_pools_and_pod_cpusets_are_published_on_change_only() -> None:
     assert cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")["metadata"]["resourceVersion"] == rv
     assert rep.report(with_pools("2-9"), 103)["pools"] == "written"
     assert pools_of(cluster)["pools"] == {names.POOL_RECLAIM: "8-15", names.POOL_SHARE: "2-9"}
+
+
+_pod_cpus = st.builds(
+    PodCpus,
+    pod=st.sampled_from(["default/a", "default/b", "batch/c"]),
+    uid=st.sampled_from(["uid-1", "uid-2"]),
+    pool=st.sampled_from([names.POOL_SHARE, names.POOL_RECLAIM]),
+    cpuset=st.sampled_from(["2-7", "2-9", "8-15"]).map(CPUSet.parse),
+    ramping_up=st.booleans(),
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(_pod_cpus, max_size=4), min_size=1, max_size=6))
+def test_each_report_publishes_the_pools_annotation_of_its_own_pods(
+    reports: list[list[PodCpus]],
+) -> None:
+    """However the node's pods and their cpus change from report to report, the text
+    published is the annotation of that report's pods (an entry kept from the report
+    before is never stale)."""
+    _, cluster, rep = setup()
+    pools = {names.POOL_SHARE: CPUSet.parse("2-7"), names.POOL_RECLAIM: CPUSet.parse("8-15")}
+    for i, pods in enumerate(reports):
+        assert "error" not in rep.report(replace(inp(), pools=pools, pod_cpus=pods), 100 + i)
+        cnr = cluster.get(names.CUSTOM_NODE_RESOURCE, "n1")
+        published = cnr["metadata"]["annotations"][names.CPU_POOLS_ANNOTATION]
+        assert published == reporter.pools_annotation(pools, pods)
 
 
 def test_pools_are_published_again_after_an_api_error() -> None:

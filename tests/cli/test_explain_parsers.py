@@ -34,7 +34,6 @@ pods = st.builds(
     cpuset=cpusets,
     ramping_up=st.booleans(),
     note=st.sampled_from(["", "left as placed: invalid QoS"]),
-    reclaim_off=st.sampled_from(["", "baseline"]),
 )
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -65,42 +64,6 @@ def test_published_pools_read_back_what_the_reporter_wrote(
         assert got.get("note", "") == p.note
     # the same input gives the same text: the reporter rewrites it only on change
     assert pools_annotation(dict(reversed(pools.items())), entries[::-1]) == value
-
-
-def reference_annotation(
-    pools: dict[str, CPUSet], entries: list[PodCpus], provision: dict[str, Any]
-) -> str:
-    """The annotation as one JSON document of the whole body, compact, keys sorted."""
-    pod_entries = []
-    for p in sorted(entries, key=lambda p: (p.pod, p.uid)):
-        entry: dict[str, Any] = {"pod": p.pod, "uid": p.uid, "pool": p.pool}
-        entry["cpuset"] = str(p.cpuset)
-        if p.ramping_up:
-            entry["ramping_up"] = True
-        if p.note:
-            entry["note"] = p.note
-        if p.reclaim_off:
-            entry["reclaim_off"] = p.reclaim_off
-        pod_entries.append(entry)
-    body: dict[str, Any] = {"pools": {k: str(v) for k, v in pools.items()}, "pods": pod_entries}
-    if provision:
-        body["provision"] = provision
-    return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-
-@given(
-    st.dictionaries(pool_names, cpusets, max_size=5),
-    st.lists(pods, max_size=6),
-    st.dictionaries(pool_names, json_values, max_size=3),
-)
-def test_the_pools_annotation_is_the_bodys_compact_json(
-    pools: dict[str, CPUSet], entries: list[PodCpus], provision: dict[str, Any]
-) -> None:
-    """Built from entries encoded once per pod, the text is byte for byte the compact,
-    key-sorted JSON of the whole body, on every call (the reporter compares texts)."""
-    want = reference_annotation(pools, entries, provision)
-    assert pools_annotation(pools, entries, provision) == want
-    assert pools_annotation(pools, entries, provision) == want
 
 
 @given(st.text(max_size=40) | json_values.map(json.dumps))

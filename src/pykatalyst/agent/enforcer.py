@@ -522,11 +522,11 @@ class Enforcer:
 # -- desired state validation and encoding -------------------------------------------------
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=32768)
 def _clean_path(raw: str) -> str | None:
     """`raw` without its outer slashes, or None when it is not a relative cgroup path
     (empty, or with an empty, `.` or `..` part). Remembered: every pass checks the same
-    few hundred paths."""
+    paths (a node's few dozen; a simulated cluster's agents share one process)."""
     cg = raw.strip("/")
     if not cg or any(p in ("", ".", "..") for p in cg.split("/")):
         return None

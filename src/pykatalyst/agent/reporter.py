@@ -99,35 +99,29 @@ def pools_annotation(
     Katalyst's CNR schema has no field for either (its allocations carry requests only, and
     only for NUMA-bound pods), so they travel in an annotation, which every API server
     keeps as written. So does `provision`: the step that last changed each share pool's
-    size (policy, indicators, targets, P/I/D terms). It is rewritten only on change.
-
-    The text is compact JSON with sorted keys: `{"pods":[...],"pools":{...}}` and
-    `"provision"` when given. Each pod's entry is encoded once per content and reused: the
-    entries of a node's pods rarely change between reports, and the annotation is built on
-    every one."""
-    entries = ",".join(_pod_entry(p) for p in sorted(pods, key=lambda p: (p.pod, p.uid)))
-    pool_text = _compact({name: str(cpus) for name, cpus in sorted(pools.items())})
-    text = f'{{"pods":[{entries}],"pools":{pool_text}'
+    size (policy, indicators, targets, P/I/D terms). It is rewritten only on change."""
+    entries = []
+    for p in sorted(pods, key=lambda p: (p.pod, p.uid)):
+        entry: dict[str, Any] = {
+            "pod": p.pod,
+            "uid": p.uid,
+            "pool": p.pool,
+            "cpuset": str(p.cpuset),
+        }
+        if p.ramping_up:
+            entry["ramping_up"] = True
+        if p.note:
+            entry["note"] = p.note
+        if p.reclaim_off:
+            entry["reclaim_off"] = p.reclaim_off
+        entries.append(entry)
+    body: dict[str, Any] = {
+        "pools": {name: str(cpus) for name, cpus in sorted(pools.items())},
+        "pods": entries,
+    }
     if provision:
-        text += f',"provision":{_compact(dict(provision))}'
-    return text + "}"
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-@functools.lru_cache(maxsize=65536)
-def _pod_entry(p: PodCpus) -> str:
-    """One pod's entry in the pools annotation (compact JSON, keys sorted)."""
-    entry: dict[str, Any] = {"pod": p.pod, "uid": p.uid, "pool": p.pool, "cpuset": str(p.cpuset)}
-    if p.ramping_up:
-        entry["ramping_up"] = True
-    if p.note:
-        entry["note"] = p.note
-    if p.reclaim_off:
-        entry["reclaim_off"] = p.reclaim_off
-    return _compact(entry)
+        body["provision"] = dict(provision)
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
 def milli_cpu(cores: float) -> int:
