@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from pykatalyst.sim.sweep import (
     RunOutcome,
     SweepError,
     SweepRun,
-    _run_on_ray,
     pareto_front,
     parse_sweep,
     plan_sweep,
@@ -99,78 +97,6 @@ def test_runs_are_the_same_one_after_another_and_on_ray_with_two_workers() -> No
     assert [o.index for o in on_ray] == [0, 1, 2, 3]
     # the settings did change the outcome: not one result four times
     assert len({json.dumps(o.figures, sort_keys=True) for o in alone}) > 1
-
-
-class _Ref:
-    """What a remote call hands back (hashable, as Ray's object refs are)."""
-
-    def __init__(self, outcome: RunOutcome) -> None:
-        self.outcome = outcome
-
-
-class _SlowStartingRay:
-    """Ray's calls as `run_sweep` makes them, run in this process; `init` returns only
-    once the sweep has told of `wait_for` finished runs (a Ray that takes long to start)."""
-
-    def __init__(self, told: list[int], wait_for: int) -> None:
-        self._told, self._wait_for = told, wait_for
-        self.initialized = False
-        self.ran: list[int] = []
-
-    def is_initialized(self) -> bool:
-        return self.initialized
-
-    def init(self, **_: Any) -> None:
-        deadline = time.monotonic() + 10
-        while len(self._told) < self._wait_for and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.initialized = True
-
-    def remote(self, **_: Any) -> Any:
-        def wrap(fn: Any) -> Any:
-            ray = self
-
-            class Remote:
-                @staticmethod
-                def remote(run: SweepRun) -> _Ref:
-                    ray.ran.append(run.index)
-                    return _Ref(fn(run))
-
-            return Remote
-
-        return wrap
-
-    def wait(self, refs: list[Any], num_returns: int) -> tuple[list[Any], list[Any]]:
-        return refs[:num_returns], refs[num_returns:]
-
-    def get(self, ref: _Ref) -> RunOutcome:
-        return ref.outcome
-
-    def cluster_resources(self) -> dict[str, float]:
-        return {"CPU": 2.0}
-
-    def shutdown(self) -> None:
-        self.initialized = False
-
-
-def test_runs_start_here_while_ray_starts_and_each_runs_once() -> None:
-    runs = _plan({"seed": [1, 2, 3, 4]}, policies=["vanilla"])
-    told: list[int] = []
-
-    def done(outcome: RunOutcome) -> None:
-        told.append(outcome.index)
-
-    ray = _SlowStartingRay(told, wait_for=2)
-    outcomes, how = _run_on_ray(ray, runs, 2, None, done)
-    here = [i for i in told if i not in ray.ran]
-    # the first runs of the plan ran here while Ray started, the rest on Ray, none twice
-    assert here == list(range(len(here))) and len(here) >= 2
-    assert sorted(here + ray.ran) == [0, 1, 2, 3]
-    assert sorted(told) == [0, 1, 2, 3]
-    assert how == "on a local Ray (2 cpus)" and not ray.initialized
-    alone, _ = run_sweep(runs, use_ray=False)
-    assert [o.index for o in outcomes] == [0, 1, 2, 3]
-    assert [o.figures for o in outcomes] == [o.figures for o in alone]
 
 
 def test_a_run_that_fails_is_reported_and_the_others_finish(tmp_path: Path) -> None:

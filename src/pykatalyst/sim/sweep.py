@@ -27,7 +27,6 @@ import io
 import itertools
 import json
 import math
-import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -289,76 +288,23 @@ def run_sweep(
     return _run_on_ray(ray, runs, workers, ray_address, done)
 
 
-class _HeadStart:
-    """Runs from the front of the plan, one at a time in a thread of this process, while
-    a local Ray starts (two seconds and more, most of them spent waiting on its
-    processes): the first results come at once, and the runs Ray is given are fewer.
-    `stop` lets the run under way finish and takes no other; `done` is told of each
-    outcome under a lock, as Ray's are."""
-
-    def __init__(self, runs: Sequence[SweepRun], done: Done | None, lock: threading.Lock) -> None:
-        self._runs = runs
-        self._done = done
-        self._lock = lock
-        self._next = 0
-        self._stopping = threading.Event()
-        self.outcomes: dict[int, RunOutcome] = {}
-        self._thread = threading.Thread(target=self._work, name="sweep-head-start", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _take(self) -> SweepRun | None:
-        with self._lock:
-            if self._stopping.is_set() or self._next >= len(self._runs):
-                return None
-            run = self._runs[self._next]
-            self._next += 1
-            return run
-
-    def _work(self) -> None:
-        while (run := self._take()) is not None:
-            outcome = run_one(run)
-            with self._lock:
-                self.outcomes[run.index] = outcome
-                if self._done is not None:
-                    self._done(outcome)
-
-    def stop(self) -> int:
-        """Take no other run; how many runs from the front this one has taken."""
-        with self._lock:
-            self._stopping.set()
-            return self._next
-
-    def join(self) -> None:
-        self._thread.join()
-
-
 def _run_on_ray(
     ray: Any, runs: Sequence[SweepRun], workers: int | None, address: str | None, done: Done | None
 ) -> tuple[list[RunOutcome], str]:
     started_here = not ray.is_initialized()
-    lock = threading.Lock()
-    head: _HeadStart | None = None
-    taken = 0
     if started_here:
         if address:
             ray.init(address=address, logging_level="ERROR", log_to_driver=False)
         else:
-            head = _HeadStart(runs, done, lock)
-            head.start()
-            try:
-                ray.init(
-                    num_cpus=workers,
-                    include_dashboard=False,
-                    logging_level="ERROR",
-                    log_to_driver=False,
-                )
-            finally:
-                taken = head.stop()
+            ray.init(
+                num_cpus=workers,
+                include_dashboard=False,
+                logging_level="ERROR",
+                log_to_driver=False,
+            )
     try:
         remote = ray.remote(num_cpus=1)(run_one)
-        pending = {remote.remote(run): run.index for run in runs[taken:]}
+        pending = {remote.remote(run): run.index for run in runs}
         by_index: dict[int, RunOutcome] = {}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -369,20 +315,15 @@ def _run_on_ray(
                 except Exception as exc:  # the worker itself died
                     run = runs[[r.index for r in runs].index(index)]
                     outcome = RunOutcome(index, run.settings, error=f"{type(exc).__name__}: {exc}")
-                with lock:
-                    by_index[index] = outcome
-                    if done is not None:
-                        done(outcome)
+                by_index[index] = outcome
+                if done is not None:
+                    done(outcome)
         cpus = int(ray.cluster_resources().get("CPU", 0))
         where = f"the Ray cluster at {address}" if address else "a local Ray"
+        return [by_index[r.index] for r in runs], f"on {where} ({cpus} cpus)"
     finally:
-        if head is not None:
-            head.join()
         if started_here:
             ray.shutdown()
-    if head is not None:
-        by_index.update(head.outcomes)
-    return [by_index[r.index] for r in runs], f"on {where} ({cpus} cpus)"
 
 
 # --- the summary ----------------------------------------------------------------------------
