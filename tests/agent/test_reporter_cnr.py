@@ -191,8 +191,8 @@ def test_each_report_publishes_the_pools_annotation_of_its_own_pods(
     reports: list[list[PodCpus]],
 ) -> None:
     """However the node's pods and their cpus change from report to report, the text
-    published is the annotation of that report's pods (an entry kept from the report
-    before is never stale)."""
+    published is the annotation of that report's pods: one that changed is never taken
+    for the one last written."""
     _, cluster, rep = setup()
     pools = {names.POOL_SHARE: CPUSet.parse("2-7"), names.POOL_RECLAIM: CPUSet.parse("8-15")}
     for i, pods in enumerate(reports):
