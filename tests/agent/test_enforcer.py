@@ -367,6 +367,26 @@ def test_the_journal_explains_every_write_and_stays_bounded(tmp_path: Path) -> N
     assert entries[-1].reason == "108 -> 109"
 
 
+def test_a_journal_of_size_zero_keeps_nothing_and_the_writes_still_happen(tmp_path: Path) -> None:
+    node = _node(tmp_path)
+    enf = _enforcer(node, tmp_path, journal_size=0)
+    cg = node.pod_cgroup(A_UID)
+    desired: dict[str, dict[Knob, KnobValue]] = {
+        cg: {Knob.CPU_SHARES: 300, Knob.CPUSET_CPUS: C("0-1")}
+    }
+    report = enf.apply(desired)
+    assert report.ok and len(report.applied) == 2
+    assert node.read(cg, "cpuset.cpus") == "0-1"
+    assert enf.explain() == []
+    assert enf.apply(desired).planned == ()
+
+
+@pytest.mark.parametrize("size", [-1, 2.5, True, "64"])
+def test_a_bad_journal_size_is_refused_by_name(tmp_path: Path, size: object) -> None:
+    with pytest.raises(ValueError, match=r"journal_size: invalid value .*entry count >= 0"):
+        _enforcer(_node(tmp_path), tmp_path, journal_size=size)
+
+
 # -- property: any consistent hierarchy of cpusets can follow any other ----------------------
 
 

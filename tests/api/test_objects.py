@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 from typing import Any
 
 import pytest
@@ -203,6 +204,27 @@ def test_cnr_view_reads_reclaimed_and_numa_zones() -> None:
     assert numas[1].allocations == (("prod/web/u-1", {"cpu": q("4")}),)
     patch = cnr.resources_status_patch({names.RECLAIMED_MILLICPU: q("40k")}, {})
     assert patch["status"]["resources"]["allocatable"] == {names.RECLAIMED_MILLICPU: "40k"}
+
+
+def test_reading_a_cnrs_zones_leaves_no_reference_cycle() -> None:
+    # A simulated cluster collects cycles rarely, and a scheduler reads each CNR's zones on
+    # every update: zones read and dropped must be freed at once, not left for the collector.
+    numa = [
+        {"type": "Numa", "name": str(i), "children": [{"type": "GPU", "name": f"g{i}"}]}
+        for i in range(2)
+    ]
+    socket = {"type": "Socket", "name": "0", "children": numa}
+    cnr = CustomNodeResource({"metadata": {"name": "n1"}, "status": {"topologyZone": [socket]}})
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(20):
+            zones = cnr.zones()
+            assert [z.name for z in zones] == ["0", "0", "g0", "1", "g1"]
+            del zones
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 def test_view_rejects_non_objects() -> None:

@@ -313,6 +313,26 @@ def test_a_run_leaves_the_garbage_collectors_settings_as_it_found_them(
     assert gc.get_threshold() == before
 
 
+def test_the_steps_of_a_run_leave_no_reference_cycles() -> None:
+    # A run collects cycles rarely (`few_collections`): what its steps allocate must be
+    # freed as it is dropped, or a day of a large cluster would hold it until a collection.
+    sc = parse_scenario(tiny(duration="3h", policies=[KATALYST]))
+    sim = PolicySim(sc, sc.policies[0], build_workload(sc))
+    gc.collect()
+    gc.disable()
+    try:
+        sim.run(lambda done, total: None)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        found = gc.collect()
+        kinds = sorted({type(o).__qualname__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert sim.tally.agent_reconciles > 0
+    assert found == 0, f"{found} objects in reference cycles: {kinds[:10]}"
+
+
 def test_each_agent_reconciles_on_its_staggered_period_and_after_a_pod_starts_there() -> None:
     # Agents are timed by their ComponentHost: node i every period from step -i mod P on,
     # and once more in the step a pod starts on it (the next one if the agents ran already).

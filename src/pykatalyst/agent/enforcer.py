@@ -178,6 +178,11 @@ class Enforcer:
                 f"verify_period_s: invalid value {verify_period_s!r}; accepted: seconds >= 0 "
                 "(0 reads every cgroup on every pass)"
             )
+        if isinstance(journal_size, bool) or not isinstance(journal_size, int) or journal_size < 0:
+            raise ValueError(
+                f"journal_size: invalid value {journal_size!r}; accepted: an entry count >= 0 "
+                "(0 keeps no journal)"
+            )
         self._host = host
         self._verify_period_s = verify_period_s
         # What each cgroup's knobs are believed to be, and when they were last read.
@@ -497,6 +502,8 @@ class Enforcer:
         write: KnobWrite | None = None,
         error: str = "",
     ) -> None:
+        if not self._journal.maxlen:
+            return  # no journal kept
         w = write if write is not None else (step.write if step is not None else None)
         if w is None:
             return

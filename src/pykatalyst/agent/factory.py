@@ -43,6 +43,7 @@ def build_agent(
     device_view: KubeletDevicesView | None = None,
     nics: NicSource | None = None,
     verify_period_s: float = 0.0,
+    journal_size: int = 4096,
     registry: CollectorRegistry | None = None,
     dry_run: bool = False,
 ) -> Agent:
@@ -50,9 +51,10 @@ def build_agent(
 
     `eviction` is the eviction stage's base config (no stage without one; the node's
     AdminQoSConfiguration is overlaid on it, from the agent's read); with `eviction_period_s`
-    the stage decides at most that often. `checkpoint` and `verify_period_s` go to the
-    enforcer (trust its own writes that long between reads), `kubelet` is where the agent
-    learns the kubelet's cpu pins, `registry` holds the eviction counters (fresh if None).
+    the stage decides at most that often. `checkpoint`, `verify_period_s` (trust its own
+    writes that long between reads) and `journal_size` (the writes `explain` keeps; 0 keeps
+    none) go to the enforcer, `kubelet` is where the agent learns the kubelet's cpu pins,
+    `registry` holds the eviction counters (fresh if None).
     """
     # the objects-skipped counter in `registry`, beside the eviction counters
     skips = SkippedObjects("agent", EventRecorder(cluster, names.AGENT_COMPONENT, node), registry)
@@ -84,7 +86,7 @@ def build_agent(
         host,
         clock,
         cfg,
-        Enforcer(host, checkpoint, clock, verify_period_s=verify_period_s),
+        Enforcer(host, checkpoint, clock, journal_size, verify_period_s),
         eviction_stages=stages,
         dry_run=dry_run,
         kubelet=kubelet,

@@ -396,6 +396,38 @@ def numa_zones_of(zones: Iterable[TopologyZone]) -> list[TopologyZone]:
     return sorted(numa, key=lambda z: (int(z.name) if z.name.isdigit() else 1 << 30, z.name))
 
 
+def _walk_zones(nodes: list[Any], parent: str, out: list[TopologyZone]) -> None:
+    """Flatten a CNR's zone tree into `out`, depth first. A module function, not a nested
+    one: a nested function that calls itself is a reference cycle, left for the cyclic
+    collector with everything it reached."""
+    for zone in nodes:
+        if not isinstance(zone, dict):
+            continue
+        res = _map(zone.get("resources"))
+        allocations = tuple(
+            (str(a.get("consumer", "")), _resource_list(a.get("requests")))
+            for a in _list(zone.get("allocations"))
+            if isinstance(a, dict)
+        )
+        name = str(zone.get("name", ""))
+        out.append(
+            TopologyZone(
+                type=str(zone.get("type", "")),
+                name=name,
+                parent=parent,
+                allocatable=_resource_list(res.get("allocatable")),
+                capacity=_resource_list(res.get("capacity")),
+                allocations=allocations,
+                attributes={
+                    str(a.get("name", "")): str(a.get("value", ""))
+                    for a in _list(zone.get("attributes"))
+                    if isinstance(a, dict)
+                },
+            )
+        )
+        _walk_zones(_list(zone.get("children")), name, out)
+
+
 class CustomNodeResource(KubeObject):
     """The per-node CNR the agent publishes: reclaimed resources and NUMA topology."""
 
@@ -428,36 +460,7 @@ class CustomNodeResource(KubeObject):
 
     def zones(self) -> list[TopologyZone]:
         out: list[TopologyZone] = []
-
-        def walk(nodes: list[Any], parent: str) -> None:
-            for zone in nodes:
-                if not isinstance(zone, dict):
-                    continue
-                res = _map(zone.get("resources"))
-                allocations = tuple(
-                    (str(a.get("consumer", "")), _resource_list(a.get("requests")))
-                    for a in _list(zone.get("allocations"))
-                    if isinstance(a, dict)
-                )
-                name = str(zone.get("name", ""))
-                out.append(
-                    TopologyZone(
-                        type=str(zone.get("type", "")),
-                        name=name,
-                        parent=parent,
-                        allocatable=_resource_list(res.get("allocatable")),
-                        capacity=_resource_list(res.get("capacity")),
-                        allocations=allocations,
-                        attributes={
-                            str(a.get("name", "")): str(a.get("value", ""))
-                            for a in _list(zone.get("attributes"))
-                            if isinstance(a, dict)
-                        },
-                    )
-                )
-                walk(_list(zone.get("children")), name)
-
-        walk(_list(self.status.get("topologyZone")), "")
+        _walk_zones(_list(self.status.get("topologyZone")), "", out)
         return out
 
     def numa_zones(self) -> list[TopologyZone]:
