@@ -187,7 +187,9 @@ def _sweep(
     sc: Scenario, path: Path, out: Path, workers: int | None, address: str | None, quiet: bool
 ) -> None:
     from pykatalyst.sim.sweep import (
+        RayUnreachable,
         SweepError,
+        address_problem,
         load_sweep,
         plan_sweep,
         run_sweep,
@@ -203,6 +205,10 @@ def _sweep(
         print_message(f"error: {exc}" if isinstance(exc, MissingExtra) else str(exc), stderr=True)
         raise typer.Exit(code=2) from None
     _check_ray(len(runs), address)
+    problem = None if address is None else address_problem(address)
+    if problem is not None:
+        print_message(f"error: --ray-address {address}: {problem}", stderr=True)
+        raise typer.Exit(code=2)
     con = console(stderr=True)
     with Progress(
         TextColumn("[bold]{task.description:<18}"),
@@ -222,7 +228,12 @@ def _sweep(
             failed += getattr(outcome, "error", None) is not None
             bar.update(task, advance=1, failed=failed)
 
-        outcomes, how = run_sweep(runs, workers, address, done)
+        try:
+            outcomes, how = run_sweep(runs, workers, address, done)
+        except RayUnreachable as exc:
+            bar.stop()
+            print_message(f"error: {exc}", stderr=True)
+            raise typer.Exit(code=2) from None
     data = summarize_sweep(spec, outcomes, how, sc)
     write_sweep_report(data, out)
     if not quiet:

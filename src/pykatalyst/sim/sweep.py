@@ -27,6 +27,7 @@ import io
 import itertools
 import json
 import math
+import socket
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -61,6 +62,54 @@ class SweepError(ValueError):
         self.source = source
         self.problems = problems
         super().__init__("\n".join([f"{source}: invalid sweep", *(f"  {p}" for p in problems)]))
+
+
+class RayUnreachable(ConnectionError):
+    """The Ray cluster a sweep was sent to (`--ray-address`) could not be joined."""
+
+
+# Ray's token authentication, as its errors name it: a cluster that asks for a token
+_TOKEN_WORDS = ("authentication", "auth token", "auth_token")
+
+
+def unreachable_message(address: str, exc: BaseException) -> str:
+    """Why joining the Ray cluster at `address` failed: the first line of Ray's error and
+    of each error behind it (the cause is often the telling one), and what to do where the
+    cluster asks for a token (Ray only sends one to an address it was told to)."""
+    lines: list[str] = []
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen and len(lines) < 4:
+        seen.add(id(e))
+        text = str(e).strip()
+        line = f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+        if line not in lines:
+            lines.append(line)
+        e = e.__cause__ or e.__context__
+    said = "; ".join(lines)
+    out = f"--ray-address {address}: cannot join the Ray cluster there ({said})"
+    if any(w in said.lower() for w in _TOKEN_WORDS):
+        out += (
+            ". The cluster asks for a token: set RAY_AUTH_MODE=token here, with its token in "
+            "RAY_AUTH_TOKEN or ~/.ray/auth_token (Ray's token authentication)"
+        )
+    return out
+
+
+def address_problem(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why nothing answers at a Ray address of the form `[ray://]host:port` (None when
+    something listens there, or for another form such as `auto`, which Ray resolves):
+    Ray itself retries an address that does not answer for minutes."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    host = host.removeprefix("[").removesuffix("]")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        return f"nothing answers at {host}:{port} ({exc.strerror or exc})"
+    return None
 
 
 class SweepSpec(BaseModel):
@@ -294,7 +343,13 @@ def _run_on_ray(
     started_here = not ray.is_initialized()
     if started_here:
         if address:
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            problem = address_problem(address)
+            if problem is not None:
+                raise RayUnreachable(f"--ray-address {address}: {problem}")
+            try:
+                ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            except Exception as exc:  # Ray raises several kinds; all mean "not joined"
+                raise RayUnreachable(unreachable_message(address, exc)) from exc
         else:
             ray.init(
                 num_cpus=workers,
