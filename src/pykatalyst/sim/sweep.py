@@ -105,6 +105,8 @@ def address_problem(address: str, timeout_s: float = 5.0) -> str | None:
     if not sep or not host or not port.isdigit():
         return None
     host = host.removeprefix("[").removesuffix("]")
+    if int(port) > 65535:
+        return f"port {port} is outside 0-65535"
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
