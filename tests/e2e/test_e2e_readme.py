@@ -82,4 +82,8 @@ def test_the_readme_block_runs_as_written(kubectl: Kubectl, node_name: str) -> N
     for name in names:
         assert any(line.startswith(name + " ") and node_name in line for line in running), name
     assert "cgroupsPath" in out
-    assert evictions == [], "a pod of the README's example was evicted"
+    # each eviction's Event says which pod, which plugin and which figures
+    evicted = [
+        f"{(e.get('involvedObject') or {}).get('name')}: {e.get('message', '')}" for e in evictions
+    ]
+    assert evicted == [], "a pod of the README's example was evicted"
