@@ -189,7 +189,6 @@ def _sweep(
     from pykatalyst.sim.sweep import (
         RayUnreachable,
         SweepError,
-        address_problem,
         load_sweep,
         plan_sweep,
         run_sweep,
@@ -205,10 +204,6 @@ def _sweep(
         print_message(f"error: {exc}" if isinstance(exc, MissingExtra) else str(exc), stderr=True)
         raise typer.Exit(code=2) from None
     _check_ray(len(runs), address)
-    problem = None if address is None else address_problem(address)
-    if problem is not None:
-        print_message(f"error: --ray-address {address}: {problem}", stderr=True)
-        raise typer.Exit(code=2)
     con = console(stderr=True)
     with Progress(
         TextColumn("[bold]{task.description:<18}"),
@@ -231,6 +226,7 @@ def _sweep(
         try:
             outcomes, how = run_sweep(runs, workers, address, done)
         except RayUnreachable as exc:
+            bar.remove_task(task)  # no bar left on the screen for runs that never started
             bar.stop()
             print_message(f"error: {exc}", stderr=True)
             raise typer.Exit(code=2) from None
